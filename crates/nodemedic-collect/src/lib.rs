@@ -1,0 +1,152 @@
+//! Collectors: each reads one kernel source under an injectable root and fills its part of a
+//! [`Snapshot`]. A collector never decides anything; it reports what it read, or why it could
+//! not.
+//!
+//! Failures are isolated: one collector failing marks only itself failed (with a reason) and
+//! the others still run. A kernel feature that does not exist on this machine (no
+//! `effective_affinity`, no `nohz_full`, no irqbalance config) is "no data", not a failure.
+
+mod fsread;
+pub mod sources;
+mod status;
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+pub use fsread::ReadError;
+use nodemedic_kernel::Snapshot;
+pub use status::{CollectorState, CollectorStatus};
+
+/// Where the kernel's files are. Every reader resolves paths under these roots so that tests
+/// can point them at fixture trees and a container can point them at the host's mounts.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Paths {
+    pub procfs: PathBuf,
+    pub sysfs: PathBuf,
+    pub cgroupfs: PathBuf,
+    /// Root of the host filesystem, for configuration files such as `/etc/default/irqbalance`.
+    pub rootfs: PathBuf,
+}
+
+impl Default for Paths {
+    fn default() -> Self {
+        Self {
+            procfs: "/proc".into(),
+            sysfs: "/sys".into(),
+            cgroupfs: "/sys/fs/cgroup".into(),
+            rootfs: "/".into(),
+        }
+    }
+}
+
+impl Paths {
+    /// All roots under one directory, as when the host is mounted at `/host` in a pod.
+    pub fn under(root: impl Into<PathBuf>) -> Self {
+        let root = root.into();
+        Self {
+            procfs: root.join("proc"),
+            sysfs: root.join("sys"),
+            cgroupfs: root.join("sys/fs/cgroup"),
+            rootfs: root,
+        }
+    }
+}
+
+/// The result of one collector run that succeeded.
+#[derive(Debug, Default)]
+pub struct Collected {
+    /// Things read but not fully understood (skipped lines, vanished IRQs, unreadable
+    /// optional files). They do not fail the collector but are shown in its status.
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CollectError {
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// One source of kernel data.
+pub trait Collector: Send + Sync {
+    /// Stable name, used in metrics labels, config and status.
+    fn name(&self) -> &'static str;
+    fn collect(&self, paths: &Paths, snapshot: &mut Snapshot) -> Result<Collected, CollectError>;
+}
+
+/// One collector's outcome in one sample.
+#[derive(Debug)]
+pub struct CollectorRun {
+    pub name: &'static str,
+    pub duration: Duration,
+    pub outcome: Result<Collected, CollectError>,
+}
+
+/// The collectors of a daemon, run in order (later ones may use what earlier ones read).
+pub struct CollectorSet {
+    collectors: Vec<Box<dyn Collector>>,
+}
+
+impl CollectorSet {
+    /// Every collector this crate provides, in dependency order.
+    pub fn all() -> Self {
+        Self {
+            collectors: sources::all(),
+        }
+    }
+
+    /// Keeps only the collectors for which `enabled(name)` is true.
+    pub fn filtered(self, enabled: impl Fn(&str) -> bool) -> Self {
+        Self {
+            collectors: self
+                .collectors
+                .into_iter()
+                .filter(|c| enabled(c.name()))
+                .collect(),
+        }
+    }
+
+    pub fn names(&self) -> Vec<&'static str> {
+        self.collectors.iter().map(|c| c.name()).collect()
+    }
+
+    /// Runs every collector once and returns the snapshot and each collector's outcome.
+    /// A panicking collector (a bug) is caught and reported as failed.
+    pub fn sample(&self, paths: &Paths, at: Duration) -> (Snapshot, Vec<CollectorRun>) {
+        let mut snapshot = Snapshot {
+            at,
+            timestamp: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or(0.0),
+            ..Default::default()
+        };
+        let mut runs = Vec::with_capacity(self.collectors.len());
+        for collector in &self.collectors {
+            let start = Instant::now();
+            let outcome = catch_unwind(AssertUnwindSafe(|| collector.collect(paths, &mut snapshot)))
+                .unwrap_or_else(|panic| {
+                    let msg = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "unknown panic".into());
+                    Err(CollectError::Other(format!("collector panicked (bug): {msg}")))
+                });
+            runs.push(CollectorRun {
+                name: collector.name(),
+                duration: start.elapsed(),
+                outcome,
+            });
+        }
+        (snapshot, runs)
+    }
+}
+
+/// Monotonic time since the first call, for [`Snapshot::at`].
+pub fn monotonic_now() -> Duration {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed()
+}

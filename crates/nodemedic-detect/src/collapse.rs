@@ -1,0 +1,425 @@
+//! The IRQ collapse detector.
+//!
+//! A device group is *collapsed* when several of its IRQs are delivered to very few CPUs while
+//! more CPUs could take them — the state a stuck irqbalance leaves behind. It is *hurting*
+//! when, on top of that, the hottest of those CPUs carries most of the group's interrupt rate
+//! or the network stack on those CPUs is visibly overloaded (softnet drops or time squeezes).
+//! Both verdicts pass through [`Hysteresis`], so a signal that flaps never flips them.
+
+use std::collections::{BTreeMap, HashMap};
+
+use nodemedic_kernel::Snapshot;
+use serde::{Deserialize, Serialize};
+
+use crate::groups::{build_groups, DeviceGroup, GroupingOptions};
+use crate::hysteresis::{Hysteresis, Latch};
+use crate::{Finding, Severity};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CollapseConfig {
+    /// Groups with fewer considered IRQs are never called collapsed.
+    pub min_irqs: usize,
+    /// Collapsed when the distinct CPUs are at most this share of min(#IRQs, #eligible CPUs)…
+    pub max_cpu_ratio: f64,
+    /// …and at most this many CPUs.
+    pub max_cpus: usize,
+    /// Count only CPUs on the device's NUMA node as eligible (when the node is known).
+    pub numa_local: bool,
+    /// Judge only data-queue IRQs when a device has them (control vectors sit still by design).
+    pub queue_irqs_only: bool,
+    /// Consecutive samples the condition must hold before the verdict turns on…
+    pub raise_after: u32,
+    /// …and be absent before it turns off.
+    pub clear_after: u32,
+}
+
+impl Default for CollapseConfig {
+    fn default() -> Self {
+        Self {
+            min_irqs: 4,
+            max_cpu_ratio: 0.25,
+            max_cpus: 2,
+            numa_local: true,
+            queue_irqs_only: true,
+            raise_after: 3,
+            clear_after: 3,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HurtingConfig {
+    /// Hurting when the hottest CPU takes at least this share of the group's interrupt rate…
+    pub min_hottest_share: f64,
+    /// …and the group's rate is at least this many interrupts per second.
+    pub min_irq_rate: f64,
+    /// Also hurting when softnet drops or time squeezes rise on the group's CPUs.
+    pub softnet_pressure: bool,
+    pub raise_after: u32,
+    pub clear_after: u32,
+}
+
+impl Default for HurtingConfig {
+    fn default() -> Self {
+        Self {
+            min_hottest_share: 0.5,
+            min_irq_rate: 100.0,
+            softnet_pressure: true,
+            raise_after: 3,
+            clear_after: 3,
+        }
+    }
+}
+
+impl CollapseConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.max_cpu_ratio > 0.0 && self.max_cpu_ratio <= 1.0) {
+            return Err(format!(
+                "max_cpu_ratio must be in (0, 1], got {}",
+                self.max_cpu_ratio
+            ));
+        }
+        if self.min_irqs < 2 {
+            return Err(format!("min_irqs must be at least 2, got {}", self.min_irqs));
+        }
+        if self.max_cpus < 1 {
+            return Err("max_cpus must be at least 1".into());
+        }
+        validate_hysteresis(&self.hysteresis())
+    }
+
+    pub fn hysteresis(&self) -> Hysteresis {
+        Hysteresis {
+            raise_after: self.raise_after,
+            clear_after: self.clear_after,
+        }
+    }
+
+    /// The most distinct CPUs a group of `irqs` IRQs with `eligible` eligible CPUs may use and
+    /// still be called collapsed.
+    pub fn cpu_limit(&self, irqs: usize, eligible: usize) -> usize {
+        let by_ratio = (self.max_cpu_ratio * irqs.min(eligible) as f64).floor() as usize;
+        by_ratio.max(1).min(self.max_cpus)
+    }
+}
+
+impl HurtingConfig {
+    pub fn hysteresis(&self) -> Hysteresis {
+        Hysteresis {
+            raise_after: self.raise_after,
+            clear_after: self.clear_after,
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.min_hottest_share > 0.0 && self.min_hottest_share <= 1.0) {
+            return Err(format!(
+                "min_hottest_share must be in (0, 1], got {}",
+                self.min_hottest_share
+            ));
+        }
+        if !(self.min_irq_rate >= 0.0 && self.min_irq_rate.is_finite()) {
+            return Err(format!("min_irq_rate must be >= 0, got {}", self.min_irq_rate));
+        }
+        validate_hysteresis(&self.hysteresis())
+    }
+}
+
+fn validate_hysteresis(h: &Hysteresis) -> Result<(), String> {
+    if h.raise_after < 1 || h.clear_after < 1 {
+        return Err("raise_after and clear_after must be at least 1".into());
+    }
+    Ok(())
+}
+
+/// What the detector measured for a group in one sample.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Evidence {
+    pub distinct_cpus: usize,
+    pub cpu_limit: usize,
+    /// Interrupts per second of the considered IRQs since the previous sample.
+    pub irq_rate: Option<f64>,
+    pub hottest_cpu: Option<u32>,
+    /// Share of the group's interrupts on the hottest CPU: by rate when the group had
+    /// interrupts since the previous sample, else by cumulative counts.
+    pub hottest_share: Option<f64>,
+    pub share_basis: Option<&'static str>,
+    /// The group's interrupts per second on each CPU that had any.
+    pub per_cpu_rate: BTreeMap<u32, f64>,
+    /// NET_RX softirqs per second on the hottest CPU.
+    pub hottest_net_rx_rate: Option<f64>,
+    /// softnet drops and time squeezes since the previous sample, summed over the CPUs the
+    /// group is delivered to.
+    pub softnet_dropped: Option<u64>,
+    pub softnet_squeezed: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GroupVerdict {
+    #[serde(flatten)]
+    pub group: DeviceGroup,
+    /// Verdicts after hysteresis.
+    pub collapsed: bool,
+    pub hurting: bool,
+    /// What this sample alone says.
+    pub collapsed_now: bool,
+    pub hurting_now: bool,
+    pub collapsed_since: Option<f64>,
+    pub hurting_since: Option<f64>,
+    pub evidence: Evidence,
+}
+
+#[derive(Debug, Clone, Default)]
+struct GroupState {
+    collapsed: Latch,
+    hurting: Latch,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Previous {
+    at: std::time::Duration,
+    /// IRQ → (cpu, count) pairs.
+    irq_counts: HashMap<u32, Vec<(u32, u64)>>,
+    net_rx: HashMap<u32, u64>,
+    softnet: HashMap<u32, (u64, u64)>,
+}
+
+pub struct CollapseDetector {
+    collapse: CollapseConfig,
+    hurting: HurtingConfig,
+    state: BTreeMap<String, GroupState>,
+    previous: Option<Previous>,
+}
+
+impl CollapseDetector {
+    pub fn new(collapse: CollapseConfig, hurting: HurtingConfig) -> Self {
+        Self {
+            collapse,
+            hurting,
+            state: BTreeMap::new(),
+            previous: None,
+        }
+    }
+
+    /// Feeds one snapshot and returns the verdict of every device group in it.
+    pub fn observe(&mut self, snap: &Snapshot) -> Vec<GroupVerdict> {
+        let groups = build_groups(
+            snap,
+            GroupingOptions {
+                numa_local: self.collapse.numa_local,
+                queue_irqs_only: self.collapse.queue_irqs_only,
+            },
+        );
+        let current = Previous::from_snapshot(snap);
+        let elapsed = self
+            .previous
+            .as_ref()
+            .map(|p| snap.at.saturating_sub(p.at).as_secs_f64())
+            .filter(|dt| *dt > 0.0);
+        let mut verdicts = Vec::with_capacity(groups.len());
+        let mut seen = BTreeMap::new();
+        for group in groups {
+            let evidence = self.evidence(&group, &current, elapsed);
+            let collapsed_now = self.collapsed_now(&group, &evidence);
+            let hurting_now = collapsed_now && self.hurting_now(&evidence);
+            let state = self.state.entry(group.key.clone()).or_default();
+            state
+                .collapsed
+                .update(collapsed_now, &self.collapse.hysteresis(), snap.timestamp);
+            state
+                .hurting
+                .update(hurting_now, &self.hurting.hysteresis(), snap.timestamp);
+            let collapsed = state.collapsed.active;
+            seen.insert(group.key.clone(), ());
+            verdicts.push(GroupVerdict {
+                collapsed,
+                hurting: collapsed && state.hurting.active,
+                collapsed_now,
+                hurting_now,
+                collapsed_since: state.collapsed.since.filter(|_| collapsed),
+                hurting_since: state.hurting.since.filter(|_| collapsed && state.hurting.active),
+                evidence,
+                group,
+            });
+        }
+        // A device that went away takes its state with it.
+        self.state.retain(|k, _| seen.contains_key(k));
+        self.previous = Some(current);
+        verdicts
+    }
+
+    fn collapsed_now(&self, g: &DeviceGroup, e: &Evidence) -> bool {
+        let n = g.irqs.len();
+        n >= self.collapse.min_irqs
+            && g.unknown_affinity.len() < n
+            && e.distinct_cpus <= e.cpu_limit
+            && g.eligible_cpus.len() > e.distinct_cpus
+    }
+
+    fn hurting_now(&self, e: &Evidence) -> bool {
+        let concentrated = matches!((e.hottest_share, e.share_basis, e.irq_rate),
+            (Some(share), Some("rate"), Some(rate))
+                if share >= self.hurting.min_hottest_share && rate >= self.hurting.min_irq_rate);
+        let softnet = self.hurting.softnet_pressure
+            && (e.softnet_dropped.unwrap_or(0) > 0 || e.softnet_squeezed.unwrap_or(0) > 0);
+        concentrated || softnet
+    }
+
+    fn evidence(&self, g: &DeviceGroup, cur: &Previous, elapsed: Option<f64>) -> Evidence {
+        let distinct_cpus = g.effective_cpus.len();
+        let mut e = Evidence {
+            distinct_cpus,
+            cpu_limit: self.collapse.cpu_limit(g.irqs.len(), g.eligible_cpus.len()),
+            ..Default::default()
+        };
+        let mut cumulative: BTreeMap<u32, u64> = BTreeMap::new();
+        let mut delta: BTreeMap<u32, u64> = BTreeMap::new();
+        let prev = self.previous.as_ref().filter(|_| elapsed.is_some());
+        for irq in &g.irqs {
+            let Some(counts) = cur.irq_counts.get(irq) else {
+                continue;
+            };
+            let before = prev.and_then(|p| p.irq_counts.get(irq));
+            for &(cpu, count) in counts {
+                *cumulative.entry(cpu).or_default() += count;
+                if let Some(before) = before {
+                    let old = before.iter().find(|(c, _)| *c == cpu).map(|(_, v)| *v);
+                    // A count that went backwards is a reset (IRQ reallocated): no rate.
+                    if let Some(d) = old.and_then(|o| count.checked_sub(o)) {
+                        *delta.entry(cpu).or_default() += d;
+                    }
+                }
+            }
+        }
+        let total_delta: u64 = delta.values().sum();
+        if let (Some(dt), Some(_)) = (elapsed, prev) {
+            e.irq_rate = Some(total_delta as f64 / dt);
+            e.per_cpu_rate = delta
+                .iter()
+                .filter(|(_, d)| **d > 0)
+                .map(|(c, d)| (*c, *d as f64 / dt))
+                .collect();
+        }
+        let (basis, source) = if total_delta > 0 {
+            ("rate", &delta)
+        } else {
+            ("cumulative", &cumulative)
+        };
+        let total: u64 = source.values().sum();
+        if total > 0 {
+            // Ties go to the lowest CPU id, so the result does not depend on map order.
+            let (cpu, max) = source
+                .iter()
+                .fold((0u32, 0u64), |best, (c, v)| if *v > best.1 { (*c, *v) } else { best });
+            e.hottest_cpu = Some(cpu);
+            e.hottest_share = Some(max as f64 / total as f64);
+            e.share_basis = Some(basis);
+        }
+        if let (Some(dt), Some(p)) = (elapsed, prev) {
+            if let Some(cpu) = e.hottest_cpu {
+                if let (Some(now), Some(before)) = (cur.net_rx.get(&cpu), p.net_rx.get(&cpu)) {
+                    e.hottest_net_rx_rate = now.checked_sub(*before).map(|d| d as f64 / dt);
+                }
+            }
+            let mut dropped = None;
+            let mut squeezed = None;
+            for cpu in g.effective_cpus.iter() {
+                if let (Some(now), Some(before)) = (cur.softnet.get(&cpu), p.softnet.get(&cpu)) {
+                    *dropped.get_or_insert(0) += now.0.saturating_sub(before.0);
+                    *squeezed.get_or_insert(0) += now.1.saturating_sub(before.1);
+                }
+            }
+            e.softnet_dropped = dropped;
+            e.softnet_squeezed = squeezed;
+        }
+        e
+    }
+}
+
+impl Previous {
+    fn from_snapshot(snap: &Snapshot) -> Self {
+        let mut p = Previous {
+            at: snap.at,
+            ..Default::default()
+        };
+        if let Some(ints) = &snap.interrupts {
+            for line in &ints.irqs {
+                p.irq_counts
+                    .insert(line.irq, ints.per_cpu(&line.counts).collect());
+            }
+        }
+        if let Some(s) = &snap.softirqs {
+            if let Some(row) = s.row("NET_RX") {
+                p.net_rx = s.per_cpu(&row.counts).collect();
+            }
+        }
+        if let Some(rows) = &snap.softnet {
+            p.softnet = rows
+                .iter()
+                .map(|(cpu, r)| (*cpu, (u64::from(r.dropped), u64::from(r.time_squeeze))))
+                .collect();
+        }
+        p
+    }
+}
+
+/// What an operator should read about the verdicts.
+pub fn findings(verdicts: &[GroupVerdict]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for v in verdicts.iter().filter(|v| v.collapsed) {
+        let g = &v.group;
+        let what = match &g.netdev {
+            Some(nd) if *nd != g.name => format!("{} ({nd})", g.name),
+            _ => g.name.clone(),
+        };
+        out.push(Finding {
+            kind: "irq_collapsed".into(),
+            severity: Severity::Warning,
+            subject: g.name.clone(),
+            message: format!(
+                "{} IRQs of {what} are delivered to {} CPU(s) ({}) although {} CPUs are eligible. \
+                 irqbalance should have spread them: check `systemctl status irqbalance` and its \
+                 version (1.7.0 and 1.8.0 never rebalance by load); `systemctl try-restart \
+                 irqbalance` re-places them.",
+                g.irqs.len(),
+                g.effective_cpus.len(),
+                g.effective_cpus,
+                g.eligible_cpus.len(),
+            ),
+        });
+        if v.hurting {
+            let e = &v.evidence;
+            let mut parts = Vec::new();
+            if let (Some(cpu), Some(share), Some(rate)) = (e.hottest_cpu, e.hottest_share, e.irq_rate) {
+                parts.push(format!(
+                    "CPU {cpu} takes {:.0}% of its {:.0} interrupts/s",
+                    share * 100.0,
+                    rate
+                ));
+            }
+            if let Some(r) = e.hottest_net_rx_rate {
+                parts.push(format!("NET_RX softirqs on that CPU at {r:.0}/s"));
+            }
+            if e.softnet_dropped.unwrap_or(0) > 0 || e.softnet_squeezed.unwrap_or(0) > 0 {
+                parts.push(format!(
+                    "softnet dropped {} and squeezed {} times since the last sample",
+                    e.softnet_dropped.unwrap_or(0),
+                    e.softnet_squeezed.unwrap_or(0)
+                ));
+            }
+            out.push(Finding {
+                kind: "irq_hurting".into(),
+                severity: Severity::Critical,
+                subject: g.name.clone(),
+                message: format!(
+                    "The collapse of {what} is hurting: {}. Expect packet delay and drops until \
+                     the IRQs are spread.",
+                    parts.join("; ")
+                ),
+            });
+        }
+    }
+    out
+}

@@ -1,0 +1,12 @@
+//! Detectors: pure state machines over [`Snapshot`]s. A detector never does I/O; it is fed
+//! snapshots and returns verdicts, so it can be driven by fixtures and a paused clock alike.
+
+pub mod collapse;
+pub mod finding;
+pub mod groups;
+pub mod hysteresis;
+
+pub use collapse::{CollapseConfig, CollapseDetector, GroupVerdict, HurtingConfig};
+pub use finding::{Finding, Severity};
+pub use groups::DeviceGroup;
+pub use hysteresis::{Hysteresis, Latch};

@@ -1,0 +1,172 @@
+//! A direct writer of the Prometheus text format (0.0.4) and OpenMetrics 1.0.
+//!
+//! Written by hand rather than through the `prometheus` crate's registry: nodemedic rebuilds
+//! every series from a fresh snapshot each time, and building `MetricFamily` protobufs for a
+//! few thousand series costs tens of milliseconds where writing the text costs well under
+//! one (see `benches/exposition.rs` and BENCHMARKS.md).
+
+use std::fmt::Write;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `text/plain; version=0.0.4`
+    Text,
+    /// `application/openmetrics-text; version=1.0.0`
+    OpenMetrics,
+}
+
+impl Format {
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Text => "text/plain; version=0.0.4; charset=utf-8",
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        }
+    }
+
+    /// Picks the format from an HTTP `Accept` header: OpenMetrics only when asked for.
+    pub fn from_accept(accept: Option<&str>) -> Format {
+        match accept {
+            Some(a) if a.contains("application/openmetrics-text") => Format::OpenMetrics,
+            _ => Format::Text,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+}
+
+pub struct Encoder {
+    format: Format,
+    out: String,
+    /// Name of the family being written, including `_total` for counters.
+    sample_name: String,
+    series: usize,
+}
+
+impl Encoder {
+    pub fn new(format: Format) -> Self {
+        Self {
+            format,
+            out: String::with_capacity(64 * 1024),
+            sample_name: String::new(),
+            series: 0,
+        }
+    }
+
+    /// Starts a metric family. `name` is the family name without `_total`; counters get the
+    /// suffix on their samples (and, in the text format, in HELP/TYPE as Prometheus expects).
+    pub fn family(&mut self, name: &str, kind: Kind, help: &str) {
+        let (meta_name, kind_str) = match (kind, self.format) {
+            (Kind::Counter, Format::Text) => (format!("{name}_total"), "counter"),
+            (Kind::Counter, Format::OpenMetrics) => (name.to_string(), "counter"),
+            (Kind::Gauge, _) => (name.to_string(), "gauge"),
+        };
+        self.sample_name = match kind {
+            Kind::Counter => format!("{name}_total"),
+            Kind::Gauge => name.to_string(),
+        };
+        let _ = writeln!(self.out, "# HELP {meta_name} {}", escape_help(help));
+        let _ = writeln!(self.out, "# TYPE {meta_name} {kind_str}");
+    }
+
+    /// Writes one sample of the current family.
+    pub fn sample(&mut self, labels: &[(&str, &str)], value: f64) {
+        self.out.push_str(&self.sample_name);
+        if !labels.is_empty() {
+            self.out.push('{');
+            for (i, (k, v)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                self.out.push_str(k);
+                self.out.push_str("=\"");
+                escape_label_into(&mut self.out, v);
+                self.out.push('"');
+            }
+            self.out.push('}');
+        }
+        self.out.push(' ');
+        write_value(&mut self.out, value);
+        self.out.push('\n');
+        self.series += 1;
+    }
+
+    pub fn series(&self) -> usize {
+        self.series
+    }
+
+    pub fn finish(mut self) -> String {
+        if self.format == Format::OpenMetrics {
+            self.out.push_str("# EOF\n");
+        }
+        self.out
+    }
+}
+
+fn write_value(out: &mut String, v: f64) {
+    if v.is_nan() {
+        out.push_str("NaN");
+    } else if v.is_infinite() {
+        out.push_str(if v > 0.0 { "+Inf" } else { "-Inf" });
+    } else if v.fract() == 0.0 && v.abs() < 9.007_199_254_740_992e15 {
+        let _ = write!(out, "{}", v as i64);
+    } else {
+        let _ = write!(out, "{v}");
+    }
+}
+
+fn escape_help(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('\n', "\\n")
+}
+
+fn escape_label_into(out: &mut String, v: &str) {
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_format() {
+        let mut e = Encoder::new(Format::Text);
+        e.family("x_interrupts", Kind::Counter, "Interrupts.\nSecond line");
+        e.sample(&[("cpu", "0"), ("name", "a\"b\\c\nd")], 12.0);
+        e.family("x_share", Kind::Gauge, "Share.");
+        e.sample(&[], 0.25);
+        e.sample(&[], f64::NAN);
+        assert_eq!(e.series(), 3);
+        assert_eq!(
+            e.finish(),
+            "# HELP x_interrupts_total Interrupts.\\nSecond line\n# TYPE x_interrupts_total counter\n\
+             x_interrupts_total{cpu=\"0\",name=\"a\\\"b\\\\c\\nd\"} 12\n\
+             # HELP x_share Share.\n# TYPE x_share gauge\nx_share 0.25\nx_share NaN\n"
+        );
+    }
+
+    #[test]
+    fn openmetrics_format() {
+        let mut e = Encoder::new(Format::OpenMetrics);
+        e.family("x_interrupts", Kind::Counter, "Interrupts.");
+        e.sample(&[], 1.0);
+        assert_eq!(
+            e.finish(),
+            "# HELP x_interrupts Interrupts.\n# TYPE x_interrupts counter\nx_interrupts_total 1\n# EOF\n"
+        );
+        assert_eq!(
+            Format::from_accept(Some("application/openmetrics-text; version=1.0.0,text/plain;q=0.5")),
+            Format::OpenMetrics
+        );
+        assert_eq!(Format::from_accept(Some("*/*")), Format::Text);
+    }
+}

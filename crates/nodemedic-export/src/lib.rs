@@ -1,0 +1,7 @@
+//! Outputs: the Prometheus exposition of a sample.
+
+pub mod encoder;
+mod metrics;
+
+pub use encoder::{Encoder, Format, Kind};
+pub use metrics::{render, ExportInput, MetricsOptions, ProcessStats};

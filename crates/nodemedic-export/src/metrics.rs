@@ -1,0 +1,334 @@
+//! Which series nodemedic exposes, and their names.
+//!
+//! Cardinality is budgeted: by default everything is per IRQ, per CPU or per device group,
+//! never per IRQ × CPU (a 256-CPU node with 400 IRQs would otherwise expose 100,000 series).
+//! The full matrix is opt-in.
+
+use nodemedic_collect::CollectorStatus;
+use nodemedic_detect::GroupVerdict;
+use nodemedic_kernel::Snapshot;
+use serde::{Deserialize, Serialize};
+
+use crate::encoder::{Encoder, Format, Kind};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsOptions {
+    /// `nodemedic_irq_cpu_interrupts_total{irq,cpu}`: one series per IRQ per CPU.
+    pub per_irq_per_cpu: bool,
+    /// Architecture interrupts (`LOC`, `RES`, `CAL`, `TLB`, …) per CPU instead of node-wide.
+    pub per_cpu_arch_interrupts: bool,
+    /// Softirq types exported per CPU.
+    pub softirq_types: Vec<String>,
+}
+
+impl Default for MetricsOptions {
+    fn default() -> Self {
+        Self {
+            per_irq_per_cpu: false,
+            per_cpu_arch_interrupts: false,
+            softirq_types: vec!["NET_RX".into(), "NET_TX".into()],
+        }
+    }
+}
+
+/// The daemon's own process, as `process_*` metrics.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProcessStats {
+    pub cpu_seconds: f64,
+    pub resident_memory_bytes: f64,
+    pub virtual_memory_bytes: f64,
+    pub start_time_seconds: f64,
+    pub open_fds: f64,
+}
+
+/// Everything one exposition is made of.
+pub struct ExportInput<'a> {
+    pub snapshot: Option<&'a Snapshot>,
+    pub verdicts: &'a [GroupVerdict],
+    pub collectors: &'a [CollectorStatus],
+    pub samples_total: u64,
+    pub process: Option<ProcessStats>,
+}
+
+pub fn render(input: &ExportInput<'_>, opts: &MetricsOptions, format: Format) -> (String, usize) {
+    let mut e = Encoder::new(format);
+    self_metrics(&mut e, input);
+    if let Some(snap) = input.snapshot {
+        topology(&mut e, snap);
+        interrupts(&mut e, snap, input.verdicts, opts);
+        softirqs(&mut e, snap, opts);
+        softnet(&mut e, snap);
+    }
+    groups(&mut e, input.verdicts);
+    let series = e.series();
+    (e.finish(), series)
+}
+
+fn self_metrics(e: &mut Encoder, input: &ExportInput<'_>) {
+    e.family(
+        "nodemedic_build_info",
+        Kind::Gauge,
+        "A metric with a constant '1' value labeled by nodemedic's version.",
+    );
+    e.sample(&[("version", env!("CARGO_PKG_VERSION"))], 1.0);
+    e.family(
+        "nodemedic_scrape_collector_success",
+        Kind::Gauge,
+        "Whether the collector succeeded in the last sample (1) or failed (0); see /status for the reason.",
+    );
+    for c in input.collectors {
+        e.sample(&[("collector", &c.name)], f64::from(u8::from(c.is_success())));
+    }
+    e.family(
+        "nodemedic_scrape_collector_duration_seconds",
+        Kind::Gauge,
+        "How long the collector took in the last sample.",
+    );
+    for c in input.collectors {
+        e.sample(&[("collector", &c.name)], c.last_duration_seconds);
+    }
+    e.family(
+        "nodemedic_scrape_collector_warnings",
+        Kind::Gauge,
+        "Problems the collector worked around in the last sample (skipped lines, vanished IRQs); see /status.",
+    );
+    for c in input.collectors {
+        e.sample(&[("collector", &c.name)], c.warnings.len() as f64);
+    }
+    e.family(
+        "nodemedic_samples",
+        Kind::Counter,
+        "Samples taken since the daemon started.",
+    );
+    e.sample(&[], input.samples_total as f64);
+    if let Some(snap) = input.snapshot {
+        e.family(
+            "nodemedic_last_sample_timestamp_seconds",
+            Kind::Gauge,
+            "Unix time of the sample these metrics come from.",
+        );
+        e.sample(&[], snap.timestamp);
+    }
+    if let Some(p) = input.process {
+        e.family("process_cpu_seconds", Kind::Counter, "Total user and system CPU time spent in seconds.");
+        e.sample(&[], p.cpu_seconds);
+        e.family("process_resident_memory_bytes", Kind::Gauge, "Resident memory size in bytes.");
+        e.sample(&[], p.resident_memory_bytes);
+        e.family("process_virtual_memory_bytes", Kind::Gauge, "Virtual memory size in bytes.");
+        e.sample(&[], p.virtual_memory_bytes);
+        e.family("process_start_time_seconds", Kind::Gauge, "Start time of the process since unix epoch in seconds.");
+        e.sample(&[], p.start_time_seconds);
+        e.family("process_open_fds", Kind::Gauge, "Number of open file descriptors.");
+        e.sample(&[], p.open_fds);
+    }
+}
+
+fn topology(e: &mut Encoder, snap: &Snapshot) {
+    let Some(t) = &snap.topology else {
+        return;
+    };
+    e.family(
+        "nodemedic_cpus",
+        Kind::Gauge,
+        "CPUs by state: online, isolated, nohz_full, irqbalance_banned (from irqbalance's config file).",
+    );
+    e.sample(&[("state", "online")], t.online.len() as f64);
+    e.sample(&[("state", "isolated")], t.isolated.len() as f64);
+    e.sample(&[("state", "nohz_full")], t.nohz_full.len() as f64);
+    if let Some(irqb) = &snap.irqbalance {
+        e.sample(&[("state", "irqbalance_banned")], irqb.banned_cpus.len() as f64);
+    }
+}
+
+fn interrupts(e: &mut Encoder, snap: &Snapshot, verdicts: &[GroupVerdict], opts: &MetricsOptions) {
+    let Some(ints) = &snap.interrupts else {
+        return;
+    };
+    let group_of = |irq: u32| -> &str {
+        verdicts
+            .iter()
+            .find(|v| v.group.irqs.contains(&irq) || v.group.other_irqs.contains(&irq))
+            .map(|v| v.group.name.as_str())
+            .unwrap_or("")
+    };
+    let labels: Vec<(String, &str, String)> = ints
+        .irqs
+        .iter()
+        .map(|l| (l.irq.to_string(), group_of(l.irq), l.actions.join(",")))
+        .collect();
+    e.family(
+        "nodemedic_irq_interrupts",
+        Kind::Counter,
+        "Interrupts handled per IRQ, summed over CPUs (from /proc/interrupts).",
+    );
+    for (line, (irq, group, name)) in ints.irqs.iter().zip(&labels) {
+        e.sample(&[("irq", irq), ("group", group), ("name", name)], line.total() as f64);
+    }
+    e.family(
+        "nodemedic_irq_effective_cpu",
+        Kind::Gauge,
+        "Lowest CPU the IRQ is delivered to (effective_affinity, else smp_affinity).",
+    );
+    for (irq, group, _) in &labels {
+        let cpu = irq
+            .parse()
+            .ok()
+            .and_then(|n: u32| snap.affinity.get(&n))
+            .and_then(|a| a.delivery_cpus())
+            .and_then(|c| c.first());
+        if let Some(cpu) = cpu {
+            e.sample(&[("irq", irq), ("group", group)], f64::from(cpu));
+        }
+    }
+    e.family(
+        "nodemedic_irq_affinity_cpus",
+        Kind::Gauge,
+        "Number of CPUs in the IRQ's smp_affinity (where it may be delivered).",
+    );
+    for (irq, group, _) in &labels {
+        if let Some(smp) = irq.parse().ok().and_then(|n: u32| snap.affinity.get(&n)?.smp.as_ref()) {
+            e.sample(&[("irq", irq), ("group", group)], smp.len() as f64);
+        }
+    }
+    e.family(
+        "nodemedic_irq_effective_affinity_cpus",
+        Kind::Gauge,
+        "Number of CPUs in the IRQ's effective_affinity (where it is delivered).",
+    );
+    for (irq, group, _) in &labels {
+        if let Some(eff) = irq
+            .parse()
+            .ok()
+            .and_then(|n: u32| snap.affinity.get(&n)?.effective.as_ref())
+        {
+            e.sample(&[("irq", irq), ("group", group)], eff.len() as f64);
+        }
+    }
+    let cpu_names: Vec<String> = ints.cpus.iter().map(u32::to_string).collect();
+    let mut per_cpu = vec![0u64; ints.cpus.len()];
+    for line in &ints.irqs {
+        for (i, c) in line.counts.iter().enumerate() {
+            per_cpu[i] = per_cpu[i].saturating_add(*c);
+        }
+    }
+    e.family(
+        "nodemedic_cpu_device_interrupts",
+        Kind::Counter,
+        "Device (numbered) interrupts handled per CPU, summed over IRQs.",
+    );
+    for (cpu, total) in cpu_names.iter().zip(&per_cpu) {
+        e.sample(&[("cpu", cpu)], *total as f64);
+    }
+    e.family(
+        "nodemedic_arch_interrupts",
+        Kind::Counter,
+        "Architecture interrupts by type (LOC, RES, CAL, TLB, NMI, IPI…) from /proc/interrupts.",
+    );
+    for arch in &ints.arch {
+        if opts.per_cpu_arch_interrupts && arch.counts.len() > 1 {
+            for (cpu, count) in cpu_names.iter().zip(&arch.counts) {
+                e.sample(&[("type", &arch.name), ("cpu", cpu)], *count as f64);
+            }
+        } else {
+            let total = arch.counts.iter().fold(0u64, |a, c| a.saturating_add(*c));
+            e.sample(&[("type", &arch.name)], total as f64);
+        }
+    }
+    if opts.per_irq_per_cpu {
+        e.family(
+            "nodemedic_irq_cpu_interrupts",
+            Kind::Counter,
+            "Interrupts per IRQ per CPU (enabled by metrics.per_irq_per_cpu).",
+        );
+        for (line, (irq, _, _)) in ints.irqs.iter().zip(&labels) {
+            for (cpu, count) in cpu_names.iter().zip(&line.counts) {
+                e.sample(&[("irq", irq), ("cpu", cpu)], *count as f64);
+            }
+        }
+    }
+}
+
+fn softirqs(e: &mut Encoder, snap: &Snapshot, opts: &MetricsOptions) {
+    let Some(s) = &snap.softirqs else {
+        return;
+    };
+    e.family(
+        "nodemedic_softirqs",
+        Kind::Counter,
+        "Softirqs handled per CPU and type (from /proc/softirqs).",
+    );
+    let cpu_names: Vec<String> = s.cpus.iter().map(u32::to_string).collect();
+    for ty in &opts.softirq_types {
+        if let Some(row) = s.row(ty) {
+            for (cpu, count) in cpu_names.iter().zip(&row.counts) {
+                e.sample(&[("cpu", cpu), ("type", ty)], *count as f64);
+            }
+        }
+    }
+}
+
+fn softnet(e: &mut Encoder, snap: &Snapshot) {
+    let Some(rows) = &snap.softnet else {
+        return;
+    };
+    let cpu_names: Vec<String> = rows.iter().map(|(c, _)| c.to_string()).collect();
+    type Field = fn(&nodemedic_kernel::softnet::SoftnetRow) -> u32;
+    let fields: [(&str, &str, Field); 3] = [
+        ("nodemedic_softnet_processed", "Packets processed by the CPU's NET_RX softirq (softnet_stat).", |r| r.processed),
+        ("nodemedic_softnet_dropped", "Packets dropped because the CPU's backlog queue was full (softnet_stat).", |r| r.dropped),
+        ("nodemedic_softnet_times_squeezed", "Times the CPU's NET_RX softirq ran out of budget or time with work left (softnet_stat).", |r| r.time_squeeze),
+    ];
+    for (name, help, field) in fields {
+        e.family(name, Kind::Counter, help);
+        for (cpu, (_, row)) in cpu_names.iter().zip(rows) {
+            e.sample(&[("cpu", cpu)], f64::from(field(row)));
+        }
+    }
+}
+
+fn groups(e: &mut Encoder, verdicts: &[GroupVerdict]) {
+    // Single-IRQ devices without a PCI address (timer, serial, ACPI) cannot collapse and would
+    // only add series.
+    let shown: Vec<&GroupVerdict> = verdicts
+        .iter()
+        .filter(|v| v.group.irqs.len() >= 2 || v.group.pci.is_some())
+        .collect();
+    e.family(
+        "nodemedic_irq_group_info",
+        Kind::Gauge,
+        "Device groups of IRQs, with driver, PCI address, network interface and NUMA node.",
+    );
+    for v in &shown {
+        let g = &v.group;
+        let node = g.numa_node.map(|n| n.to_string()).unwrap_or_default();
+        e.sample(
+            &[
+                ("group", &g.name),
+                ("driver", g.driver.as_deref().unwrap_or("")),
+                ("pci", g.pci.as_deref().unwrap_or("")),
+                ("netdev", g.netdev.as_deref().unwrap_or("")),
+                ("numa_node", &node),
+            ],
+            1.0,
+        );
+    }
+    type Value = fn(&GroupVerdict) -> Option<f64>;
+    let families: [(&str, &str, Value); 7] = [
+        ("nodemedic_irq_group_irqs", "IRQs of the group judged for collapse (data queues when the device has them).", |v| Some(v.group.irqs.len() as f64)),
+        ("nodemedic_irq_group_effective_cpus", "Distinct CPUs the group's IRQs are delivered to.", |v| Some(v.group.effective_cpus.len() as f64)),
+        ("nodemedic_irq_group_eligible_cpus", "CPUs the group's IRQs could be delivered to (online, not isolated/nohz_full/banned, NUMA-local when known).", |v| Some(v.group.eligible_cpus.len() as f64)),
+        ("nodemedic_irq_group_hottest_cpu", "The CPU that handled most of the group's interrupts.", |v| v.evidence.hottest_cpu.map(f64::from)),
+        ("nodemedic_irq_group_hottest_cpu_share", "Share (0-1) of the group's interrupts on its hottest CPU: by rate since the previous sample, or by cumulative counts when it had none.", |v| v.evidence.hottest_share),
+        ("nodemedic_irq_collapsed", "1 when the group's IRQs are collapsed onto too few CPUs (after hysteresis).", |v| Some(f64::from(u8::from(v.collapsed)))),
+        ("nodemedic_irq_hurting", "1 when a collapsed group's hottest CPU is overloaded: most of the interrupt rate, or softnet drops/squeezes (after hysteresis).", |v| Some(f64::from(u8::from(v.hurting)))),
+    ];
+    for (name, help, value) in families {
+        e.family(name, Kind::Gauge, help);
+        for v in &shown {
+            if let Some(x) = value(v) {
+                e.sample(&[("group", &v.group.name)], x);
+            }
+        }
+    }
+}

@@ -1,0 +1,312 @@
+//! CPU sets: the kernel's two spellings of them (lists such as `0-3,8` and hex masks such as
+//! `ffffffff,00000000`) and the set operations the detectors need.
+
+use std::fmt;
+
+/// CPU ids at or above this are rejected. Linux's `NR_CPUS` tops out at 8192 on every
+/// architecture; a larger id in a file means the file is not what it claims to be, and
+/// refusing it bounds the memory a hostile or corrupt file can make us allocate.
+pub const MAX_CPUS: u32 = 8192;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CpuSetError {
+    #[error("invalid CPU list element {0:?}")]
+    BadListElement(String),
+    #[error("CPU range {0}-{1} runs backwards")]
+    BackwardsRange(u32, u32),
+    #[error("CPU id {0} exceeds the supported maximum of {MAX_CPUS}")]
+    TooLarge(u64),
+    #[error("invalid hex mask group {0:?}")]
+    BadMaskGroup(String),
+}
+
+/// A set of CPU ids, stored as a bitmap.
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct CpuSet {
+    words: Vec<u64>,
+}
+
+impl CpuSet {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn from_cpus(cpus: impl IntoIterator<Item = u32>) -> Self {
+        let mut set = Self::new();
+        for cpu in cpus {
+            set.insert(cpu);
+        }
+        set
+    }
+
+    /// Inserts `cpu`. Ids at or above [`MAX_CPUS`] are ignored: parsers reject them before
+    /// they get here, and callers build sets from ids those parsers produced.
+    pub fn insert(&mut self, cpu: u32) {
+        if cpu >= MAX_CPUS {
+            return;
+        }
+        let (w, b) = ((cpu / 64) as usize, cpu % 64);
+        if self.words.len() <= w {
+            self.words.resize(w + 1, 0);
+        }
+        self.words[w] |= 1 << b;
+    }
+
+    pub fn remove(&mut self, cpu: u32) {
+        let (w, b) = ((cpu / 64) as usize, cpu % 64);
+        if let Some(word) = self.words.get_mut(w) {
+            *word &= !(1 << b);
+        }
+    }
+
+    pub fn contains(&self, cpu: u32) -> bool {
+        let (w, b) = ((cpu / 64) as usize, cpu % 64);
+        self.words.get(w).is_some_and(|word| word & (1 << b) != 0)
+    }
+
+    pub fn len(&self) -> usize {
+        self.words.iter().map(|w| w.count_ones() as usize).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.words.iter().all(|w| *w == 0)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        self.words.iter().enumerate().flat_map(|(i, &word)| {
+            (0..64u32).filter_map(move |b| (word & (1 << b) != 0).then_some(i as u32 * 64 + b))
+        })
+    }
+
+    pub fn first(&self) -> Option<u32> {
+        self.iter().next()
+    }
+
+    pub fn union(&self, other: &CpuSet) -> CpuSet {
+        let n = self.words.len().max(other.words.len());
+        let words = (0..n)
+            .map(|i| self.word(i) | other.word(i))
+            .collect::<Vec<_>>();
+        CpuSet { words }
+    }
+
+    pub fn intersection(&self, other: &CpuSet) -> CpuSet {
+        let n = self.words.len().min(other.words.len());
+        CpuSet {
+            words: (0..n).map(|i| self.word(i) & other.word(i)).collect(),
+        }
+    }
+
+    pub fn difference(&self, other: &CpuSet) -> CpuSet {
+        CpuSet {
+            words: (0..self.words.len())
+                .map(|i| self.word(i) & !other.word(i))
+                .collect(),
+        }
+    }
+
+    pub fn is_subset(&self, other: &CpuSet) -> bool {
+        self.difference(other).is_empty()
+    }
+
+    fn word(&self, i: usize) -> u64 {
+        self.words.get(i).copied().unwrap_or(0)
+    }
+
+    /// Parses a kernel CPU list (`0-3,8,10-11`; empty or blank means the empty set).
+    pub fn parse_list(text: &str) -> Result<CpuSet, CpuSetError> {
+        let mut set = CpuSet::new();
+        let text = text.trim();
+        if text.is_empty() {
+            return Ok(set);
+        }
+        for element in text.split(',') {
+            let element = element.trim();
+            let bad = || CpuSetError::BadListElement(element.to_string());
+            let (lo, hi) = match element.split_once('-') {
+                Some((lo, hi)) => (parse_id(lo).ok_or_else(bad)?, parse_id(hi).ok_or_else(bad)?),
+                None => {
+                    let id = parse_id(element).ok_or_else(bad)?;
+                    (id, id)
+                }
+            };
+            if hi >= u64::from(MAX_CPUS) {
+                return Err(CpuSetError::TooLarge(hi));
+            }
+            if lo > hi {
+                return Err(CpuSetError::BackwardsRange(lo as u32, hi as u32));
+            }
+            for cpu in lo..=hi {
+                set.insert(cpu as u32);
+            }
+        }
+        Ok(set)
+    }
+
+    /// Parses a kernel hex CPU mask: comma-separated groups of up to 8 hex digits (32 CPUs
+    /// each), most significant group first, as in `/proc/irq/N/smp_affinity`.
+    pub fn parse_mask(text: &str) -> Result<CpuSet, CpuSetError> {
+        let text = text.trim();
+        let groups: Vec<&str> = text.split(',').collect();
+        if groups.len() as u64 * 32 > u64::from(MAX_CPUS) {
+            return Err(CpuSetError::TooLarge(groups.len() as u64 * 32));
+        }
+        let mut set = CpuSet::new();
+        for (i, group) in groups.iter().rev().enumerate() {
+            let group = group.trim();
+            if group.is_empty() || group.len() > 8 || !group.bytes().all(|b| b.is_ascii_hexdigit())
+            {
+                return Err(CpuSetError::BadMaskGroup(group.to_string()));
+            }
+            let value = u32::from_str_radix(group, 16)
+                .map_err(|_| CpuSetError::BadMaskGroup(group.to_string()))?;
+            for bit in 0..32u32 {
+                if value & (1 << bit) != 0 {
+                    set.insert(i as u32 * 32 + bit);
+                }
+            }
+        }
+        Ok(set)
+    }
+
+    /// The kernel's list spelling: `0-3,8`.
+    pub fn to_list_string(&self) -> String {
+        ranges_string(self.iter())
+    }
+
+    /// The kernel's mask spelling, as accepted by `/proc/irq/N/smp_affinity`.
+    pub fn to_mask_string(&self) -> String {
+        let last = self.iter().last().unwrap_or(0);
+        let groups = last / 32 + 1;
+        let mut parts = Vec::with_capacity(groups as usize);
+        for g in (0..groups).rev() {
+            let mut value = 0u32;
+            for bit in 0..32 {
+                if self.contains(g * 32 + bit) {
+                    value |= 1 << bit;
+                }
+            }
+            if parts.is_empty() {
+                parts.push(format!("{value:x}"));
+            } else {
+                parts.push(format!("{value:08x}"));
+            }
+        }
+        parts.join(",")
+    }
+}
+
+/// Sorted ids in the kernel's range spelling (`0-3,8,10-11`); also used for IRQ numbers.
+pub fn ranges_string(sorted: impl IntoIterator<Item = u32>) -> String {
+    let mut out = String::new();
+    let mut iter = sorted.into_iter().peekable();
+    while let Some(start) = iter.next() {
+        let mut end = start;
+        while iter.peek() == Some(&(end + 1)) {
+            end += 1;
+            iter.next();
+        }
+        if !out.is_empty() {
+            out.push(',');
+        }
+        if start == end {
+            out.push_str(&start.to_string());
+        } else {
+            out.push_str(&format!("{start}-{end}"));
+        }
+    }
+    out
+}
+
+fn parse_id(s: &str) -> Option<u64> {
+    let s = s.trim();
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+impl fmt::Debug for CpuSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CpuSet({})", self.to_list_string())
+    }
+}
+
+impl fmt::Display for CpuSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_list_string())
+    }
+}
+
+impl serde::Serialize for CpuSet {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.iter())
+    }
+}
+
+impl FromIterator<u32> for CpuSet {
+    fn from_iter<T: IntoIterator<Item = u32>>(iter: T) -> Self {
+        CpuSet::from_cpus(iter)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_round_trips() {
+        let set = CpuSet::parse_list("0-3,8,10-11\n").unwrap();
+        assert_eq!(set.iter().collect::<Vec<_>>(), vec![0, 1, 2, 3, 8, 10, 11]);
+        assert_eq!(set.to_list_string(), "0-3,8,10-11");
+        assert!(CpuSet::parse_list("\n").unwrap().is_empty());
+    }
+
+    #[test]
+    fn list_rejects_garbage_and_huge_ids() {
+        assert!(matches!(CpuSet::parse_list("0-x"), Err(CpuSetError::BadListElement(_))));
+        assert!(matches!(CpuSet::parse_list("5-2"), Err(CpuSetError::BackwardsRange(5, 2))));
+        assert!(matches!(
+            CpuSet::parse_list("0-4294967296"),
+            Err(CpuSetError::TooLarge(_))
+        ));
+        assert!(CpuSet::parse_list("-1").is_err());
+        assert!(CpuSet::parse_list("1,,2").is_err());
+    }
+
+    #[test]
+    fn mask_with_32_bit_groups() {
+        let set = CpuSet::parse_mask("00000001,00000000,00000030\n").unwrap();
+        assert_eq!(set.iter().collect::<Vec<_>>(), vec![4, 5, 64]);
+        assert_eq!(set.to_mask_string(), "1,00000000,00000030");
+        assert_eq!(CpuSet::parse_mask("ff").unwrap().len(), 8);
+        assert_eq!(
+            CpuSet::parse_mask("ffffffff,ffffffff,ffffffff,ffffffff,ffffffff,ffffffff,ffffffff,ffffffff")
+                .unwrap()
+                .len(),
+            256
+        );
+    }
+
+    #[test]
+    fn mask_rejects_garbage() {
+        assert!(CpuSet::parse_mask("").is_err());
+        assert!(CpuSet::parse_mask("fg").is_err());
+        assert!(CpuSet::parse_mask("123456789").is_err());
+        assert!(CpuSet::parse_mask(&"0,".repeat(300)).is_err());
+    }
+
+    #[test]
+    fn set_operations() {
+        let a = CpuSet::parse_list("0-7").unwrap();
+        let b = CpuSet::parse_list("4-5,70").unwrap();
+        assert_eq!(a.intersection(&b).to_list_string(), "4-5");
+        assert_eq!(a.difference(&b).to_list_string(), "0-3,6-7");
+        assert_eq!(a.union(&b).to_list_string(), "0-7,70");
+        assert!(a.intersection(&b).is_subset(&a));
+        assert!(!b.is_subset(&a));
+        let mut c = a.clone();
+        c.remove(0);
+        assert_eq!(c.first(), Some(1));
+    }
+}

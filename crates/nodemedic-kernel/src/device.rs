@@ -1,0 +1,225 @@
+//! Which device an interrupt belongs to, read from the chip and action names of a
+//! `/proc/interrupts` row. Pure string work: the sysfs lookups that refine it (driver, NUMA
+//! node, interface name) happen in the collectors.
+
+use serde::Serialize;
+
+/// What an interrupt row says about its device.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct IrqDevice {
+    /// PCI address (`0000:3b:00.0`), from the chip name, an `@pci:` action suffix, or the
+    /// hwirq of old-style `PCI-MSI` chips.
+    pub pci: Option<String>,
+    /// Device instance named by the action (`virtio3`, `nvme0`, `eth0`, `ens1f0`).
+    pub instance: Option<String>,
+    /// Driver implied by the action name (`mlx5_core`, `ice`, `nvme`, `virtio`).
+    pub driver_hint: Option<String>,
+    pub role: IrqRole,
+}
+
+/// Whether an IRQ carries a data queue (whose placement matters for throughput) or is a
+/// device's control/admin vector (which sits idle on one CPU by design).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IrqRole {
+    Queue,
+    Control,
+    #[default]
+    Other,
+}
+
+/// Drivers that prefix their queue names with their own name (`ice-ens1f0-TxRx-5`).
+const PREFIXING_DRIVERS: &[&str] = &[
+    "ice", "i40e", "iavf", "ixgbevf", "ena", "idpf", "gve", "qede", "hns3", "igc",
+];
+
+pub fn classify(chip: &str, hwirq: Option<&str>, actions: &[String]) -> IrqDevice {
+    let mut dev = IrqDevice {
+        pci: find_pci_address(chip).or_else(|| pci_from_msi_hwirq(chip, hwirq)),
+        ..Default::default()
+    };
+    // A shared line (several actions) is legacy INTx: it has no queue semantics.
+    let [action] = actions else {
+        if dev.pci.is_none() {
+            dev.pci = actions.iter().find_map(|a| find_pci_address(a));
+        }
+        return dev;
+    };
+    let action = action.as_str();
+    if let Some((name, addr)) = action.split_once("@pci:") {
+        // mlx5: `mlx5_comp3@pci:0000:3b:00.0`, `mlx5_async17@pci:…`.
+        dev.pci = dev.pci.or_else(|| find_pci_address(addr));
+        if let Some(prefix) = name.split('_').next().filter(|p| !p.is_empty()) {
+            dev.driver_hint = Some(format!("{prefix}_core"));
+        }
+        dev.role = if name.contains("_comp") {
+            IrqRole::Queue
+        } else {
+            IrqRole::Control
+        };
+        return dev;
+    }
+    if let Some(addr) = find_pci_address(action) {
+        // `ice-0000:86:00.0:misc`: a control vector named after the device.
+        dev.pci = dev.pci.or(Some(addr));
+        dev.driver_hint = action.split('-').next().map(str::to_string);
+        dev.role = IrqRole::Control;
+        return dev;
+    }
+    if let Some(rest) = action.strip_prefix("virtio") {
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        if !digits.is_empty() {
+            dev.instance = Some(format!("virtio{digits}"));
+            dev.driver_hint = Some("virtio".into());
+            let queue = rest[digits.len()..].trim_start_matches('-');
+            dev.role = match queue {
+                "config" => IrqRole::Control,
+                "" => IrqRole::Other,
+                _ => IrqRole::Queue,
+            };
+            return dev;
+        }
+    }
+    if let Some((ctrl, q)) = nvme_queue(action) {
+        dev.instance = Some(format!("nvme{ctrl}"));
+        dev.driver_hint = Some("nvme".into());
+        dev.role = if q == 0 {
+            IrqRole::Control
+        } else {
+            IrqRole::Queue
+        };
+        return dev;
+    }
+    if let Some(prefix) = netdev_queue_prefix(action) {
+        match prefix.split_once('-') {
+            Some((drv, ifname)) if PREFIXING_DRIVERS.contains(&drv) && !ifname.is_empty() => {
+                dev.driver_hint = Some(drv.to_string());
+                dev.instance = Some(ifname.to_string());
+            }
+            _ => dev.instance = Some(prefix.to_string()),
+        }
+        dev.role = IrqRole::Queue;
+        return dev;
+    }
+    dev.instance = Some(action.to_string());
+    dev
+}
+
+/// `nvme0q12` → `(0, 12)`.
+fn nvme_queue(action: &str) -> Option<(u32, u32)> {
+    let rest = action.strip_prefix("nvme")?;
+    let (ctrl, q) = rest.split_once('q')?;
+    Some((ctrl.parse().ok()?, q.parse().ok()?))
+}
+
+/// `eth0-TxRx-7` → `eth0`; also `-rx-N`, `-tx-N`, `-fp-N`, `-Tx-Rx-N`.
+fn netdev_queue_prefix(action: &str) -> Option<&str> {
+    let (head, index) = action.rsplit_once('-')?;
+    if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    const KINDS: &[&str] = &[
+        "-TxRx", "-txrx", "-rx", "-tx", "-Rx", "-Tx", "-fp", "-Tx-Rx", "-rxtx", "-comb",
+    ];
+    KINDS
+        .iter()
+        .filter_map(|k| head.strip_suffix(k))
+        .max_by_key(|p| std::cmp::Reverse(p.len()))
+        .filter(|p| !p.is_empty())
+}
+
+/// Finds a PCI address (`dddd:bb:dd.f`, hex) anywhere in `s`.
+pub fn find_pci_address(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    const LEN: usize = 12;
+    if b.len() < LEN {
+        return None;
+    }
+    (0..=b.len() - LEN).find_map(|i| {
+        let w = &b[i..i + LEN];
+        let hex = |r: std::ops::Range<usize>| w[r].iter().all(u8::is_ascii_hexdigit);
+        let ok = hex(0..4)
+            && w[4] == b':'
+            && hex(5..7)
+            && w[7] == b':'
+            && hex(8..10)
+            && w[10] == b'.'
+            && (b'0'..=b'7').contains(&w[11]);
+        let boundary_before = i == 0 || !b[i - 1].is_ascii_hexdigit();
+        (ok && boundary_before).then(|| String::from_utf8_lossy(w).to_ascii_lowercase())
+    })
+}
+
+/// Old kernels print MSI chips without the address (`PCI-MSI 1572864-edge`); the hwirq then
+/// encodes it: `index | devid << 11 | domain << 27`, with devid = bus << 8 | devfn.
+fn pci_from_msi_hwirq(chip: &str, hwirq: Option<&str>) -> Option<String> {
+    if !chip.ends_with("PCI-MSI") && !chip.ends_with("PCI-MSIX") {
+        return None;
+    }
+    let hw: u64 = hwirq?.parse().ok()?;
+    let devid = (hw >> 11) & 0xffff;
+    let domain = hw >> 27;
+    if domain > 0xffff {
+        return None;
+    }
+    let (bus, devfn) = (devid >> 8, devid & 0xff);
+    Some(format!(
+        "{domain:04x}:{bus:02x}:{:02x}.{}",
+        devfn >> 3,
+        devfn & 7
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(chip: &str, hw: Option<&str>, action: &str) -> IrqDevice {
+        classify(chip, hw, &[action.to_string()])
+    }
+
+    #[test]
+    fn virtio() {
+        let d = c("PCI-MSIX-0000:00:04.0", Some("1"), "virtio3-input.0");
+        assert_eq!(d.pci.as_deref(), Some("0000:00:04.0"));
+        assert_eq!(d.instance.as_deref(), Some("virtio3"));
+        assert_eq!(d.role, IrqRole::Queue);
+        assert_eq!(c("PCI-MSIX-0000:00:04.0", None, "virtio3-config").role, IrqRole::Control);
+    }
+
+    #[test]
+    fn mlx5() {
+        let d = c("IR-PCI-MSIX-0000:3b:00.0", Some("5"), "mlx5_comp4@pci:0000:3b:00.0");
+        assert_eq!(d.pci.as_deref(), Some("0000:3b:00.0"));
+        assert_eq!(d.driver_hint.as_deref(), Some("mlx5_core"));
+        assert_eq!(d.instance, None);
+        assert_eq!(d.role, IrqRole::Queue);
+        assert_eq!(c("x", None, "mlx5_async0@pci:0000:3b:00.0").role, IrqRole::Control);
+    }
+
+    #[test]
+    fn nvme_and_netdevs() {
+        let d = c("IR-PCI-MSIX-0000:d8:00.0", Some("3"), "nvme0q3");
+        assert_eq!((d.instance.as_deref(), d.role), (Some("nvme0"), IrqRole::Queue));
+        assert_eq!(c("", None, "nvme1q0").role, IrqRole::Control);
+        let d = c("IR-PCI-MSIX-0000:5e:00.0", Some("12"), "ice-ens1f0-TxRx-11");
+        assert_eq!(d.instance.as_deref(), Some("ens1f0"));
+        assert_eq!(d.driver_hint.as_deref(), Some("ice"));
+        let d = c("IR-PCI-MSI", Some("1572864"), "eth0-TxRx-7");
+        assert_eq!(d.instance.as_deref(), Some("eth0"));
+        assert_eq!(d.pci.as_deref(), Some("0000:03:00.0"));
+        let d = c("x", None, "ice-0000:86:00.0:misc");
+        assert_eq!((d.pci.as_deref(), d.role), (Some("0000:86:00.0"), IrqRole::Control));
+        assert_eq!(c("x", None, "eth0-rx-0").instance.as_deref(), Some("eth0"));
+    }
+
+    #[test]
+    fn unrelated_irqs() {
+        let d = c("IO-APIC", Some("2"), "timer");
+        assert_eq!((d.pci, d.instance.as_deref(), d.role), (None, Some("timer"), IrqRole::Other));
+        let d = classify("IO-APIC", Some("8"), &["rtc0".into(), "i8042".into()]);
+        assert_eq!(d.instance, None);
+        assert_eq!(find_pci_address("A0000:00:1f.7"), None);
+        assert_eq!(find_pci_address("-0000:00:1F.7:"), Some("0000:00:1f.7".into()));
+    }
+}

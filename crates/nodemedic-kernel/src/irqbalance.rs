@@ -1,0 +1,88 @@
+//! irqbalance's environment file (`/etc/default/irqbalance` on Debian,
+//! `/etc/sysconfig/irqbalance` on RHEL): shell-style `KEY=VALUE` lines.
+
+use std::collections::BTreeMap;
+
+use crate::{CpuSet, CpuSetError, SkippedLine};
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EnvFile {
+    pub vars: BTreeMap<String, String>,
+    pub skipped: Vec<SkippedLine>,
+}
+
+pub fn parse_env_file(text: &str) -> EnvFile {
+    let mut out = EnvFile::default();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let line = line.strip_prefix("export ").unwrap_or(line).trim_start();
+        let Some((key, value)) = line.split_once('=') else {
+            out.skipped.push(SkippedLine {
+                line: i + 1,
+                reason: "not KEY=VALUE".into(),
+            });
+            continue;
+        };
+        let key = key.trim();
+        if key.is_empty() || !key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            out.skipped.push(SkippedLine {
+                line: i + 1,
+                reason: format!("invalid variable name {key:?}"),
+            });
+            continue;
+        }
+        out.vars.insert(key.to_string(), unquote(value.trim()));
+    }
+    out
+}
+
+fn unquote(v: &str) -> String {
+    for q in ['"', '\''] {
+        if let Some(inner) = v.strip_prefix(q) {
+            return inner.split(q).next().unwrap_or("").to_string();
+        }
+    }
+    // Unquoted: a trailing ` # comment` is not part of the value.
+    v.split(" #").next().unwrap_or("").trim().to_string()
+}
+
+/// The CPUs irqbalance is told to keep IRQs off. `IRQBALANCE_BANNED_CPULIST` (irqbalance ≥ 1.8)
+/// wins over the deprecated hex mask `IRQBALANCE_BANNED_CPUS`, as in irqbalance itself.
+pub fn banned_cpus(env: &EnvFile) -> Result<CpuSet, CpuSetError> {
+    if let Some(list) = env.vars.get("IRQBALANCE_BANNED_CPULIST").filter(|v| !v.is_empty()) {
+        return CpuSet::parse_list(list);
+    }
+    if let Some(mask) = env.vars.get("IRQBALANCE_BANNED_CPUS").filter(|v| !v.is_empty()) {
+        return CpuSet::parse_mask(mask);
+    }
+    Ok(CpuSet::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debian_style_file() {
+        let env = parse_env_file(
+            "# irqbalance is a daemon\n#IRQBALANCE_BANNED_CPUS=\"ff\"\nIRQBALANCE_BANNED_CPULIST=\"6-7\" \nexport IRQBALANCE_ARGS='--policyscript=/x' \nONESHOT=yes # old\nbad line\n",
+        );
+        assert_eq!(env.vars["IRQBALANCE_BANNED_CPULIST"], "6-7");
+        assert_eq!(env.vars["IRQBALANCE_ARGS"], "--policyscript=/x");
+        assert_eq!(env.vars["ONESHOT"], "yes");
+        assert_eq!(env.skipped.len(), 1);
+        assert_eq!(banned_cpus(&env).unwrap().to_list_string(), "6-7");
+    }
+
+    #[test]
+    fn mask_fallback_and_errors() {
+        let env = parse_env_file("IRQBALANCE_BANNED_CPUS=00000000,00000003\n");
+        assert_eq!(banned_cpus(&env).unwrap().to_list_string(), "0-1");
+        let env = parse_env_file("IRQBALANCE_BANNED_CPULIST=x\n");
+        assert!(banned_cpus(&env).is_err());
+        assert!(banned_cpus(&parse_env_file("")).unwrap().is_empty());
+    }
+}

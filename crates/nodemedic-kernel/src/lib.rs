@@ -1,0 +1,92 @@
+//! Pure parsers for the kernel files nodemedic reads, and the typed values they produce.
+//!
+//! Every parser takes `&str` and returns a typed value or a typed error. None of them does
+//! I/O and none of them panics on any input: they are fuzzed (see `fuzz/` at the repository
+//! root, which calls [`fuzz_logic`]). Lines that cannot be understood are not silently
+//! dropped: parsers that tolerate a bad line report it as a [`SkippedLine`] so the caller can
+//! surface it.
+
+pub mod cpuset;
+pub mod device;
+pub mod fuzz_logic;
+pub mod interrupts;
+pub mod irqbalance;
+pub mod softirqs;
+pub mod snapshot;
+pub mod softnet;
+
+pub use cpuset::{CpuSet, CpuSetError};
+pub use snapshot::Snapshot;
+
+/// A line a tolerant parser could not use, with the reason. Line numbers start at 1.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SkippedLine {
+    pub line: usize,
+    pub reason: String,
+}
+
+/// Splits `text` into lines and reports whether the last one was cut short.
+///
+/// The kernel always ends these files with a newline, so a final line without one comes from
+/// a truncated read (or a truncated copy) and cannot be trusted: a count cut mid-number still
+/// parses as a number.
+pub(crate) fn complete_lines(text: &str) -> (impl Iterator<Item = (usize, &str)>, Option<usize>) {
+    let truncated_line = if !text.is_empty() && !text.ends_with('\n') {
+        Some(text.lines().count())
+    } else {
+        None
+    };
+    let lines = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l))
+        .filter(move |(n, _)| Some(*n) != truncated_line);
+    (lines, truncated_line)
+}
+
+/// Parses a header line of `CPU<n>` tokens (as in `/proc/interrupts` and `/proc/softirqs`).
+///
+/// The header names only the CPUs that were online when the file was read, so the position of
+/// a count column says nothing by itself: column `i` belongs to the CPU named by token `i`.
+pub(crate) fn parse_cpu_header(line: &str) -> Result<Vec<u32>, String> {
+    let mut cpus = Vec::new();
+    for token in line.split_whitespace() {
+        let id = token
+            .strip_prefix("CPU")
+            .and_then(|n| n.parse::<u32>().ok())
+            .ok_or_else(|| format!("header token {token:?} is not CPU<n>"))?;
+        if id >= cpuset::MAX_CPUS {
+            return Err(format!("CPU id {id} exceeds the supported maximum"));
+        }
+        cpus.push(id);
+    }
+    if cpus.is_empty() {
+        return Err("header names no CPUs".to_string());
+    }
+    Ok(cpus)
+}
+
+/// Leading whitespace-separated tokens of `s` that are decimal counts, at most `max` of them,
+/// and the byte offset where the rest begins.
+pub(crate) fn leading_counts(s: &str, max: usize) -> (Vec<u64>, usize) {
+    let mut counts = Vec::with_capacity(max);
+    let mut pos = 0;
+    let bytes = s.as_bytes();
+    while counts.len() < max {
+        let start = pos + bytes[pos..].iter().take_while(|b| b.is_ascii_whitespace()).count();
+        let end = start
+            + bytes[start..]
+                .iter()
+                .take_while(|b| !b.is_ascii_whitespace())
+                .count();
+        if start == end {
+            break;
+        }
+        match s[start..end].parse::<u64>() {
+            Ok(v) if s.as_bytes()[start].is_ascii_digit() => counts.push(v),
+            _ => break,
+        }
+        pos = end;
+    }
+    (counts, pos)
+}

@@ -1,0 +1,88 @@
+//! The typed snapshot of one sample: everything the collectors read, nothing derived.
+//! Collectors fill it, detectors and outputs read it.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::interrupts::Interrupts;
+use crate::softirqs::Softirqs;
+use crate::softnet::SoftnetRow;
+use crate::CpuSet;
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Snapshot {
+    /// Monotonic time of the sample; only differences between samples mean anything.
+    #[serde(skip)]
+    pub at: Duration,
+    /// Wall-clock time of the sample, seconds since the Unix epoch.
+    pub timestamp: f64,
+    pub topology: Option<Topology>,
+    pub interrupts: Option<Interrupts>,
+    /// Per-IRQ affinity from `/proc/irq/N/`.
+    pub affinity: BTreeMap<u32, IrqAffinity>,
+    /// PCI devices that own interrupts, by address.
+    pub pci_devices: BTreeMap<String, PciDevice>,
+    /// Network interface name → PCI address.
+    pub netdevs: BTreeMap<String, String>,
+    pub softirqs: Option<Softirqs>,
+    /// softnet_stat rows placed on their CPUs.
+    pub softnet: Option<Vec<(u32, SoftnetRow)>>,
+    pub irqbalance: Option<IrqbalanceConfig>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Topology {
+    pub online: CpuSet,
+    pub possible: Option<CpuSet>,
+    pub isolated: CpuSet,
+    pub nohz_full: CpuSet,
+    /// NUMA node → its CPUs. Empty when the kernel has no NUMA support.
+    pub numa_nodes: BTreeMap<u32, CpuSet>,
+}
+
+impl Topology {
+    pub fn node_of(&self, cpu: u32) -> Option<u32> {
+        self.numa_nodes
+            .iter()
+            .find_map(|(node, cpus)| cpus.contains(cpu).then_some(*node))
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct IrqAffinity {
+    /// `smp_affinity`: where the IRQ may be delivered.
+    pub smp: Option<CpuSet>,
+    /// `effective_affinity`: where the kernel actually delivers it (absent before 4.15 and on
+    /// some interrupt chips).
+    pub effective: Option<CpuSet>,
+    /// `node`: the NUMA node the IRQ descriptor was allocated on.
+    pub node: Option<i32>,
+}
+
+impl IrqAffinity {
+    /// The CPUs the IRQ is delivered to: the effective affinity when the kernel reports a
+    /// non-empty one, else the permitted set.
+    pub fn delivery_cpus(&self) -> Option<&CpuSet> {
+        self.effective
+            .as_ref()
+            .filter(|e| !e.is_empty())
+            .or(self.smp.as_ref())
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PciDevice {
+    pub driver: Option<String>,
+    /// `numa_node`; `None` when the kernel reports -1 (unknown) or the file is absent.
+    pub numa_node: Option<u32>,
+    pub local_cpus: Option<CpuSet>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct IrqbalanceConfig {
+    /// Which file was read, if any.
+    pub source: Option<String>,
+    pub banned_cpus: CpuSet,
+}

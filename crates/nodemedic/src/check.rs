@@ -1,0 +1,334 @@
+//! `nodemedic check`: a one-shot diagnosis for an SRE at a terminal.
+
+use std::fmt::Write;
+
+use nodemedic_collect::CollectorStatus;
+use nodemedic_detect::{Finding, Severity};
+use serde::Serialize;
+
+use crate::cli::{CheckArgs, OutputFormat};
+use crate::config::Config;
+use crate::engine::{Engine, Sample};
+use crate::report::{shown_groups, GroupReport};
+
+pub const EXIT_HEALTHY: u8 = 0;
+pub const EXIT_FINDINGS: u8 = 1;
+pub const EXIT_COULD_NOT_RUN: u8 = 2;
+
+#[derive(Debug, Serialize)]
+pub struct CheckReport {
+    pub version: &'static str,
+    pub interval_seconds: f64,
+    pub status: &'static str,
+    pub cpus: CpuSummary,
+    pub irq: IrqReport,
+    pub findings: Vec<Finding>,
+    pub collectors: Vec<CollectorStatus>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CpuSummary {
+    pub online: String,
+    pub isolated: String,
+    pub nohz_full: String,
+    pub irqbalance_banned: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct IrqReport {
+    pub groups: Vec<GroupReport>,
+    pub per_cpu: Vec<CpuInterrupts>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CpuInterrupts {
+    pub cpu: u32,
+    /// Device interrupts handled since boot.
+    pub device_interrupts: u64,
+    /// Device interrupts per second between the two samples.
+    pub device_interrupts_per_second: f64,
+    pub net_rx_per_second: Option<f64>,
+    pub softnet_dropped: Option<u64>,
+    pub softnet_squeezed: Option<u64>,
+}
+
+/// Runs the check; returns the exit status.
+pub fn run(config: &Config, args: &CheckArgs) -> anyhow::Result<u8> {
+    let mut collapse = config.detector.collapse.clone();
+    let mut hurting = config.detector.hurting.clone();
+    // Two samples: collapsed means "in both", hurting is judged on the rate between them.
+    (collapse.raise_after, collapse.clear_after) = (2, 1);
+    (hurting.raise_after, hurting.clear_after) = (1, 1);
+    let mut engine = Engine::with_detector(config, collapse, hurting);
+    let first = engine.sample();
+    if let Some(reason) = fatal(&first) {
+        eprintln!("nodemedic check: cannot run: {reason}");
+        return Ok(EXIT_COULD_NOT_RUN);
+    }
+    std::thread::sleep(args.interval);
+    let second = engine.sample();
+    if let Some(reason) = fatal(&second) {
+        eprintln!("nodemedic check: cannot run: {reason}");
+        return Ok(EXIT_COULD_NOT_RUN);
+    }
+    let report = build_report(&first, &second);
+    match args.format {
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        OutputFormat::Text => print!("{}", render_text(&report)),
+    }
+    Ok(if report.findings.iter().any(|f| f.severity >= Severity::Warning) {
+        EXIT_FINDINGS
+    } else {
+        EXIT_HEALTHY
+    })
+}
+
+/// Without `/proc/interrupts` there is nothing to diagnose.
+fn fatal(sample: &Sample) -> Option<String> {
+    sample
+        .collectors
+        .iter()
+        .find(|c| c.name == "interrupts" && !c.is_success())
+        .map(|c| match &c.state {
+            nodemedic_collect::CollectorState::Failed { reason } => reason.clone(),
+            other => format!("{other:?}"),
+        })
+}
+
+pub fn build_report(first: &Sample, second: &Sample) -> CheckReport {
+    let dt = second
+        .snapshot
+        .at
+        .saturating_sub(first.snapshot.at)
+        .as_secs_f64()
+        .max(1e-9);
+    let snap = &second.snapshot;
+    let topo = snap.topology.clone().unwrap_or_default();
+    let mut per_cpu = Vec::new();
+    if let Some(ints) = &snap.interrupts {
+        let before = first.snapshot.interrupts.as_ref();
+        for (col, cpu) in ints.cpus.iter().enumerate() {
+            let sum = |i: &nodemedic_kernel::interrupts::Interrupts, irq_filter: Option<&[u32]>| -> Option<u64> {
+                let c = i.cpus.iter().position(|c| c == cpu)?;
+                Some(
+                    i.irqs
+                        .iter()
+                        .filter(|l| irq_filter.is_none_or(|f| f.contains(&l.irq)))
+                        .filter_map(|l| l.counts.get(c))
+                        .sum(),
+                )
+            };
+            let now: u64 = ints
+                .irqs
+                .iter()
+                .filter_map(|l| l.counts.get(col))
+                .sum();
+            // Rate over the IRQs present in both samples, so that an IRQ appearing between
+            // them does not count its whole history as one second's work.
+            let common: Vec<u32> = before
+                .map(|b| {
+                    ints.irqs
+                        .iter()
+                        .map(|l| l.irq)
+                        .filter(|irq| b.irqs.iter().any(|x| x.irq == *irq))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let rate = match (before.and_then(|b| sum(b, Some(&common))), sum(ints, Some(&common))) {
+                (Some(b), Some(n)) => n.saturating_sub(b) as f64 / dt,
+                _ => 0.0,
+            };
+            let net_rx = match (&first.snapshot.softirqs, &snap.softirqs) {
+                (Some(a), Some(b)) => match (a.count("NET_RX", *cpu), b.count("NET_RX", *cpu)) {
+                    (Some(x), Some(y)) => Some(y.saturating_sub(x) as f64 / dt),
+                    _ => None,
+                },
+                _ => None,
+            };
+            let softnet = |f: fn(&nodemedic_kernel::softnet::SoftnetRow) -> u32| -> Option<u64> {
+                let a = first.snapshot.softnet.as_ref()?.iter().find(|(c, _)| c == cpu)?;
+                let b = snap.softnet.as_ref()?.iter().find(|(c, _)| c == cpu)?;
+                Some(u64::from(f(&b.1).saturating_sub(f(&a.1))))
+            };
+            per_cpu.push(CpuInterrupts {
+                cpu: *cpu,
+                device_interrupts: now,
+                device_interrupts_per_second: rate,
+                net_rx_per_second: net_rx,
+                softnet_dropped: softnet(|r| r.dropped),
+                softnet_squeezed: softnet(|r| r.time_squeeze),
+            });
+        }
+    }
+    let findings = second.findings.clone();
+    CheckReport {
+        version: env!("CARGO_PKG_VERSION"),
+        interval_seconds: dt,
+        status: if findings.iter().any(|f| f.severity >= Severity::Warning) {
+            "findings"
+        } else {
+            "healthy"
+        },
+        cpus: CpuSummary {
+            online: topo.online.to_list_string(),
+            isolated: topo.isolated.to_list_string(),
+            nohz_full: topo.nohz_full.to_list_string(),
+            irqbalance_banned: snap
+                .irqbalance
+                .as_ref()
+                .map(|i| i.banned_cpus.to_list_string())
+                .unwrap_or_default(),
+        },
+        irq: IrqReport {
+            groups: shown_groups(&second.verdicts),
+            per_cpu,
+        },
+        findings,
+        collectors: second.collectors.clone(),
+    }
+}
+
+const BAR_WIDTH: usize = 40;
+/// Above this many CPUs the distribution shows the busiest ones only.
+const MAX_CPU_ROWS: usize = 64;
+
+pub fn render_text(r: &CheckReport) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "nodemedic check: {} — 2 samples {:.1}s apart",
+        r.status.to_uppercase(),
+        r.interval_seconds
+    );
+    let _ = writeln!(
+        o,
+        "CPUs online {} | isolated {} | nohz_full {} | irqbalance-banned {}",
+        or_none(&r.cpus.online),
+        or_none(&r.cpus.isolated),
+        or_none(&r.cpus.nohz_full),
+        or_none(&r.cpus.irqbalance_banned)
+    );
+    let by_rate = r.irq.per_cpu.iter().any(|c| c.device_interrupts_per_second > 0.0);
+    let value = |c: &CpuInterrupts| {
+        if by_rate {
+            c.device_interrupts_per_second
+        } else {
+            c.device_interrupts as f64
+        }
+    };
+    let _ = writeln!(
+        o,
+        "\nDevice interrupts per CPU ({}):",
+        if by_rate { "per second over the interval" } else { "since boot; none during the interval" }
+    );
+    let mut rows: Vec<&CpuInterrupts> = r.irq.per_cpu.iter().collect();
+    let hidden = rows.len().saturating_sub(MAX_CPU_ROWS);
+    if hidden > 0 {
+        rows.sort_by(|a, b| value(b).total_cmp(&value(a)));
+        rows.truncate(MAX_CPU_ROWS);
+        rows.sort_by_key(|c| c.cpu);
+    }
+    let max = r.irq.per_cpu.iter().map(value).fold(0.0, f64::max);
+    let total: f64 = r.irq.per_cpu.iter().map(value).sum();
+    for c in rows {
+        let v = value(c);
+        let len = if max > 0.0 { (v / max * BAR_WIDTH as f64).round() as usize } else { 0 };
+        let share = if total > 0.0 { v / total * 100.0 } else { 0.0 };
+        let mut extra = String::new();
+        if let Some(d) = c.softnet_dropped.filter(|d| *d > 0) {
+            let _ = write!(extra, "  dropped +{d}");
+        }
+        if let Some(s) = c.softnet_squeezed.filter(|s| *s > 0) {
+            let _ = write!(extra, "  squeezed +{s}");
+        }
+        let _ = writeln!(
+            o,
+            "  CPU{:<4} {:<w$} {:>12} {:>5.1}%{extra}",
+            c.cpu,
+            "█".repeat(len),
+            human(v),
+            share,
+            w = BAR_WIDTH
+        );
+    }
+    if hidden > 0 {
+        let _ = writeln!(o, "  … {hidden} quieter CPUs not shown");
+    }
+    let _ = writeln!(o, "\nDevice groups:");
+    for g in &r.irq.groups {
+        let verdict = match (g.collapsed, g.hurting) {
+            (true, true) => "COLLAPSED, HURTING",
+            (true, false) => "COLLAPSED",
+            _ => "ok",
+        };
+        let mut ident = Vec::new();
+        if let Some(n) = g.netdev.as_ref().filter(|n| **n != g.name) {
+            ident.push(n.clone());
+        }
+        if let Some(d) = &g.driver {
+            ident.push(d.clone());
+        }
+        if let Some(p) = g.pci.as_ref().filter(|p| !g.name.contains(p.as_str())) {
+            ident.push(p.clone());
+        }
+        if let Some(n) = g.numa_node {
+            ident.push(format!("node {n}"));
+        }
+        let _ = writeln!(o, "  {} [{}]  {verdict}", g.name, ident.join(", "));
+        let cpus = nodemedic_kernel::CpuSet::from_cpus(g.effective_cpus.iter().copied());
+        let _ = writeln!(
+            o,
+            "      {} IRQs ({}) on CPUs {} — {} of {} eligible ({})",
+            g.irqs.len(),
+            list(&g.irqs),
+            or_none(&cpus.to_list_string()),
+            g.effective_cpus.len(),
+            g.eligible_cpus,
+            or_none(&g.eligible_cpu_list)
+        );
+        if let (Some(cpu), Some(share)) = (g.evidence.hottest_cpu, g.evidence.hottest_share) {
+            let rate = match (g.evidence.share_basis, g.evidence.irq_rate) {
+                (Some("rate"), Some(r)) => format!(" of {}/s", human(r)),
+                _ => " of its interrupts since boot".to_string(),
+            };
+            let _ = writeln!(o, "      hottest CPU {cpu}: {:.0}%{rate}", share * 100.0);
+        }
+    }
+    if r.findings.is_empty() {
+        let _ = writeln!(o, "\nNo findings.");
+    } else {
+        let _ = writeln!(o, "\nFindings:");
+        for f in &r.findings {
+            let _ = writeln!(o, "  [{}] {}: {}", f.severity.as_str(), f.subject, f.message);
+        }
+    }
+    o
+}
+
+fn or_none(s: &str) -> &str {
+    if s.is_empty() {
+        "none"
+    } else {
+        s
+    }
+}
+
+/// IRQ numbers as a compact list (`30-38,41`).
+fn list(irqs: &[u32]) -> String {
+    let mut sorted = irqs.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    nodemedic_kernel::cpuset::ranges_string(sorted)
+}
+
+fn human(v: f64) -> String {
+    if v >= 1e9 {
+        format!("{:.2}G", v / 1e9)
+    } else if v >= 1e6 {
+        format!("{:.2}M", v / 1e6)
+    } else if v >= 1e4 {
+        format!("{:.1}k", v / 1e3)
+    } else {
+        format!("{v:.0}")
+    }
+}

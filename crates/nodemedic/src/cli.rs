@@ -1,0 +1,81 @@
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Watches a Linux node's kernel-level health — IRQ placement, softirqs, softnet — exports it
+/// to Prometheus, and diagnoses IRQ collapse (device interrupts piled onto one or two CPUs).
+#[derive(Debug, Parser)]
+#[command(name = "nodemedic", version, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// Configuration file (TOML). See deploy/nodemedic.toml for every setting, commented.
+    #[arg(long, global = true, value_name = "FILE", env = "NODEMEDIC_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// procfs mount point.
+    #[arg(long = "path.procfs", global = true, value_name = "DIR")]
+    pub procfs: Option<PathBuf>,
+    /// sysfs mount point.
+    #[arg(long = "path.sysfs", global = true, value_name = "DIR")]
+    pub sysfs: Option<PathBuf>,
+    /// cgroup v2 (unified) mount point.
+    #[arg(long = "path.cgroupfs", global = true, value_name = "DIR")]
+    pub cgroupfs: Option<PathBuf>,
+    /// Root of the host filesystem, for configuration files such as /etc/default/irqbalance.
+    #[arg(long = "path.rootfs", global = true, value_name = "DIR")]
+    pub rootfs: Option<PathBuf>,
+    /// Host root mounted in a container (e.g. /host): sets procfs, sysfs, cgroupfs and rootfs
+    /// under DIR. Explicit --path.* flags still win.
+    #[arg(long = "host-root", global = true, value_name = "DIR")]
+    pub host_root: Option<PathBuf>,
+    /// Address to serve /metrics, /status and /healthz on.
+    #[arg(long = "web.listen-address", global = true, value_name = "ADDR")]
+    pub listen_address: Option<SocketAddr>,
+    /// More logging (-v debug, -vv trace). RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the daemon: sample on an interval, detect, serve /metrics, /status and /healthz.
+    Run(RunArgs),
+    /// One-shot diagnosis for a terminal: sample twice, print what is wrong and what to do.
+    ///
+    /// Exit status: 0 healthy; 1 findings (IRQ collapse, or a collector that failed);
+    /// 2 could not run (bad usage or configuration, /proc/interrupts unreadable).
+    Check(CheckArgs),
+    /// Validate a configuration file and print the effective configuration as TOML.
+    Config,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Time between samples (overrides sample_interval in the config), e.g. 5s, 500ms.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub sample_interval: Option<Duration>,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Time between the two samples.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub interval: Duration,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Text,
+    Json,
+}

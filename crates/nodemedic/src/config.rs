@@ -1,0 +1,253 @@
+//! The configuration file: serde structs with defaults, unknown keys rejected, and an explicit
+//! validation step with messages that say which setting is wrong.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use nodemedic_collect::Paths;
+use nodemedic_detect::{CollapseConfig, HurtingConfig};
+use nodemedic_export::MetricsOptions;
+use serde::{Deserialize, Serialize};
+
+use crate::cli::GlobalArgs;
+
+pub const DEFAULT_LISTEN: &str = "0.0.0.0:9847";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Time between samples of the kernel's files.
+    #[serde(with = "humantime_serde")]
+    pub sample_interval: Duration,
+    pub web: WebConfig,
+    pub paths: PathsConfig,
+    pub collectors: CollectorsConfig,
+    pub detector: DetectorConfig,
+    pub metrics: MetricsOptions,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            sample_interval: Duration::from_secs(5),
+            web: WebConfig::default(),
+            paths: PathsConfig::default(),
+            collectors: CollectorsConfig::default(),
+            detector: DetectorConfig::default(),
+            metrics: MetricsOptions::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebConfig {
+    pub listen_address: SocketAddr,
+}
+
+impl Default for WebConfig {
+    fn default() -> Self {
+        Self {
+            listen_address: DEFAULT_LISTEN.parse().unwrap_or(SocketAddr::from(([0, 0, 0, 0], 9847))),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PathsConfig {
+    pub host_root: Option<PathBuf>,
+    pub procfs: Option<PathBuf>,
+    pub sysfs: Option<PathBuf>,
+    pub cgroupfs: Option<PathBuf>,
+    pub rootfs: Option<PathBuf>,
+}
+
+/// Each collector can be switched off; all are on by default.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CollectorsConfig {
+    pub topology: bool,
+    pub interrupts: bool,
+    pub irq_affinity: bool,
+    pub pci_devices: bool,
+    pub softirqs: bool,
+    pub softnet: bool,
+    pub irqbalance_config: bool,
+}
+
+impl Default for CollectorsConfig {
+    fn default() -> Self {
+        Self {
+            topology: true,
+            interrupts: true,
+            irq_affinity: true,
+            pci_devices: true,
+            softirqs: true,
+            softnet: true,
+            irqbalance_config: true,
+        }
+    }
+}
+
+impl CollectorsConfig {
+    pub fn enabled(&self, name: &str) -> bool {
+        match name {
+            "topology" => self.topology,
+            "interrupts" => self.interrupts,
+            "irq_affinity" => self.irq_affinity,
+            "pci_devices" => self.pci_devices,
+            "softirqs" => self.softirqs,
+            "softnet" => self.softnet,
+            "irqbalance_config" => self.irqbalance_config,
+            _ => true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DetectorConfig {
+    pub collapse: CollapseConfig,
+    pub hurting: HurtingConfig,
+}
+
+impl Config {
+    pub fn load(path: Option<&Path>) -> anyhow::Result<Config> {
+        let Some(path) = path else {
+            return Ok(Config::default());
+        };
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading config file {}", path.display()))?;
+        Config::parse(&text).with_context(|| format!("in config file {}", path.display()))
+    }
+
+    pub fn parse(text: &str) -> anyhow::Result<Config> {
+        let config: Config = toml::from_str(text)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if self.sample_interval < Duration::from_millis(100) {
+            bail!(
+                "sample_interval must be at least 100ms, got {}",
+                humantime::format_duration(self.sample_interval)
+            );
+        }
+        if self.sample_interval > Duration::from_secs(3600) {
+            bail!("sample_interval must be at most 1h");
+        }
+        self.detector
+            .collapse
+            .validate()
+            .map_err(|e| anyhow::anyhow!("detector.collapse: {e}"))?;
+        self.detector
+            .hurting
+            .validate()
+            .map_err(|e| anyhow::anyhow!("detector.hurting: {e}"))?;
+        if !self.collectors.interrupts {
+            bail!("collectors.interrupts cannot be disabled: every IRQ verdict depends on it");
+        }
+        Ok(())
+    }
+
+    /// Applies command-line flags over the file: explicit `--path.*` flags win over
+    /// `--host-root`, which wins over the file.
+    pub fn apply_cli(&mut self, g: &GlobalArgs) {
+        if let Some(root) = &g.host_root {
+            self.paths.host_root = Some(root.clone());
+        }
+        let overrides = [
+            (&g.procfs, &mut self.paths.procfs),
+            (&g.sysfs, &mut self.paths.sysfs),
+            (&g.cgroupfs, &mut self.paths.cgroupfs),
+            (&g.rootfs, &mut self.paths.rootfs),
+        ];
+        for (flag, field) in overrides {
+            if let Some(v) = flag {
+                *field = Some(v.clone());
+            }
+        }
+        if let Some(addr) = g.listen_address {
+            self.web.listen_address = addr;
+        }
+    }
+
+    pub fn resolved_paths(&self) -> Paths {
+        let mut paths = match &self.paths.host_root {
+            Some(root) => Paths::under(root),
+            None => Paths::default(),
+        };
+        let p = &self.paths;
+        for (value, field) in [
+            (&p.procfs, &mut paths.procfs),
+            (&p.sysfs, &mut paths.sysfs),
+            (&p.cgroupfs, &mut paths.cgroupfs),
+            (&p.rootfs, &mut paths.rootfs),
+        ] {
+            if let Some(v) = value {
+                *field = v.clone();
+            }
+        }
+        paths
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_is_the_default() {
+        assert_eq!(Config::parse("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn shipped_example_parses_and_matches_defaults() {
+        let text = include_str!("../../../deploy/nodemedic.toml");
+        assert_eq!(Config::parse(text).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_with_their_name() {
+        let err = format!("{:#}", Config::parse("sample_intervall = \"5s\"").unwrap_err());
+        assert!(err.contains("sample_intervall"), "{err}");
+        let err = format!(
+            "{:#}",
+            Config::parse("[detector.collapse]\nmin_irq = 3\n").unwrap_err()
+        );
+        assert!(err.contains("min_irq"), "{err}");
+    }
+
+    #[test]
+    fn invalid_values_say_which_setting() {
+        let err = format!("{:#}", Config::parse("sample_interval = \"1ms\"").unwrap_err());
+        assert!(err.contains("sample_interval"), "{err}");
+        let err = format!(
+            "{:#}",
+            Config::parse("[detector.collapse]\nmax_cpu_ratio = 1.5\n").unwrap_err()
+        );
+        assert!(err.contains("detector.collapse: max_cpu_ratio"), "{err}");
+        let err = format!(
+            "{:#}",
+            Config::parse("[detector.hurting]\nraise_after = 0\n").unwrap_err()
+        );
+        assert!(err.contains("raise_after"), "{err}");
+        assert!(Config::parse("[collectors]\ninterrupts = false\n").is_err());
+    }
+
+    #[test]
+    fn host_root_and_explicit_paths() {
+        let mut c = Config::default();
+        c.paths.host_root = Some("/host".into());
+        c.paths.sysfs = Some("/other/sys".into());
+        let p = c.resolved_paths();
+        assert_eq!(p.procfs, PathBuf::from("/host/proc"));
+        assert_eq!(p.sysfs, PathBuf::from("/other/sys"));
+        assert_eq!(p.cgroupfs, PathBuf::from("/host/sys/fs/cgroup"));
+        assert_eq!(p.rootfs, PathBuf::from("/host"));
+    }
+}

@@ -1,0 +1,216 @@
+//! `nodemedic run`: sample on an interval, detect, serve.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use nodemedic_export::{render, ExportInput, Format};
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::engine::{Engine, Sample};
+use crate::report::{shown_groups, GroupReport};
+
+struct Shared {
+    config: Config,
+    started: Instant,
+    latest: RwLock<Option<Arc<Sample>>>,
+    last_sample_at: RwLock<Option<Instant>>,
+}
+
+pub fn run(config: Config) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .max_blocking_threads(2)
+        .build()
+        .context("starting the tokio runtime")?;
+    runtime.block_on(serve(config))
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    let addr = config.web.listen_address;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding {addr}"))?;
+    let engine = Engine::new(&config);
+    tracing::info!(
+        listen = %listener.local_addr().unwrap_or(addr),
+        procfs = %engine.paths().procfs.display(),
+        sysfs = %engine.paths().sysfs.display(),
+        rootfs = %engine.paths().rootfs.display(),
+        interval = %humantime::format_duration(config.sample_interval),
+        "nodemedic started"
+    );
+    let shared = Arc::new(Shared {
+        config,
+        started: Instant::now(),
+        latest: RwLock::new(None),
+        last_sample_at: RwLock::new(None),
+    });
+    let sampler = tokio::spawn(sample_loop(engine, shared.clone()));
+    let app = Router::new()
+        .route("/", get(index))
+        .route("/metrics", get(metrics))
+        .route("/status", get(status))
+        .route("/healthz", get(healthz))
+        .with_state(shared);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .context("serving HTTP")?;
+    sampler.abort();
+    tracing::info!("nodemedic stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {},
+                    _ = term.recv() => {},
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+async fn sample_loop(engine: Engine, shared: Arc<Shared>) {
+    let engine = Arc::new(Mutex::new(engine));
+    let mut ticker = tokio::time::interval(shared.config.sample_interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut previous: BTreeMap<String, (bool, bool)> = BTreeMap::new();
+    loop {
+        ticker.tick().await;
+        let e = engine.clone();
+        let sample = tokio::task::spawn_blocking(move || match e.lock() {
+            Ok(mut engine) => Some(engine.sample()),
+            Err(_) => None,
+        })
+        .await;
+        let Ok(Some(sample)) = sample else {
+            tracing::error!("sampling failed unexpectedly (a bug); retrying next interval");
+            continue;
+        };
+        log_changes(&sample, &mut previous);
+        if let Ok(mut latest) = shared.latest.write() {
+            *latest = Some(Arc::new(sample));
+        }
+        if let Ok(mut at) = shared.last_sample_at.write() {
+            *at = Some(Instant::now());
+        }
+    }
+}
+
+/// One structured log line per verdict change, so the journal tells the story on its own.
+fn log_changes(sample: &Sample, previous: &mut BTreeMap<String, (bool, bool)>) {
+    let mut now = BTreeMap::new();
+    for v in &sample.verdicts {
+        let state = (v.collapsed, v.hurting);
+        let before = previous.get(&v.group.key).copied().unwrap_or((false, false));
+        if state != before {
+            let g = &v.group;
+            tracing::warn!(
+                group = %g.name,
+                collapsed = v.collapsed,
+                hurting = v.hurting,
+                irqs = g.irqs.len(),
+                effective_cpus = %g.effective_cpus,
+                eligible_cpus = g.eligible_cpus.len(),
+                hottest_cpu = ?v.evidence.hottest_cpu,
+                hottest_share = ?v.evidence.hottest_share,
+                "IRQ verdict changed"
+            );
+        }
+        now.insert(v.group.key.clone(), state);
+    }
+    *previous = now;
+}
+
+fn latest(shared: &Shared) -> Option<Arc<Sample>> {
+    shared.latest.read().ok().and_then(|l| l.clone())
+}
+
+async fn metrics(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    let format = Format::from_accept(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
+    let sample = latest(&shared);
+    let input = ExportInput {
+        snapshot: sample.as_ref().map(|s| &s.snapshot),
+        verdicts: sample.as_ref().map(|s| s.verdicts.as_slice()).unwrap_or(&[]),
+        collectors: sample.as_ref().map(|s| s.collectors.as_slice()).unwrap_or(&[]),
+        samples_total: sample.as_ref().map(|s| s.samples_total).unwrap_or(0),
+        process: crate::process::self_stats(),
+    };
+    let (body, _) = render(&input, &shared.config.metrics, format);
+    ([(header::CONTENT_TYPE, format.content_type())], body).into_response()
+}
+
+#[derive(Serialize)]
+struct StatusBody<'a> {
+    version: &'static str,
+    uptime_seconds: f64,
+    sample_interval_seconds: f64,
+    samples_total: u64,
+    last_sample_timestamp: Option<f64>,
+    last_sample_duration_seconds: Option<f64>,
+    collectors: &'a [nodemedic_collect::CollectorStatus],
+    groups: Vec<GroupReport>,
+    findings: &'a [nodemedic_detect::Finding],
+}
+
+async fn status(State(shared): State<Arc<Shared>>) -> Response {
+    let sample = latest(&shared);
+    let body = StatusBody {
+        version: env!("CARGO_PKG_VERSION"),
+        uptime_seconds: shared.started.elapsed().as_secs_f64(),
+        sample_interval_seconds: shared.config.sample_interval.as_secs_f64(),
+        samples_total: sample.as_ref().map(|s| s.samples_total).unwrap_or(0),
+        last_sample_timestamp: sample.as_ref().map(|s| s.snapshot.timestamp),
+        last_sample_duration_seconds: sample.as_ref().map(|s| s.duration.as_secs_f64()),
+        collectors: sample.as_ref().map(|s| s.collectors.as_slice()).unwrap_or(&[]),
+        groups: sample.as_ref().map(|s| shown_groups(&s.verdicts)).unwrap_or_default(),
+        findings: sample.as_ref().map(|s| s.findings.as_slice()).unwrap_or(&[]),
+    };
+    match serde_json::to_string_pretty(&body) {
+        Ok(json) => ([(header::CONTENT_TYPE, "application/json")], json).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+/// Healthy while samples keep coming: a sampler stuck for three intervals (plus slack) is not.
+async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
+    let limit = shared.config.sample_interval * 3 + Duration::from_secs(10);
+    let last = shared.last_sample_at.read().ok().and_then(|l| *l);
+    let age = last.map(|t| t.elapsed()).unwrap_or_else(|| shared.started.elapsed());
+    if age <= limit {
+        (StatusCode::OK, "ok\n").into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("stale: no sample for {:.1}s\n", age.as_secs_f64()),
+        )
+            .into_response()
+    }
+}
+
+async fn index() -> Html<&'static str> {
+    Html(
+        "<html><head><title>nodemedic</title></head><body><h1>nodemedic</h1>\
+         <ul><li><a href=\"/metrics\">/metrics</a></li><li><a href=\"/status\">/status</a> (JSON)</li>\
+         <li><a href=\"/healthz\">/healthz</a></li></ul></body></html>",
+    )
+}

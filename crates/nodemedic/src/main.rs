@@ -1,0 +1,74 @@
+//! The `nodemedic` binary: command line, configuration, and the `run` and `check` commands.
+
+mod check;
+mod cli;
+mod config;
+mod daemon;
+mod engine;
+mod process;
+mod report;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+use crate::cli::{Cli, Command};
+use crate::config::Config;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            // --help and --version are not errors.
+            return if e.use_stderr() {
+                ExitCode::from(check::EXIT_COULD_NOT_RUN)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    init_logging(cli.global.verbose);
+    let mut config = match Config::load(cli.global.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("nodemedic: {e:#}");
+            return ExitCode::from(check::EXIT_COULD_NOT_RUN);
+        }
+    };
+    config.apply_cli(&cli.global);
+    let result = match &cli.command {
+        Command::Run(args) => {
+            if let Some(i) = args.sample_interval {
+                config.sample_interval = i;
+            }
+            config.validate().and_then(|_| daemon::run(config)).map(|_| 0)
+        }
+        Command::Check(args) => config.validate().and_then(|_| check::run(&config, args)),
+        Command::Config => config.validate().and_then(|_| {
+            print!("{}", toml::to_string_pretty(&config)?);
+            Ok(0)
+        }),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("nodemedic: {e:#}");
+            ExitCode::from(check::EXIT_COULD_NOT_RUN)
+        }
+    }
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "info",
+        1 => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
