@@ -126,15 +126,18 @@ impl CollectorSet {
         let mut runs = Vec::with_capacity(self.collectors.len());
         for collector in &self.collectors {
             let start = Instant::now();
-            let outcome = catch_unwind(AssertUnwindSafe(|| collector.collect(paths, &mut snapshot)))
-                .unwrap_or_else(|panic| {
-                    let msg = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "unknown panic".into());
-                    Err(CollectError::Other(format!("collector panicked (bug): {msg}")))
-                });
+            let outcome =
+                catch_unwind(AssertUnwindSafe(|| collector.collect(paths, &mut snapshot)))
+                    .unwrap_or_else(|panic| {
+                        let msg = panic
+                            .downcast_ref::<&str>()
+                            .map(|s| s.to_string())
+                            .or_else(|| panic.downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "unknown panic".into());
+                        Err(CollectError::Other(format!(
+                            "collector panicked (bug): {msg}"
+                        )))
+                    });
             runs.push(CollectorRun {
                 name: collector.name(),
                 duration: start.elapsed(),

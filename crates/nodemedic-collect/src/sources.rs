@@ -170,7 +170,10 @@ impl Collector for IrqAffinityCollector {
     }
 }
 
-fn read_irq(path: &mut std::path::PathBuf, buf: &mut String) -> Result<Option<IrqAffinity>, ReadError> {
+fn read_irq(
+    path: &mut std::path::PathBuf,
+    buf: &mut String,
+) -> Result<Option<IrqAffinity>, ReadError> {
     let mut aff = IrqAffinity::default();
     path.push("smp_affinity");
     let smp = read_into(path, buf);
@@ -248,7 +251,9 @@ impl Collector for PciDevicesCollector {
                 continue;
             }
             let numa_node = match read_optional(&dir.join("numa_node")) {
-                Ok(v) => v.and_then(|s| s.trim().parse::<i64>().ok()).and_then(|n| u32::try_from(n).ok()),
+                Ok(v) => v
+                    .and_then(|s| s.trim().parse::<i64>().ok())
+                    .and_then(|n| u32::try_from(n).ok()),
                 Err(e) => {
                     out.warnings.push(e.to_string());
                     None
@@ -356,7 +361,8 @@ impl Collector for IrqbalanceConfigCollector {
             };
             let env = irqbalance::parse_env_file(&text);
             out.warnings.extend(skipped_warnings(&path, &env.skipped));
-            let banned_cpus = irqbalance::banned_cpus(&env).map_err(|e| ReadError::parse(&path, e))?;
+            let banned_cpus =
+                irqbalance::banned_cpus(&env).map_err(|e| ReadError::parse(&path, e))?;
             snap.irqbalance = Some(IrqbalanceConfig {
                 source: Some(path.display().to_string()),
                 banned_cpus,

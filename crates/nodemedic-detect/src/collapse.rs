@@ -20,7 +20,8 @@ use crate::{Finding, Severity};
 pub struct CollapseConfig {
     /// Groups with fewer considered IRQs are never called collapsed.
     pub min_irqs: usize,
-    /// Collapsed when the distinct CPUs are at most this share of min(#IRQs, #eligible CPUs)…
+    /// Collapsed when the distinct CPUs are at most this share of min(#IRQs, #eligible CPUs),
+    /// rounded to the nearest whole CPU (at least 1)…
     pub max_cpu_ratio: f64,
     /// …and at most this many CPUs.
     pub max_cpus: usize,
@@ -82,7 +83,10 @@ impl CollapseConfig {
             ));
         }
         if self.min_irqs < 2 {
-            return Err(format!("min_irqs must be at least 2, got {}", self.min_irqs));
+            return Err(format!(
+                "min_irqs must be at least 2, got {}",
+                self.min_irqs
+            ));
         }
         if self.max_cpus < 1 {
             return Err("max_cpus must be at least 1".into());
@@ -100,7 +104,7 @@ impl CollapseConfig {
     /// The most distinct CPUs a group of `irqs` IRQs with `eligible` eligible CPUs may use and
     /// still be called collapsed.
     pub fn cpu_limit(&self, irqs: usize, eligible: usize) -> usize {
-        let by_ratio = (self.max_cpu_ratio * irqs.min(eligible) as f64).floor() as usize;
+        let by_ratio = (self.max_cpu_ratio * irqs.min(eligible) as f64).round() as usize;
         by_ratio.max(1).min(self.max_cpus)
     }
 }
@@ -121,7 +125,10 @@ impl HurtingConfig {
             ));
         }
         if !(self.min_irq_rate >= 0.0 && self.min_irq_rate.is_finite()) {
-            return Err(format!("min_irq_rate must be >= 0, got {}", self.min_irq_rate));
+            return Err(format!(
+                "min_irq_rate must be >= 0, got {}",
+                self.min_irq_rate
+            ));
         }
         validate_hysteresis(&self.hysteresis())
     }
@@ -239,7 +246,10 @@ impl CollapseDetector {
                 collapsed_now,
                 hurting_now,
                 collapsed_since: state.collapsed.since.filter(|_| collapsed),
-                hurting_since: state.hurting.since.filter(|_| collapsed && state.hurting.active),
+                hurting_since: state
+                    .hurting
+                    .since
+                    .filter(|_| collapsed && state.hurting.active),
                 evidence,
                 group,
             });
@@ -310,9 +320,11 @@ impl CollapseDetector {
         let total: u64 = source.values().sum();
         if total > 0 {
             // Ties go to the lowest CPU id, so the result does not depend on map order.
-            let (cpu, max) = source
-                .iter()
-                .fold((0u32, 0u64), |best, (c, v)| if *v > best.1 { (*c, *v) } else { best });
+            let (cpu, max) =
+                source.iter().fold(
+                    (0u32, 0u64),
+                    |best, (c, v)| if *v > best.1 { (*c, *v) } else { best },
+                );
             e.hottest_cpu = Some(cpu);
             e.hottest_share = Some(max as f64 / total as f64);
             e.share_basis = Some(basis);
@@ -392,7 +404,9 @@ pub fn findings(verdicts: &[GroupVerdict]) -> Vec<Finding> {
         if v.hurting {
             let e = &v.evidence;
             let mut parts = Vec::new();
-            if let (Some(cpu), Some(share), Some(rate)) = (e.hottest_cpu, e.hottest_share, e.irq_rate) {
+            if let (Some(cpu), Some(share), Some(rate)) =
+                (e.hottest_cpu, e.hottest_share, e.irq_rate)
+            {
                 parts.push(format!(
                     "CPU {cpu} takes {:.0}% of its {:.0} interrupts/s",
                     share * 100.0,

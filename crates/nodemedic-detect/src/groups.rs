@@ -63,7 +63,10 @@ pub fn build_groups(snap: &Snapshot, opts: GroupingOptions) -> Vec<DeviceGroup> 
             (None, Some(instance)) => format!("dev:{instance}"),
             (None, None) => format!("irq:{}", line.irq),
         };
-        by_key.entry(key).or_default().push(Member { irq: line.irq, dev });
+        by_key
+            .entry(key)
+            .or_default()
+            .push(Member { irq: line.irq, dev });
     }
     let base = base_eligible(snap);
     by_key
@@ -98,7 +101,8 @@ fn build_group(
     let pci = members.iter().find_map(|m| m.dev.pci.clone());
     let sysfs = pci.as_ref().and_then(|p| snap.pci_devices.get(p));
     let has_queues = members.iter().any(|m| m.dev.role == IrqRole::Queue);
-    let considered = |m: &&Member| !opts.queue_irqs_only || !has_queues || m.dev.role == IrqRole::Queue;
+    let considered =
+        |m: &&Member| !opts.queue_irqs_only || !has_queues || m.dev.role == IrqRole::Queue;
     let instance = members
         .iter()
         .filter(considered)
@@ -120,7 +124,10 @@ fn build_group(
     };
     let (irqs, other_irqs): (Vec<u32>, Vec<u32>) = {
         let (a, b): (Vec<&Member>, Vec<&Member>) = members.iter().partition(|m| considered(m));
-        (a.iter().map(|m| m.irq).collect(), b.iter().map(|m| m.irq).collect())
+        (
+            a.iter().map(|m| m.irq).collect(),
+            b.iter().map(|m| m.irq).collect(),
+        )
     };
     let mut effective_cpus = CpuSet::new();
     let mut unknown_affinity = Vec::new();

@@ -36,7 +36,11 @@ impl Latch {
             return false;
         }
         self.streak += 1;
-        let needed = if observed { h.raise_after } else { h.clear_after };
+        let needed = if observed {
+            h.raise_after
+        } else {
+            h.clear_after
+        };
         if self.streak >= needed.max(1) {
             self.active = observed;
             self.streak = 0;

@@ -264,8 +264,14 @@ mod tests {
 
     #[test]
     fn list_rejects_garbage_and_huge_ids() {
-        assert!(matches!(CpuSet::parse_list("0-x"), Err(CpuSetError::BadListElement(_))));
-        assert!(matches!(CpuSet::parse_list("5-2"), Err(CpuSetError::BackwardsRange(5, 2))));
+        assert!(matches!(
+            CpuSet::parse_list("0-x"),
+            Err(CpuSetError::BadListElement(_))
+        ));
+        assert!(matches!(
+            CpuSet::parse_list("5-2"),
+            Err(CpuSetError::BackwardsRange(5, 2))
+        ));
         assert!(matches!(
             CpuSet::parse_list("0-4294967296"),
             Err(CpuSetError::TooLarge(_))
@@ -281,9 +287,11 @@ mod tests {
         assert_eq!(set.to_mask_string(), "1,00000000,00000030");
         assert_eq!(CpuSet::parse_mask("ff").unwrap().len(), 8);
         assert_eq!(
-            CpuSet::parse_mask("ffffffff,ffffffff,ffffffff,ffffffff,ffffffff,ffffffff,ffffffff,ffffffff")
-                .unwrap()
-                .len(),
+            CpuSet::parse_mask(
+                "ffffffff,ffffffff,ffffffff,ffffffff,ffffffff,ffffffff,ffffffff,ffffffff"
+            )
+            .unwrap()
+            .len(),
             256
         );
     }

@@ -184,23 +184,36 @@ mod tests {
         assert_eq!(d.pci.as_deref(), Some("0000:00:04.0"));
         assert_eq!(d.instance.as_deref(), Some("virtio3"));
         assert_eq!(d.role, IrqRole::Queue);
-        assert_eq!(c("PCI-MSIX-0000:00:04.0", None, "virtio3-config").role, IrqRole::Control);
+        assert_eq!(
+            c("PCI-MSIX-0000:00:04.0", None, "virtio3-config").role,
+            IrqRole::Control
+        );
     }
 
     #[test]
     fn mlx5() {
-        let d = c("IR-PCI-MSIX-0000:3b:00.0", Some("5"), "mlx5_comp4@pci:0000:3b:00.0");
+        let d = c(
+            "IR-PCI-MSIX-0000:3b:00.0",
+            Some("5"),
+            "mlx5_comp4@pci:0000:3b:00.0",
+        );
         assert_eq!(d.pci.as_deref(), Some("0000:3b:00.0"));
         assert_eq!(d.driver_hint.as_deref(), Some("mlx5_core"));
         assert_eq!(d.instance, None);
         assert_eq!(d.role, IrqRole::Queue);
-        assert_eq!(c("x", None, "mlx5_async0@pci:0000:3b:00.0").role, IrqRole::Control);
+        assert_eq!(
+            c("x", None, "mlx5_async0@pci:0000:3b:00.0").role,
+            IrqRole::Control
+        );
     }
 
     #[test]
     fn nvme_and_netdevs() {
         let d = c("IR-PCI-MSIX-0000:d8:00.0", Some("3"), "nvme0q3");
-        assert_eq!((d.instance.as_deref(), d.role), (Some("nvme0"), IrqRole::Queue));
+        assert_eq!(
+            (d.instance.as_deref(), d.role),
+            (Some("nvme0"), IrqRole::Queue)
+        );
         assert_eq!(c("", None, "nvme1q0").role, IrqRole::Control);
         let d = c("IR-PCI-MSIX-0000:5e:00.0", Some("12"), "ice-ens1f0-TxRx-11");
         assert_eq!(d.instance.as_deref(), Some("ens1f0"));
@@ -209,17 +222,26 @@ mod tests {
         assert_eq!(d.instance.as_deref(), Some("eth0"));
         assert_eq!(d.pci.as_deref(), Some("0000:03:00.0"));
         let d = c("x", None, "ice-0000:86:00.0:misc");
-        assert_eq!((d.pci.as_deref(), d.role), (Some("0000:86:00.0"), IrqRole::Control));
+        assert_eq!(
+            (d.pci.as_deref(), d.role),
+            (Some("0000:86:00.0"), IrqRole::Control)
+        );
         assert_eq!(c("x", None, "eth0-rx-0").instance.as_deref(), Some("eth0"));
     }
 
     #[test]
     fn unrelated_irqs() {
         let d = c("IO-APIC", Some("2"), "timer");
-        assert_eq!((d.pci, d.instance.as_deref(), d.role), (None, Some("timer"), IrqRole::Other));
+        assert_eq!(
+            (d.pci, d.instance.as_deref(), d.role),
+            (None, Some("timer"), IrqRole::Other)
+        );
         let d = classify("IO-APIC", Some("8"), &["rtc0".into(), "i8042".into()]);
         assert_eq!(d.instance, None);
         assert_eq!(find_pci_address("A0000:00:1f.7"), None);
-        assert_eq!(find_pci_address("-0000:00:1F.7:"), Some("0000:00:1f.7".into()));
+        assert_eq!(
+            find_pci_address("-0000:00:1F.7:"),
+            Some("0000:00:1f.7".into())
+        );
     }
 }

@@ -36,7 +36,10 @@ pub fn softnet(data: &[u8]) {
 pub fn cpuset(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     if let Ok(set) = CpuSet::parse_list(&text) {
-        assert_eq!(CpuSet::parse_list(&set.to_list_string()).ok(), Some(set.clone()));
+        assert_eq!(
+            CpuSet::parse_list(&set.to_list_string()).ok(),
+            Some(set.clone())
+        );
         assert_eq!(CpuSet::parse_mask(&set.to_mask_string()).ok(), Some(set));
     }
     if let Ok(set) = CpuSet::parse_mask(&text) {

@@ -134,7 +134,11 @@ fn parse_irq_description(irq: u32, counts: Vec<u64>, desc: &str) -> IrqLine {
     let (chip, after_chip) = take_token(desc);
     let (tok, after_tok) = take_token(after_chip);
     let (hwirq, trigger, rest) = if let Some((hw, trig)) = split_hwirq_trigger(tok) {
-        ((!hw.is_empty()).then(|| hw.to_string()), Some(trig.to_string()), after_tok)
+        (
+            (!hw.is_empty()).then(|| hw.to_string()),
+            Some(trig.to_string()),
+            after_tok,
+        )
     } else if !tok.is_empty() && tok.bytes().all(|b| b.is_ascii_hexdigit()) {
         // GIC style: `27 Level` / `524288 Edge`.
         let (t, after_t) = take_token(after_tok);
@@ -239,7 +243,8 @@ mod tests {
 
     #[test]
     fn old_x86_chip_with_trigger() {
-        let text = "     CPU0\n  1:   9   IO-APIC-edge      i8042\n 24: 5 PCI-MSI-edge eth0-TxRx-0\n";
+        let text =
+            "     CPU0\n  1:   9   IO-APIC-edge      i8042\n 24: 5 PCI-MSI-edge eth0-TxRx-0\n";
         let p = parse(text).unwrap();
         assert_eq!(p.irqs[0].chip, "IO-APIC-edge");
         assert_eq!(p.irqs[0].hwirq, None);
@@ -268,7 +273,10 @@ mod tests {
     #[test]
     fn bad_input_is_an_error_or_a_skipped_line() {
         assert_eq!(parse(""), Err(InterruptsError::Empty));
-        assert!(matches!(parse("garbage\n"), Err(InterruptsError::BadHeader(_))));
+        assert!(matches!(
+            parse("garbage\n"),
+            Err(InterruptsError::BadHeader(_))
+        ));
         let p = parse("  CPU0\nno colon here\n 99999999999: 1\n7:\n").unwrap();
         assert_eq!(p.skipped.len(), 3, "{:?}", p.skipped);
     }

@@ -52,10 +52,18 @@ fn unquote(v: &str) -> String {
 /// The CPUs irqbalance is told to keep IRQs off. `IRQBALANCE_BANNED_CPULIST` (irqbalance ≥ 1.8)
 /// wins over the deprecated hex mask `IRQBALANCE_BANNED_CPUS`, as in irqbalance itself.
 pub fn banned_cpus(env: &EnvFile) -> Result<CpuSet, CpuSetError> {
-    if let Some(list) = env.vars.get("IRQBALANCE_BANNED_CPULIST").filter(|v| !v.is_empty()) {
+    if let Some(list) = env
+        .vars
+        .get("IRQBALANCE_BANNED_CPULIST")
+        .filter(|v| !v.is_empty())
+    {
         return CpuSet::parse_list(list);
     }
-    if let Some(mask) = env.vars.get("IRQBALANCE_BANNED_CPUS").filter(|v| !v.is_empty()) {
+    if let Some(mask) = env
+        .vars
+        .get("IRQBALANCE_BANNED_CPUS")
+        .filter(|v| !v.is_empty())
+    {
         return CpuSet::parse_mask(mask);
     }
     Ok(CpuSet::new())

@@ -11,8 +11,8 @@ pub mod device;
 pub mod fuzz_logic;
 pub mod interrupts;
 pub mod irqbalance;
-pub mod softirqs;
 pub mod snapshot;
+pub mod softirqs;
 pub mod softnet;
 
 pub use cpuset::{CpuSet, CpuSetError};
@@ -73,7 +73,11 @@ pub(crate) fn leading_counts(s: &str, max: usize) -> (Vec<u64>, usize) {
     let mut pos = 0;
     let bytes = s.as_bytes();
     while counts.len() < max {
-        let start = pos + bytes[pos..].iter().take_while(|b| b.is_ascii_whitespace()).count();
+        let start = pos
+            + bytes[pos..]
+                .iter()
+                .take_while(|b| b.is_ascii_whitespace())
+                .count();
         let end = start
             + bytes[start..]
                 .iter()

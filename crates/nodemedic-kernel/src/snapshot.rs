@@ -63,12 +63,62 @@ pub struct IrqAffinity {
 
 impl IrqAffinity {
     /// The CPUs the IRQ is delivered to: the effective affinity when the kernel reports a
-    /// non-empty one, else the permitted set.
+    /// non-empty one inside the permitted set, else the permitted set.
+    ///
+    /// An effective affinity outside `smp_affinity` means a move is pending: x86 without
+    /// interrupt remapping migrates an IRQ when it next fires, so a quiet IRQ that was just
+    /// re-pinned still shows its old CPU. Its future delivery lies in `smp_affinity`.
     pub fn delivery_cpus(&self) -> Option<&CpuSet> {
-        self.effective
-            .as_ref()
-            .filter(|e| !e.is_empty())
-            .or(self.smp.as_ref())
+        match (&self.effective, &self.smp) {
+            (Some(eff), Some(smp)) if !eff.is_empty() && eff.is_subset(smp) => Some(eff),
+            (Some(eff), None) if !eff.is_empty() => Some(eff),
+            (_, Some(smp)) => Some(smp),
+            (_, None) => None,
+        }
+    }
+
+    /// Whether the kernel still has to move the IRQ to its new `smp_affinity`.
+    pub fn move_pending(&self) -> bool {
+        matches!((&self.effective, &self.smp), (Some(eff), Some(smp)) if !eff.is_empty() && !eff.is_subset(smp))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn aff(smp: &str, eff: Option<&str>) -> IrqAffinity {
+        IrqAffinity {
+            smp: Some(CpuSet::parse_list(smp).unwrap()),
+            effective: eff.map(|e| CpuSet::parse_list(e).unwrap()),
+            node: None,
+        }
+    }
+
+    #[test]
+    fn delivery_prefers_effective_inside_smp() {
+        assert_eq!(
+            aff("0-7", Some("4"))
+                .delivery_cpus()
+                .unwrap()
+                .to_list_string(),
+            "4"
+        );
+        assert_eq!(
+            aff("0-7", None).delivery_cpus().unwrap().to_list_string(),
+            "0-7"
+        );
+        assert_eq!(
+            aff("0-7", Some(""))
+                .delivery_cpus()
+                .unwrap()
+                .to_list_string(),
+            "0-7"
+        );
+        let pending = aff("1", Some("0"));
+        assert!(pending.move_pending());
+        assert_eq!(pending.delivery_cpus().unwrap().to_list_string(), "1");
+        assert_eq!(IrqAffinity::default().delivery_cpus(), None);
     }
 }
 

@@ -116,7 +116,10 @@ mod tests {
         assert_eq!(s.rows.len(), 3);
         assert_eq!(s.rows[0].cpu, None);
         let (placed, unplaced) = assign_cpus(&s.rows, &[0, 2, 5]);
-        assert_eq!(placed.iter().map(|p| p.0).collect::<Vec<_>>(), vec![0, 2, 5]);
+        assert_eq!(
+            placed.iter().map(|p| p.0).collect::<Vec<_>>(),
+            vec![0, 2, 5]
+        );
         assert_eq!(unplaced, 0);
         let (_, unplaced) = assign_cpus(&s.rows, &[0]);
         assert_eq!(unplaced, 2);

@@ -76,11 +76,17 @@ pub fn run(config: &Config, args: &CheckArgs) -> anyhow::Result<u8> {
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
         OutputFormat::Text => print!("{}", render_text(&report)),
     }
-    Ok(if report.findings.iter().any(|f| f.severity >= Severity::Warning) {
-        EXIT_FINDINGS
-    } else {
-        EXIT_HEALTHY
-    })
+    Ok(
+        if report
+            .findings
+            .iter()
+            .any(|f| f.severity >= Severity::Warning)
+        {
+            EXIT_FINDINGS
+        } else {
+            EXIT_HEALTHY
+        },
+    )
 }
 
 /// Without `/proc/interrupts` there is nothing to diagnose.
@@ -108,7 +114,9 @@ pub fn build_report(first: &Sample, second: &Sample) -> CheckReport {
     if let Some(ints) = &snap.interrupts {
         let before = first.snapshot.interrupts.as_ref();
         for (col, cpu) in ints.cpus.iter().enumerate() {
-            let sum = |i: &nodemedic_kernel::interrupts::Interrupts, irq_filter: Option<&[u32]>| -> Option<u64> {
+            let sum = |i: &nodemedic_kernel::interrupts::Interrupts,
+                       irq_filter: Option<&[u32]>|
+             -> Option<u64> {
                 let c = i.cpus.iter().position(|c| c == cpu)?;
                 Some(
                     i.irqs
@@ -118,11 +126,7 @@ pub fn build_report(first: &Sample, second: &Sample) -> CheckReport {
                         .sum(),
                 )
             };
-            let now: u64 = ints
-                .irqs
-                .iter()
-                .filter_map(|l| l.counts.get(col))
-                .sum();
+            let now: u64 = ints.irqs.iter().filter_map(|l| l.counts.get(col)).sum();
             // Rate over the IRQs present in both samples, so that an IRQ appearing between
             // them does not count its whole history as one second's work.
             let common: Vec<u32> = before
@@ -134,7 +138,10 @@ pub fn build_report(first: &Sample, second: &Sample) -> CheckReport {
                         .collect()
                 })
                 .unwrap_or_default();
-            let rate = match (before.and_then(|b| sum(b, Some(&common))), sum(ints, Some(&common))) {
+            let rate = match (
+                before.and_then(|b| sum(b, Some(&common))),
+                sum(ints, Some(&common)),
+            ) {
                 (Some(b), Some(n)) => n.saturating_sub(b) as f64 / dt,
                 _ => 0.0,
             };
@@ -146,7 +153,12 @@ pub fn build_report(first: &Sample, second: &Sample) -> CheckReport {
                 _ => None,
             };
             let softnet = |f: fn(&nodemedic_kernel::softnet::SoftnetRow) -> u32| -> Option<u64> {
-                let a = first.snapshot.softnet.as_ref()?.iter().find(|(c, _)| c == cpu)?;
+                let a = first
+                    .snapshot
+                    .softnet
+                    .as_ref()?
+                    .iter()
+                    .find(|(c, _)| c == cpu)?;
                 let b = snap.softnet.as_ref()?.iter().find(|(c, _)| c == cpu)?;
                 Some(u64::from(f(&b.1).saturating_sub(f(&a.1))))
             };
@@ -208,7 +220,11 @@ pub fn render_text(r: &CheckReport) -> String {
         or_none(&r.cpus.nohz_full),
         or_none(&r.cpus.irqbalance_banned)
     );
-    let by_rate = r.irq.per_cpu.iter().any(|c| c.device_interrupts_per_second > 0.0);
+    let by_rate = r
+        .irq
+        .per_cpu
+        .iter()
+        .any(|c| c.device_interrupts_per_second > 0.0);
     let value = |c: &CpuInterrupts| {
         if by_rate {
             c.device_interrupts_per_second
@@ -219,7 +235,11 @@ pub fn render_text(r: &CheckReport) -> String {
     let _ = writeln!(
         o,
         "\nDevice interrupts per CPU ({}):",
-        if by_rate { "per second over the interval" } else { "since boot; none during the interval" }
+        if by_rate {
+            "per second over the interval"
+        } else {
+            "since boot; none during the interval"
+        }
     );
     let mut rows: Vec<&CpuInterrupts> = r.irq.per_cpu.iter().collect();
     let hidden = rows.len().saturating_sub(MAX_CPU_ROWS);
@@ -232,7 +252,11 @@ pub fn render_text(r: &CheckReport) -> String {
     let total: f64 = r.irq.per_cpu.iter().map(value).sum();
     for c in rows {
         let v = value(c);
-        let len = if max > 0.0 { (v / max * BAR_WIDTH as f64).round() as usize } else { 0 };
+        let len = if max > 0.0 {
+            (v / max * BAR_WIDTH as f64).round() as usize
+        } else {
+            0
+        };
         let share = if total > 0.0 { v / total * 100.0 } else { 0.0 };
         let mut extra = String::new();
         if let Some(d) = c.softnet_dropped.filter(|d| *d > 0) {
@@ -299,7 +323,13 @@ pub fn render_text(r: &CheckReport) -> String {
     } else {
         let _ = writeln!(o, "\nFindings:");
         for f in &r.findings {
-            let _ = writeln!(o, "  [{}] {}: {}", f.severity.as_str(), f.subject, f.message);
+            let _ = writeln!(
+                o,
+                "  [{}] {}: {}",
+                f.severity.as_str(),
+                f.subject,
+                f.message
+            );
         }
     }
     o

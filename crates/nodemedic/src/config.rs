@@ -50,7 +50,9 @@ pub struct WebConfig {
 impl Default for WebConfig {
     fn default() -> Self {
         Self {
-            listen_address: DEFAULT_LISTEN.parse().unwrap_or(SocketAddr::from(([0, 0, 0, 0], 9847))),
+            listen_address: DEFAULT_LISTEN
+                .parse()
+                .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 9847))),
         }
     }
 }
@@ -213,7 +215,10 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_rejected_with_their_name() {
-        let err = format!("{:#}", Config::parse("sample_intervall = \"5s\"").unwrap_err());
+        let err = format!(
+            "{:#}",
+            Config::parse("sample_intervall = \"5s\"").unwrap_err()
+        );
         assert!(err.contains("sample_intervall"), "{err}");
         let err = format!(
             "{:#}",
@@ -224,7 +229,10 @@ mod tests {
 
     #[test]
     fn invalid_values_say_which_setting() {
-        let err = format!("{:#}", Config::parse("sample_interval = \"1ms\"").unwrap_err());
+        let err = format!(
+            "{:#}",
+            Config::parse("sample_interval = \"1ms\"").unwrap_err()
+        );
         assert!(err.contains("sample_interval"), "{err}");
         let err = format!(
             "{:#}",

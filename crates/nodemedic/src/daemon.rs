@@ -121,7 +121,10 @@ fn log_changes(sample: &Sample, previous: &mut BTreeMap<String, (bool, bool)>) {
     let mut now = BTreeMap::new();
     for v in &sample.verdicts {
         let state = (v.collapsed, v.hurting);
-        let before = previous.get(&v.group.key).copied().unwrap_or((false, false));
+        let before = previous
+            .get(&v.group.key)
+            .copied()
+            .unwrap_or((false, false));
         if state != before {
             let g = &v.group;
             tracing::warn!(
@@ -150,8 +153,14 @@ async fn metrics(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Respo
     let sample = latest(&shared);
     let input = ExportInput {
         snapshot: sample.as_ref().map(|s| &s.snapshot),
-        verdicts: sample.as_ref().map(|s| s.verdicts.as_slice()).unwrap_or(&[]),
-        collectors: sample.as_ref().map(|s| s.collectors.as_slice()).unwrap_or(&[]),
+        verdicts: sample
+            .as_ref()
+            .map(|s| s.verdicts.as_slice())
+            .unwrap_or(&[]),
+        collectors: sample
+            .as_ref()
+            .map(|s| s.collectors.as_slice())
+            .unwrap_or(&[]),
         samples_total: sample.as_ref().map(|s| s.samples_total).unwrap_or(0),
         process: crate::process::self_stats(),
     };
@@ -181,9 +190,18 @@ async fn status(State(shared): State<Arc<Shared>>) -> Response {
         samples_total: sample.as_ref().map(|s| s.samples_total).unwrap_or(0),
         last_sample_timestamp: sample.as_ref().map(|s| s.snapshot.timestamp),
         last_sample_duration_seconds: sample.as_ref().map(|s| s.duration.as_secs_f64()),
-        collectors: sample.as_ref().map(|s| s.collectors.as_slice()).unwrap_or(&[]),
-        groups: sample.as_ref().map(|s| shown_groups(&s.verdicts)).unwrap_or_default(),
-        findings: sample.as_ref().map(|s| s.findings.as_slice()).unwrap_or(&[]),
+        collectors: sample
+            .as_ref()
+            .map(|s| s.collectors.as_slice())
+            .unwrap_or(&[]),
+        groups: sample
+            .as_ref()
+            .map(|s| shown_groups(&s.verdicts))
+            .unwrap_or_default(),
+        findings: sample
+            .as_ref()
+            .map(|s| s.findings.as_slice())
+            .unwrap_or(&[]),
     };
     match serde_json::to_string_pretty(&body) {
         Ok(json) => ([(header::CONTENT_TYPE, "application/json")], json).into_response(),
@@ -195,7 +213,9 @@ async fn status(State(shared): State<Arc<Shared>>) -> Response {
 async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
     let limit = shared.config.sample_interval * 3 + Duration::from_secs(10);
     let last = shared.last_sample_at.read().ok().and_then(|l| *l);
-    let age = last.map(|t| t.elapsed()).unwrap_or_else(|| shared.started.elapsed());
+    let age = last
+        .map(|t| t.elapsed())
+        .unwrap_or_else(|| shared.started.elapsed());
     if age <= limit {
         (StatusCode::OK, "ok\n").into_response()
     } else {

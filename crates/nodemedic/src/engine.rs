@@ -5,7 +5,9 @@ use std::time::{Duration, Instant};
 
 use nodemedic_collect::{monotonic_now, CollectorSet, CollectorState, CollectorStatus, Paths};
 use nodemedic_detect::collapse::findings as collapse_findings;
-use nodemedic_detect::{CollapseConfig, CollapseDetector, Finding, GroupVerdict, HurtingConfig, Severity};
+use nodemedic_detect::{
+    CollapseConfig, CollapseDetector, Finding, GroupVerdict, HurtingConfig, Severity,
+};
 use nodemedic_kernel::Snapshot;
 
 use crate::config::Config;
@@ -31,10 +33,18 @@ pub struct Sample {
 
 impl Engine {
     pub fn new(config: &Config) -> Self {
-        Self::with_detector(config, config.detector.collapse.clone(), config.detector.hurting.clone())
+        Self::with_detector(
+            config,
+            config.detector.collapse.clone(),
+            config.detector.hurting.clone(),
+        )
     }
 
-    pub fn with_detector(config: &Config, collapse: CollapseConfig, hurting: HurtingConfig) -> Self {
+    pub fn with_detector(
+        config: &Config,
+        collapse: CollapseConfig,
+        hurting: HurtingConfig,
+    ) -> Self {
         let all = CollectorSet::all();
         let disabled = all
             .names()
@@ -58,7 +68,8 @@ impl Engine {
     pub fn sample(&mut self) -> Sample {
         let start = Instant::now();
         let (snapshot, runs) = self.collectors.sample(&self.paths, monotonic_now());
-        let mut collectors: Vec<CollectorStatus> = runs.iter().map(CollectorStatus::from_run).collect();
+        let mut collectors: Vec<CollectorStatus> =
+            runs.iter().map(CollectorStatus::from_run).collect();
         for run in &runs {
             if let Err(e) = &run.outcome {
                 tracing::warn!(collector = run.name, error = %e, "collector failed");

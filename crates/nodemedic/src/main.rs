@@ -43,7 +43,10 @@ fn main() -> ExitCode {
             if let Some(i) = args.sample_interval {
                 config.sample_interval = i;
             }
-            config.validate().and_then(|_| daemon::run(config)).map(|_| 0)
+            config
+                .validate()
+                .and_then(|_| daemon::run(config))
+                .map(|_| 0)
         }
         Command::Check(args) => config.validate().and_then(|_| check::run(&config, args)),
         Command::Config => config.validate().and_then(|_| {

@@ -9,7 +9,10 @@ pub fn self_stats() -> Option<ProcessStats> {
     let stat = me.stat().ok()?;
     let ticks = procfs::ticks_per_second() as f64;
     let page = procfs::page_size() as f64;
-    let boot = procfs::boot_time_secs().ok().map(|b| b as f64).unwrap_or(0.0);
+    let boot = procfs::boot_time_secs()
+        .ok()
+        .map(|b| b as f64)
+        .unwrap_or(0.0);
     Some(ProcessStats {
         cpu_seconds: (stat.utime + stat.stime) as f64 / ticks,
         resident_memory_bytes: stat.rss as f64 * page,

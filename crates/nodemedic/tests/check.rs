@@ -1,0 +1,251 @@
+//! `nodemedic check` end to end: the real binary on fixture trees and on this machine.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures")
+        .join(name)
+}
+
+fn check(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_nodemedic"))
+        .arg("check")
+        .args(args)
+        .output()
+        .expect("run nodemedic")
+}
+
+fn check_fixture(name: &str, extra: &[&str]) -> Output {
+    let root = fixture(name);
+    let mut args = vec![
+        "--host-root".to_string(),
+        root.display().to_string(),
+        "--interval".into(),
+        "50ms".into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    check(&refs)
+}
+
+fn json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): stdout={} stderr={}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn group<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["irq"]["groups"]
+        .as_array()
+        .expect("irq.groups")
+        .iter()
+        .find(|g| g["name"] == name)
+        .unwrap_or_else(|| panic!("no group {name} in {}", report["irq"]["groups"]))
+}
+
+fn u32s(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|x| x.as_u64().expect("number") as u32)
+        .collect()
+}
+
+#[test]
+fn incident_fixture_json() {
+    let out = check_fixture("8cpu-collapsed", &["--format", "json"]);
+    assert_eq!(out.status.code(), Some(1), "findings → exit 1");
+    let r = json(&out);
+    assert_eq!(r["status"], "findings");
+    let nic = group(&r, "virtio2");
+    assert_eq!(u32s(&nic["irqs"]), (27..=34).collect::<Vec<_>>());
+    assert_eq!(u32s(&nic["effective_cpus"]), vec![4, 5]);
+    assert_eq!(nic["eligible_cpus"], 8);
+    assert_eq!(nic["collapsed"], true);
+    assert_eq!(
+        nic["hurting"], false,
+        "counts do not move between two reads of a fixture"
+    );
+    assert_eq!(nic["netdev"], "eth0");
+    let nvme = group(&r, "nvme0");
+    assert_eq!(nvme["collapsed"], false);
+    assert_eq!(u32s(&nvme["effective_cpus"]), (0..8).collect::<Vec<_>>());
+    let findings = r["findings"].as_array().unwrap();
+    assert_eq!(findings.len(), 1, "{findings:?}");
+    assert_eq!(findings[0]["kind"], "irq_collapsed");
+    assert_eq!(findings[0]["severity"], "warning");
+    assert_eq!(findings[0]["subject"], "virtio2");
+    assert!(findings[0]["message"].as_str().unwrap().contains("4-5"));
+    let per_cpu = r["irq"]["per_cpu"].as_array().unwrap();
+    assert_eq!(per_cpu.len(), 8);
+    let cpu4 = per_cpu[4]["device_interrupts"].as_u64().unwrap();
+    let cpu0 = per_cpu[0]["device_interrupts"].as_u64().unwrap();
+    assert!(
+        cpu4 > 100_000_000 && cpu4 > 50 * cpu0,
+        "cpu4={cpu4} cpu0={cpu0}"
+    );
+}
+
+#[test]
+fn healthy_fixtures_exit_zero() {
+    for name in [
+        "8cpu-balanced",
+        "96cpu-healthy",
+        "256cpu-healthy",
+        "8cpu-offline",
+        "aarch64-128cpu",
+    ] {
+        let out = check_fixture(name, &["--format", "json"]);
+        let r = json(&out);
+        assert_eq!(out.status.code(), Some(0), "{name}: {}", r["findings"]);
+        assert_eq!(r["status"], "healthy");
+        for g in r["irq"]["groups"].as_array().unwrap() {
+            assert_eq!(g["collapsed"], false, "{name}: {}", g["name"]);
+        }
+    }
+}
+
+#[test]
+fn collapsed_large_nodes() {
+    let out = check_fixture("256cpu-collapsed", &["--format", "json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let r = json(&out);
+    let collapsed: Vec<&str> = r["irq"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["collapsed"] == true)
+        .map(|g| g["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        collapsed,
+        vec!["mlx5_core 0000:17:00.0", "mlx5_core 0000:17:00.1"]
+    );
+    let g = group(&r, "mlx5_core 0000:17:00.0");
+    assert_eq!(u32s(&g["effective_cpus"]), vec![4, 5]);
+    assert_eq!(g["eligible_cpus"], 64);
+    assert_eq!(g["irqs"].as_array().unwrap().len(), 64);
+}
+
+#[test]
+fn text_report_shows_bars_groups_and_advice() {
+    let out = check_fixture("8cpu-collapsed", &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let cpu4 = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("CPU4 "))
+        .expect("CPU4 row");
+    assert_eq!(
+        cpu4.matches('█').count(),
+        40,
+        "hottest CPU has the full bar: {cpu4}"
+    );
+    let cpu0 = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("CPU0 "))
+        .expect("CPU0 row");
+    assert_eq!(cpu0.matches('█').count(), 0, "{cpu0}");
+    assert!(
+        text.contains("virtio2 [eth0, virtio-pci, 0000:00:03.0]  COLLAPSED"),
+        "{text}"
+    );
+    assert!(text.contains("systemctl try-restart irqbalance"), "{text}");
+}
+
+#[test]
+fn could_not_run_is_exit_two_with_a_reason() {
+    let out = check_fixture("missing", &["--format", "json"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("proc/interrupts: not found"), "{err}");
+    let out = check_fixture("empty", &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("file is empty"));
+    let out = check(&["--format", "yaml"]);
+    assert_eq!(out.status.code(), Some(2), "usage error");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("bad.toml");
+    std::fs::write(&cfg, "[detector.collapse]\nmax_cpus = 0\n").unwrap();
+    let out = check(&["--config", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("max_cpus"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn damaged_tree_still_reports() {
+    let out = check_fixture("truncated", &["--format", "json"]);
+    let r = json(&out);
+    // Only IRQs 27-30 of the NIC survive the cut: 4 IRQs on 2 of 8 CPUs is below the
+    // collapse threshold (at most 1 CPU for 4 IRQs), so the report is partial but healthy.
+    assert_eq!(out.status.code(), Some(0), "{}", r["findings"]);
+    let nic = group(&r, "virtio2");
+    assert_eq!(u32s(&nic["irqs"]), vec![27, 28, 29, 30]);
+    assert_eq!(u32s(&nic["effective_cpus"]), vec![4, 5]);
+    assert_eq!(nic["collapsed"], false);
+    let interrupts = r["collectors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "interrupts")
+        .unwrap();
+    assert_eq!(interrupts["state"], "active");
+    assert!(!interrupts["warnings"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn this_machine() {
+    let out = check(&["--format", "json", "--interval", "200ms"]);
+    let r = json(&out);
+    assert!(out.status.code() == Some(0) || out.status.code() == Some(1));
+    // Every collector runs on this kernel.
+    for c in r["collectors"].as_array().unwrap() {
+        assert_eq!(c["state"], "active", "{c}");
+    }
+    // Cross-check the virtio groups against the kernel's own files.
+    let text = std::fs::read_to_string("/proc/interrupts").unwrap();
+    let mut expected: std::collections::BTreeMap<String, Vec<u32>> = Default::default();
+    for line in text.lines().skip(1) {
+        let Some((irq, rest)) = line.split_once(':') else {
+            continue;
+        };
+        let Ok(irq) = irq.trim().parse::<u32>() else {
+            continue;
+        };
+        let Some(action) = rest.split_whitespace().last() else {
+            continue;
+        };
+        if let Some(dev) = action
+            .strip_prefix("virtio")
+            .and_then(|r| r.split('-').next())
+        {
+            let queue = !action.ends_with("-config");
+            if queue {
+                expected
+                    .entry(format!("virtio{dev}"))
+                    .or_default()
+                    .push(irq);
+            }
+        }
+    }
+    assert!(!expected.is_empty(), "this VM has virtio devices");
+    for (name, irqs) in &expected {
+        let g = group(&r, name);
+        assert_eq!(&u32s(&g["irqs"]), irqs, "{name}");
+        let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+        assert_eq!(g["eligible_cpu_list"], online.trim(), "{name}");
+        assert!(g["pci"].as_str().unwrap().starts_with("0000:"), "{name}");
+    }
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs (Debian/Ubuntu, as root) and runs all of it:
+# fixture regeneration check, the cargo test suite (unit, fixture trees, golden exposition
+# with promtool, a real Prometheus, this machine's real IRQs) and a bounded fuzz run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export DEBIAN_FRONTEND=noninteractive
+need=()
+for pkg in build-essential pkg-config ca-certificates curl python3 prometheus; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+    apt-get update
+    apt-get install -y --no-install-recommends "${need[@]}"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+    [ -x "$HOME/.cargo/bin/cargo" ] || curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+    # shellcheck disable=SC1091
+    . "$HOME/.cargo/env"
+fi
+
+echo "== fixtures match their generator"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+python3 tests/fixtures/generate.py "$tmp"
+for tree in "$tmp"/*/; do
+    name=$(basename "$tree")
+    diff -r --no-dereference "$tree" "tests/fixtures/$name" >/dev/null || {
+        echo "tests/fixtures/$name differs from generate.py output; rerun: python3 tests/fixtures/generate.py" >&2
+        exit 1
+    }
+done
+
+echo "== cargo test"
+# One test thread per binary keeps the real-IRQ and real-Prometheus tests from sharing a
+# 2-core machine with everything else at once.
+cargo test --workspace --locked -- --test-threads="${TEST_THREADS:-2}"
+
+echo "== bounded fuzzing"
+bash tests/fuzz.sh
