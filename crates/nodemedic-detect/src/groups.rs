@@ -137,6 +137,11 @@ fn build_group(
             None => unknown_affinity.push(*irq),
         }
     }
+    // An IRQ bound to an offline CPU does not fire (managed IRQs are shut down with their
+    // CPU); it is not a place interrupts are delivered.
+    if let Some(t) = &snap.topology {
+        effective_cpus = effective_cpus.intersection(&t.online);
+    }
     let numa_node = sysfs.and_then(|d| d.numa_node).or_else(|| {
         irqs.iter()
             .find_map(|i| snap.affinity.get(i)?.node)

@@ -36,6 +36,9 @@ impl Format {
 pub enum Kind {
     Counter,
     Gauge,
+    /// A constant-1 series whose labels carry information; its name ends in `_info`. A gauge
+    /// in the text format, OpenMetrics' `info` type otherwise.
+    Info,
 }
 
 pub struct Encoder {
@@ -56,16 +59,20 @@ impl Encoder {
         }
     }
 
-    /// Starts a metric family. `name` is the family name without `_total`; counters get the
-    /// suffix on their samples (and, in the text format, in HELP/TYPE as Prometheus expects).
+    /// Starts a metric family. `name` is the family name without `_total` or `_info`; counters
+    /// and info metrics get the suffix on their samples (and, in the text format, in
+    /// HELP/TYPE as Prometheus expects).
     pub fn family(&mut self, name: &str, kind: Kind, help: &str) {
         let (meta_name, kind_str) = match (kind, self.format) {
             (Kind::Counter, Format::Text) => (format!("{name}_total"), "counter"),
             (Kind::Counter, Format::OpenMetrics) => (name.to_string(), "counter"),
+            (Kind::Info, Format::Text) => (format!("{name}_info"), "gauge"),
+            (Kind::Info, Format::OpenMetrics) => (name.to_string(), "info"),
             (Kind::Gauge, _) => (name.to_string(), "gauge"),
         };
         self.sample_name = match kind {
             Kind::Counter => format!("{name}_total"),
+            Kind::Info => format!("{name}_info"),
             Kind::Gauge => name.to_string(),
         };
         let _ = writeln!(self.out, "# HELP {meta_name} {}", escape_help(help));
@@ -159,12 +166,23 @@ mod tests {
         let mut e = Encoder::new(Format::OpenMetrics);
         e.family("x_interrupts", Kind::Counter, "Interrupts.");
         e.sample(&[], 1.0);
+        e.family("x_build", Kind::Info, "Build.");
+        e.sample(&[("version", "1")], 1.0);
         assert_eq!(
             e.finish(),
-            "# HELP x_interrupts Interrupts.\n# TYPE x_interrupts counter\nx_interrupts_total 1\n# EOF\n"
+            "# HELP x_interrupts Interrupts.\n# TYPE x_interrupts counter\nx_interrupts_total 1\n\
+             # HELP x_build Build.\n# TYPE x_build info\nx_build_info{version=\"1\"} 1\n# EOF\n"
+        );
+        let mut e = Encoder::new(Format::Text);
+        e.family("x_build", Kind::Info, "Build.");
+        assert_eq!(
+            e.finish(),
+            "# HELP x_build_info Build.\n# TYPE x_build_info gauge\n"
         );
         assert_eq!(
-            Format::from_accept(Some("application/openmetrics-text; version=1.0.0,text/plain;q=0.5")),
+            Format::from_accept(Some(
+                "application/openmetrics-text; version=1.0.0,text/plain;q=0.5"
+            )),
             Format::OpenMetrics
         );
         assert_eq!(Format::from_accept(Some("*/*")), Format::Text);

@@ -67,8 +67,8 @@ pub fn render(input: &ExportInput<'_>, opts: &MetricsOptions, format: Format) ->
 
 fn self_metrics(e: &mut Encoder, input: &ExportInput<'_>) {
     e.family(
-        "nodemedic_build_info",
-        Kind::Gauge,
+        "nodemedic_build",
+        Kind::Info,
         "A metric with a constant '1' value labeled by nodemedic's version.",
     );
     e.sample(&[("version", env!("CARGO_PKG_VERSION"))], 1.0);
@@ -78,7 +78,10 @@ fn self_metrics(e: &mut Encoder, input: &ExportInput<'_>) {
         "Whether the collector succeeded in the last sample (1) or failed (0); see /status for the reason.",
     );
     for c in input.collectors {
-        e.sample(&[("collector", &c.name)], f64::from(u8::from(c.is_success())));
+        e.sample(
+            &[("collector", &c.name)],
+            f64::from(u8::from(c.is_success())),
+        );
     }
     e.family(
         "nodemedic_scrape_collector_duration_seconds",
@@ -111,15 +114,35 @@ fn self_metrics(e: &mut Encoder, input: &ExportInput<'_>) {
         e.sample(&[], snap.timestamp);
     }
     if let Some(p) = input.process {
-        e.family("process_cpu_seconds", Kind::Counter, "Total user and system CPU time spent in seconds.");
+        e.family(
+            "process_cpu_seconds",
+            Kind::Counter,
+            "Total user and system CPU time spent in seconds.",
+        );
         e.sample(&[], p.cpu_seconds);
-        e.family("process_resident_memory_bytes", Kind::Gauge, "Resident memory size in bytes.");
+        e.family(
+            "process_resident_memory_bytes",
+            Kind::Gauge,
+            "Resident memory size in bytes.",
+        );
         e.sample(&[], p.resident_memory_bytes);
-        e.family("process_virtual_memory_bytes", Kind::Gauge, "Virtual memory size in bytes.");
+        e.family(
+            "process_virtual_memory_bytes",
+            Kind::Gauge,
+            "Virtual memory size in bytes.",
+        );
         e.sample(&[], p.virtual_memory_bytes);
-        e.family("process_start_time_seconds", Kind::Gauge, "Start time of the process since unix epoch in seconds.");
+        e.family(
+            "process_start_time_seconds",
+            Kind::Gauge,
+            "Start time of the process since unix epoch in seconds.",
+        );
         e.sample(&[], p.start_time_seconds);
-        e.family("process_open_fds", Kind::Gauge, "Number of open file descriptors.");
+        e.family(
+            "process_open_fds",
+            Kind::Gauge,
+            "Number of open file descriptors.",
+        );
         e.sample(&[], p.open_fds);
     }
 }
@@ -137,7 +160,10 @@ fn topology(e: &mut Encoder, snap: &Snapshot) {
     e.sample(&[("state", "isolated")], t.isolated.len() as f64);
     e.sample(&[("state", "nohz_full")], t.nohz_full.len() as f64);
     if let Some(irqb) = &snap.irqbalance {
-        e.sample(&[("state", "irqbalance_banned")], irqb.banned_cpus.len() as f64);
+        e.sample(
+            &[("state", "irqbalance_banned")],
+            irqb.banned_cpus.len() as f64,
+        );
     }
 }
 
@@ -163,7 +189,10 @@ fn interrupts(e: &mut Encoder, snap: &Snapshot, verdicts: &[GroupVerdict], opts:
         "Interrupts handled per IRQ, summed over CPUs (from /proc/interrupts).",
     );
     for (line, (irq, group, name)) in ints.irqs.iter().zip(&labels) {
-        e.sample(&[("irq", irq), ("group", group), ("name", name)], line.total() as f64);
+        e.sample(
+            &[("irq", irq), ("group", group), ("name", name)],
+            line.total() as f64,
+        );
     }
     e.family(
         "nodemedic_irq_effective_cpu",
@@ -187,7 +216,11 @@ fn interrupts(e: &mut Encoder, snap: &Snapshot, verdicts: &[GroupVerdict], opts:
         "Number of CPUs in the IRQ's smp_affinity (where it may be delivered).",
     );
     for (irq, group, _) in &labels {
-        if let Some(smp) = irq.parse().ok().and_then(|n: u32| snap.affinity.get(&n)?.smp.as_ref()) {
+        if let Some(smp) = irq
+            .parse()
+            .ok()
+            .and_then(|n: u32| snap.affinity.get(&n)?.smp.as_ref())
+        {
             e.sample(&[("irq", irq), ("group", group)], smp.len() as f64);
         }
     }
@@ -295,8 +328,8 @@ fn groups(e: &mut Encoder, verdicts: &[GroupVerdict]) {
         .filter(|v| v.group.irqs.len() >= 2 || v.group.pci.is_some())
         .collect();
     e.family(
-        "nodemedic_irq_group_info",
-        Kind::Gauge,
+        "nodemedic_irq_group",
+        Kind::Info,
         "Device groups of IRQs, with driver, PCI address, network interface and NUMA node.",
     );
     for v in &shown {

@@ -62,7 +62,7 @@ pub fn classify(chip: &str, hwirq: Option<&str>, actions: &[String]) -> IrqDevic
     if let Some(addr) = find_pci_address(action) {
         // `ice-0000:86:00.0:misc`: a control vector named after the device.
         dev.pci = dev.pci.or(Some(addr));
-        dev.driver_hint = action.split('-').next().map(str::to_string);
+        dev.driver_hint = action.split(['-', '[']).next().map(str::to_string);
         dev.role = IrqRole::Control;
         return dev;
     }
@@ -153,7 +153,8 @@ pub fn find_pci_address(s: &str) -> Option<String> {
 /// Old kernels print MSI chips without the address (`PCI-MSI 1572864-edge`); the hwirq then
 /// encodes it: `index | devid << 11 | domain << 27`, with devid = bus << 8 | devfn.
 fn pci_from_msi_hwirq(chip: &str, hwirq: Option<&str>) -> Option<String> {
-    if !chip.ends_with("PCI-MSI") && !chip.ends_with("PCI-MSIX") {
+    // x86's PCI MSI domains and arm64's GICv3 ITS encode the requester the same way.
+    if !chip.ends_with("PCI-MSI") && !chip.ends_with("PCI-MSIX") && chip != "ITS-MSI" {
         return None;
     }
     let hw: u64 = hwirq?.parse().ok()?;
@@ -227,6 +228,10 @@ mod tests {
             (Some("0000:86:00.0"), IrqRole::Control)
         );
         assert_eq!(c("x", None, "eth0-rx-0").instance.as_deref(), Some("eth0"));
+        let d = c("IR-PCI-MSI-0000:00:17.0", Some("0"), "ahci[0000:00:17.0]");
+        assert_eq!(d.driver_hint.as_deref(), Some("ahci"));
+        let d = c("ITS-MSI", Some("65536"), "nvme0q1");
+        assert_eq!(d.pci.as_deref(), Some("0000:00:04.0"));
     }
 
     #[test]

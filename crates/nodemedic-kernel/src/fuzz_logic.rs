@@ -53,8 +53,11 @@ pub fn irqbalance_env(data: &[u8]) {
     let _ = irqbalance::banned_cpus(&env);
 }
 
+/// A fuzz entry point.
+pub type Target = fn(&[u8]);
+
 /// Every target, by the name its fuzz target and corpus directory use.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("interrupts", interrupts),
     ("softirqs", softirqs),
     ("softnet", softnet),

@@ -1,5 +1,7 @@
 //! `nodemedic check` end to end: the real binary on fixture trees and on this machine.
 
+#![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 

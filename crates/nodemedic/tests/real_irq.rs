@@ -2,6 +2,8 @@
 //! Needs root and a writable /proc/irq/*/smp_affinity (true on the development VM and CI).
 //! Restores every affinity it changed, even when an assertion fails.
 
+#![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
+
 use std::collections::BTreeMap;
 use std::process::Command;
 

@@ -1,0 +1,461 @@
+//! Helpers shared by the end-to-end tests: start the real `nodemedic` binary (and, for
+//! `prometheus.rs`, a real Prometheus) on a free port, talk HTTP/1.1 to it with nothing but
+//! `std::net::TcpStream`, poll with a deadline, and always kill what was started.
+
+#![allow(dead_code)]
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+/// How long any single condition may take to become true before the test fails.
+pub const DEADLINE: Duration = Duration::from_secs(30);
+
+/// Set to `1` to skip (loudly) the parts that need Prometheus' own binaries.
+pub const SKIP_ENV: &str = "NODEMEDIC_SKIP_PROMETHEUS";
+
+pub fn nodemedic_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_nodemedic")
+}
+
+/// The workspace root (`/work/main`).
+pub fn workspace_root() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    root.canonicalize().unwrap_or(root)
+}
+
+pub fn fixture_dir(name: &str) -> PathBuf {
+    let dir = workspace_root().join("tests/fixtures").join(name);
+    assert!(
+        dir.is_dir(),
+        "fixture tree {} does not exist",
+        dir.display()
+    );
+    dir
+}
+
+pub fn golden_dir() -> PathBuf {
+    workspace_root().join("tests/golden")
+}
+
+/// The test config used against fixtures: fast sampling, collapse raised after two samples.
+pub const FAST_CONFIG: &str =
+    "sample_interval = \"200ms\"\n\n[detector.collapse]\nraise_after = 2\n";
+
+// ---------------------------------------------------------------------------------------------
+// Processes
+
+/// Kills (SIGKILL) and reaps the child when dropped, whatever happened in the test.
+pub struct ChildGuard {
+    child: Child,
+}
+
+impl ChildGuard {
+    pub fn new(child: Child) -> Self {
+        Self { child }
+    }
+
+    /// `Some(status)` if the process has exited.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// A server process listening on 127.0.0.1:`port`, with its stdout+stderr in `log`.
+/// Dropping it kills the process, then removes its temp dir; if the test is panicking, the
+/// tail of the log is printed first.
+pub struct Server {
+    pub name: String,
+    pub port: u16,
+    // Field order matters: the child must be killed before its directory is removed.
+    child: ChildGuard,
+    log: PathBuf,
+    pub dir: TempDir,
+}
+
+impl Server {
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn get(&self, path: &str) -> Response {
+        self.get_with(path, &[])
+    }
+
+    pub fn get_with(&self, path: &str, headers: &[(&str, &str)]) -> Response {
+        match http_get(self.addr(), path, headers) {
+            Ok(r) => r,
+            Err(e) => panic!(
+                "GET {path} from {}: {e}\n--- {} log ---\n{}",
+                self.name,
+                self.name,
+                tail(&self.log(), 40)
+            ),
+        }
+    }
+
+    /// Polls `f` every 50 ms until it returns `Ok`, failing fast if the process dies and with
+    /// the last `Err` (the reason it was not ready yet) once `timeout` passes.
+    pub fn poll<T>(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        mut f: impl FnMut(&Server) -> Result<T, String>,
+    ) -> T {
+        let start = Instant::now();
+        let mut last = String::from("never tried");
+        loop {
+            if let Some(status) = self.child.exited() {
+                panic!(
+                    "{} exited ({status}) while waiting for {what}; last: {last}\n--- {} log ---\n{}",
+                    self.name,
+                    self.name,
+                    tail(&self.log(), 40)
+                );
+            }
+            match f(self) {
+                Ok(v) => return v,
+                Err(e) => last = e,
+            }
+            if start.elapsed() > timeout {
+                panic!(
+                    "timed out after {:.1}s waiting for {what} from {}; last: {last}\n--- {} log ---\n{}",
+                    start.elapsed().as_secs_f64(),
+                    self.name,
+                    self.name,
+                    tail(&self.log(), 40)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- {} (pid {}) log, last lines ---\n{}",
+                self.name,
+                self.child.id(),
+                tail(&self.log(), 60)
+            );
+        }
+    }
+}
+
+fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// A port that was free a moment ago: bind 127.0.0.1:0, read the port, drop the listener.
+/// Racy by nature; `start_server` retries when the port got taken in between.
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("binding 127.0.0.1:0");
+    listener.local_addr().expect("local_addr").port()
+}
+
+/// Starts the command built by `make(port, dir)` on a free port, waiting until `ready_path`
+/// answers 200. Retries with another port (up to 5 times) when the process dies because the
+/// address was taken meanwhile.
+pub fn start_server(
+    name: &str,
+    ready_path: &str,
+    mut make: impl FnMut(u16, &Path) -> Command,
+) -> Server {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let dir = tempfile::tempdir().expect("creating a temp dir");
+        let port = free_port();
+        let log = dir.path().join(format!("{name}.log"));
+        let out = File::create(&log).expect("creating the log file");
+        let err = out.try_clone().expect("cloning the log file handle");
+        let mut cmd = make(port, dir.path());
+        cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawning {name} ({:?}): {e}", cmd.get_program()));
+        let mut server = Server {
+            name: name.to_string(),
+            port,
+            child: ChildGuard::new(child),
+            log,
+            dir,
+        };
+        let start = Instant::now();
+        let ready = loop {
+            if server.child.exited().is_some() {
+                break false;
+            }
+            let last = match http_get(server.addr(), ready_path, &[]) {
+                Ok(r) if r.status == 200 => break true,
+                Ok(r) => format!("HTTP {}: {}", r.status, r.body.trim()),
+                Err(e) => e,
+            };
+            if start.elapsed() > DEADLINE {
+                panic!(
+                    "{name} not ready on {ready_path} after {:.1}s; last: {last}\n--- {name} log ---\n{}",
+                    start.elapsed().as_secs_f64(),
+                    tail(&server.log(), 40)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        if ready {
+            return server;
+        }
+        let log_text = server.log();
+        let in_use = log_text
+            .to_ascii_lowercase()
+            .contains("address already in use");
+        if in_use && attempt < 5 {
+            eprintln!(
+                "{name}: port {port} was taken before it could bind; retrying on another port"
+            );
+            drop(server);
+            continue;
+        }
+        panic!(
+            "{name} exited before becoming ready (attempt {attempt})\n--- {name} log ---\n{}",
+            tail(&log_text, 40)
+        );
+    }
+}
+
+/// Starts `nodemedic run` against a fixture tree with the given config file contents.
+pub fn start_nodemedic(fixture: &str, config: &str) -> Server {
+    let tree = fixture_dir(fixture);
+    start_server("nodemedic", "/healthz", |port, dir| {
+        let cfg = dir.join("nodemedic.toml");
+        std::fs::write(&cfg, config).expect("writing the config");
+        let mut cmd = Command::new(nodemedic_bin());
+        cmd.arg("--config")
+            .arg(&cfg)
+            .arg("--path.procfs")
+            .arg(tree.join("proc"))
+            .arg("--path.sysfs")
+            .arg(tree.join("sys"))
+            .arg("--path.rootfs")
+            .arg(&tree)
+            .arg("--web.listen-address")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("run")
+            .env_remove("NODEMEDIC_CONFIG")
+            .env("NO_COLOR", "1")
+            .env("RUST_LOG", "info");
+        cmd
+    })
+}
+
+/// Waits until the daemon's /status reports at least `n` samples.
+pub fn wait_for_samples(server: &mut Server, n: u64) {
+    server.poll(&format!("samples_total >= {n} in /status"), DEADLINE, |s| {
+        let r = http_get(s.addr(), "/status", &[])?;
+        if r.status != 200 {
+            return Err(format!("HTTP {}", r.status));
+        }
+        let v: serde_json::Value =
+            serde_json::from_str(&r.body).map_err(|e| format!("bad JSON: {e}"))?;
+        let got = v["samples_total"]
+            .as_u64()
+            .ok_or("no samples_total in /status")?;
+        if got >= n {
+            Ok(())
+        } else {
+            Err(format!("samples_total = {got}"))
+        }
+    });
+}
+
+/// Finds one of Prometheus' binaries. Missing: panics with how to install it, unless
+/// `NODEMEDIC_SKIP_PROMETHEUS=1`, in which case it prints a loud SKIPPED line and returns None.
+pub fn prometheus_tool(name: &str, what: &str) -> Option<PathBuf> {
+    let from_path = std::env::var_os("PATH")
+        .map(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join(name))
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    let found = from_path
+        .into_iter()
+        .chain([PathBuf::from("/usr/bin").join(name)])
+        .find(|p| p.is_file());
+    if found.is_some() {
+        return found;
+    }
+    if std::env::var(SKIP_ENV).as_deref() == Ok("1") {
+        eprintln!(
+            "\n********************************************************************\n\
+             *** SKIPPED: {what}: `{name}` not found and {SKIP_ENV}=1\n\
+             ********************************************************************\n"
+        );
+        return None;
+    }
+    panic!(
+        "`{name}` not found on PATH or in /usr/bin; it is needed for {what}. Install it with \
+         `apt-get install prometheus` (Debian/Ubuntu), or set {SKIP_ENV}=1 to skip this check."
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP
+
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    /// Header names lower-cased.
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A minimal HTTP/1.1 GET (`Connection: close`, identity or chunked bodies).
+pub fn http_get(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Result<Response, String> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+        .map_err(|e| format!("connecting to {addr}: {e}"))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .map_err(|e| e.to_string())?;
+    stream
+        .set_write_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    let mut req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nUser-Agent: nodemedic-tests\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    stream
+        .write_all(req.as_bytes())
+        .map_err(|e| format!("sending request: {e}"))?;
+    let mut raw = Vec::new();
+    stream
+        .read_to_end(&mut raw)
+        .map_err(|e| format!("reading response: {e}"))?;
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| format!("no end of headers in {} bytes", raw.len()))?;
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut body = raw[split + 4..].to_vec();
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or_default();
+    let status = status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("bad status line {status_line:?}"))?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.to_ascii_lowercase().contains("chunked"));
+    if chunked {
+        body = dechunk(&body)?;
+    } else if let Some(len) = headers.iter().find(|(k, _)| k == "content-length") {
+        let len: usize = len
+            .1
+            .parse()
+            .map_err(|_| format!("bad content-length {:?}", len.1))?;
+        if body.len() != len {
+            return Err(format!("content-length {len} but got {} bytes", body.len()));
+        }
+    }
+    let body = String::from_utf8(body).map_err(|e| format!("body is not UTF-8: {e}"))?;
+    Ok(Response {
+        status,
+        headers,
+        body,
+    })
+}
+
+fn dechunk(mut data: &[u8]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    loop {
+        let eol = data
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .ok_or("truncated chunk size line")?;
+        let size_text = String::from_utf8_lossy(&data[..eol]);
+        let size_hex = size_text.split(';').next().unwrap_or("").trim();
+        let size = usize::from_str_radix(size_hex, 16)
+            .map_err(|_| format!("bad chunk size {size_hex:?}"))?;
+        data = &data[eol + 2..];
+        if size == 0 {
+            return Ok(out);
+        }
+        if data.len() < size + 2 {
+            return Err("truncated chunk".into());
+        }
+        out.extend_from_slice(&data[..size]);
+        data = &data[size + 2..];
+    }
+}
+
+/// Percent-encodes a query-string value.
+pub fn url_encode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(char::from(b))
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exposition text
+
+/// Sample lines (not comments, not blank).
+pub fn sample_lines(body: &str) -> impl Iterator<Item = &str> {
+    body.lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+}
+
+/// The metric name of a sample line.
+pub fn metric_name(line: &str) -> &str {
+    let end = line.find(['{', ' ']).unwrap_or(line.len());
+    &line[..end]
+}

@@ -1,0 +1,373 @@
+//! End to end: `nodemedic run` against fixture trees, its /metrics compared to golden files
+//! (`tests/golden/<fixture>.prom`), linted by `promtool check metrics`, and served as
+//! OpenMetrics when asked.
+//!
+//! Regenerate the golden files after an intended change of the exposition with
+//! `UPDATE_GOLDEN=1 cargo test -p nodemedic --test exposition`, then review the diff.
+
+// Test helpers outside #[test] fns are meant to panic on failure.
+#![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use common::*;
+
+const VOLATILE: &str = "<volatile>";
+
+/// Families whose values change from scrape to scrape (or from machine to machine).
+fn is_volatile(name: &str) -> bool {
+    matches!(
+        name,
+        "nodemedic_scrape_collector_duration_seconds"
+            | "nodemedic_samples_total"
+            | "nodemedic_last_sample_timestamp_seconds"
+    ) || name.starts_with("process_")
+}
+
+/// Replaces volatile values with `<volatile>`, keeping every series line so the set of series
+/// is still compared. The build version is replaced too, so a version bump does not churn the
+/// golden files (it is asserted separately).
+fn normalise(body: &str) -> String {
+    let version_label = format!("{{version=\"{}\"}}", env!("CARGO_PKG_VERSION"));
+    let mut out = String::with_capacity(body.len());
+    for line in body.lines() {
+        if !line.starts_with('#') && !line.is_empty() {
+            let name = metric_name(line);
+            if is_volatile(name) {
+                let (series, _) = line.rsplit_once(' ').unwrap_or((line, ""));
+                out.push_str(series);
+                out.push(' ');
+                out.push_str(VOLATILE);
+                out.push('\n');
+                continue;
+            }
+            if name == "nodemedic_build_info" {
+                out.push_str(&line.replace(&version_label, "{version=\"<version>\"}"));
+                out.push('\n');
+                continue;
+            }
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// A unified-style diff (LCS over lines, three lines of context, at most 80 lines shown),
+/// enough to see what changed without an external tool.
+fn short_diff(expected: &str, actual: &str) -> String {
+    let a: Vec<&str> = expected.lines().collect();
+    let b: Vec<&str> = actual.lines().collect();
+    // Edit script: (' ' | '-' | '+', line number in expected or actual, text).
+    let prefix = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    let suffix = a[prefix..]
+        .iter()
+        .rev()
+        .zip(b[prefix..].iter().rev())
+        .take_while(|(x, y)| x == y)
+        .count();
+    let mut ops: Vec<(char, usize, &str)> = (0..prefix).map(|i| (' ', i, a[i])).collect();
+    let (a, b) = (&a[prefix..a.len() - suffix], &b[prefix..b.len() - suffix]);
+    let (n, m) = (a.len(), b.len());
+    let at = ops.len();
+    if n.saturating_mul(m) <= 16_000_000 {
+        // lcs[i][j] = LCS length of a[i..] and b[j..].
+        let w = m + 1;
+        let mut lcs = vec![0u32; (n + 1) * w];
+        for i in (0..n).rev() {
+            for j in (0..m).rev() {
+                lcs[i * w + j] = if a[i] == b[j] {
+                    lcs[(i + 1) * w + j + 1] + 1
+                } else {
+                    lcs[(i + 1) * w + j].max(lcs[i * w + j + 1])
+                };
+            }
+        }
+        let (mut i, mut j) = (0, 0);
+        while i < n || j < m {
+            if i < n && j < m && a[i] == b[j] {
+                ops.push((' ', i, a[i]));
+                i += 1;
+                j += 1;
+            } else if j == m || (i < n && lcs[(i + 1) * w + j] >= lcs[i * w + j + 1]) {
+                ops.push(('-', i, a[i]));
+                i += 1;
+            } else {
+                ops.push(('+', j, b[j]));
+                j += 1;
+            }
+        }
+    } else {
+        ops.extend(a.iter().enumerate().map(|(i, l)| ('-', i, *l)));
+        ops.extend(b.iter().enumerate().map(|(j, l)| ('+', j, *l)));
+    }
+    for op in &mut ops[at..] {
+        op.1 += prefix;
+    }
+    let tail_start = prefix + n;
+    let full_a: Vec<&str> = expected.lines().collect();
+    ops.extend((tail_start..full_a.len()).map(|i| (' ', i, full_a[i])));
+    let changed: Vec<usize> = (0..ops.len()).filter(|&k| ops[k].0 != ' ').collect();
+    let (removed, added) = (
+        ops.iter().filter(|o| o.0 == '-').count(),
+        ops.iter().filter(|o| o.0 == '+').count(),
+    );
+    let mut out =
+        format!("{removed} line(s) only in the golden file, {added} only in the scrape\n");
+    let mut shown = 0;
+    let mut last_printed: Option<usize> = None;
+    for (k, op) in ops.iter().enumerate() {
+        let near = changed
+            .binary_search_by(|&c| {
+                if c + 3 < k {
+                    std::cmp::Ordering::Less
+                } else if c > k + 3 {
+                    std::cmp::Ordering::Greater
+                } else {
+                    std::cmp::Ordering::Equal
+                }
+            })
+            .is_ok();
+        if !near {
+            continue;
+        }
+        if last_printed.map(|p| p + 1) != Some(k) {
+            out.push_str(&format!(
+                "@@ {} line {} @@\n",
+                if op.0 == '+' { "scrape" } else { "golden" },
+                op.1 + 1
+            ));
+        }
+        if shown == 80 {
+            out.push_str("… (diff truncated)\n");
+            break;
+        }
+        out.push_str(&format!("{}{}\n", op.0, op.2));
+        shown += 1;
+        last_printed = Some(k);
+    }
+    out
+}
+
+fn check_golden(fixture: &str, normalised: &str) {
+    let path = golden_dir().join(format!("{fixture}.prom"));
+    if std::env::var("UPDATE_GOLDEN").as_deref() == Ok("1") {
+        std::fs::create_dir_all(golden_dir()).expect("creating tests/golden");
+        std::fs::write(&path, normalised).expect("writing the golden file");
+        eprintln!("UPDATE_GOLDEN=1: wrote {}", path.display());
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "reading {}: {e}\nGenerate it with: UPDATE_GOLDEN=1 cargo test -p nodemedic --test exposition",
+            path.display()
+        )
+    });
+    if expected != normalised {
+        panic!(
+            "/metrics for fixture {fixture} differs from {} (- golden, + actual):\n{}\n\
+             If the change is intended: UPDATE_GOLDEN=1 cargo test -p nodemedic --test exposition",
+            path.display(),
+            short_diff(&expected, normalised)
+        );
+    }
+}
+
+/// `promtool check metrics` on the raw scrape: exit 0 and nothing to say.
+fn promtool_check(fixture: &str, raw: &str) {
+    let Some(promtool) =
+        prometheus_tool("promtool", "linting /metrics with `promtool check metrics`")
+    else {
+        return;
+    };
+    let mut child = Command::new(&promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("running {}: {e}", promtool.display()));
+    {
+        let mut stdin = child.stdin.take().expect("promtool stdin");
+        stdin.write_all(raw.as_bytes()).expect("feeding promtool");
+    }
+    let out = child.wait_with_output().expect("waiting for promtool");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.trim().is_empty() && stderr.trim().is_empty(),
+        "promtool check metrics on {fixture}: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+}
+
+/// OpenMetrics on request: content type, `# EOF`, counters' metadata named without `_total`
+/// while their samples keep it, and the same series and values as the text format.
+fn check_openmetrics(server: &Server, fixture: &str, text_normalised: &str) {
+    let r = server.get_with(
+        "/metrics",
+        &[("Accept", "application/openmetrics-text; version=1.0.0")],
+    );
+    assert_eq!(r.status, 200, "{fixture}: OpenMetrics /metrics status");
+    let ct = r.header("content-type").unwrap_or("");
+    assert!(
+        ct.starts_with("application/openmetrics-text") && ct.contains("version=1.0.0"),
+        "{fixture}: content-type {ct:?} is not OpenMetrics 1.0.0"
+    );
+    let body = &r.body;
+    assert!(
+        body.ends_with("# EOF\n"),
+        "{fixture}: OpenMetrics body does not end with '# EOF\\n'"
+    );
+    assert_eq!(
+        body.matches("# EOF").count(),
+        1,
+        "{fixture}: more than one # EOF"
+    );
+
+    let mut counters = 0;
+    let mut current_counter: Option<String> = None;
+    for line in body.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').expect("# TYPE name kind");
+            if kind == "counter" {
+                counters += 1;
+                assert!(
+                    !name.ends_with("_total"),
+                    "{fixture}: OpenMetrics counter family {name} must be named without _total"
+                );
+                current_counter = Some(name.to_string());
+            } else {
+                current_counter = None;
+            }
+        } else if !line.starts_with('#') {
+            if let Some(family) = &current_counter {
+                assert_eq!(
+                    metric_name(line),
+                    format!("{family}_total"),
+                    "{fixture}: sample of counter {family} must be named {family}_total"
+                );
+            }
+        }
+    }
+    assert!(
+        counters > 0,
+        "{fixture}: no counter families in the OpenMetrics exposition"
+    );
+
+    let text: BTreeSet<&str> = sample_lines(text_normalised).collect();
+    let om_normalised = normalise(body);
+    let om: BTreeSet<&str> = sample_lines(&om_normalised).collect();
+    let only_text: Vec<_> = text.difference(&om).take(10).collect();
+    let only_om: Vec<_> = om.difference(&text).take(10).collect();
+    assert!(
+        only_text.is_empty() && only_om.is_empty(),
+        "{fixture}: text and OpenMetrics expositions differ in series or values\n\
+         only in text: {only_text:#?}\nonly in OpenMetrics: {only_om:#?}"
+    );
+}
+
+/// Groups with `nodemedic_irq_collapsed{group=...} 1`.
+fn collapsed_groups(raw: &str) -> BTreeSet<String> {
+    sample_lines(raw)
+        .filter(|l| metric_name(l) == "nodemedic_irq_collapsed" && l.ends_with(" 1"))
+        .map(|l| {
+            l.split_once("group=\"")
+                .and_then(|(_, rest)| rest.split_once('"'))
+                .map(|(g, _)| g.to_string())
+                .unwrap_or_else(|| l.to_string())
+        })
+        .collect()
+}
+
+/// Runs the whole check for one fixture and returns the raw text exposition.
+fn exposition(fixture: &str, expect_collapsed: &[&str]) -> String {
+    let mut server = start_nodemedic(fixture, FAST_CONFIG);
+    wait_for_samples(&mut server, 3);
+
+    let r = server.get("/metrics");
+    assert_eq!(r.status, 200, "{fixture}: /metrics status");
+    let ct = r.header("content-type").unwrap_or("");
+    assert!(
+        ct.starts_with("text/plain; version=0.0.4"),
+        "{fixture}: content-type {ct:?}"
+    );
+    let raw = r.body;
+
+    let build_info = format!(
+        "nodemedic_build_info{{version=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(
+        raw.lines().any(|l| l == build_info),
+        "{fixture}: no `{build_info}` line"
+    );
+    let samples: u64 = sample_lines(&raw)
+        .find(|l| metric_name(l) == "nodemedic_samples_total")
+        .and_then(|l| l.rsplit_once(' '))
+        .and_then(|(_, v)| v.parse().ok())
+        .expect("nodemedic_samples_total sample");
+    assert!(
+        samples >= 3,
+        "{fixture}: nodemedic_samples_total = {samples}, expected >= 3"
+    );
+
+    let collapsed = collapsed_groups(&raw);
+    let expected: BTreeSet<String> = expect_collapsed.iter().map(|s| s.to_string()).collect();
+    assert_eq!(
+        collapsed, expected,
+        "{fixture}: groups with nodemedic_irq_collapsed 1"
+    );
+
+    let normalised = normalise(&raw);
+    check_golden(fixture, &normalised);
+    promtool_check(fixture, &raw);
+    check_openmetrics(&server, fixture, &normalised);
+    raw
+}
+
+#[test]
+fn exposition_8cpu_collapsed() {
+    let raw = exposition("8cpu-collapsed", &["virtio2"]);
+    assert!(
+        raw.lines()
+            .any(|l| l == "nodemedic_irq_collapsed{group=\"virtio2\"} 1"),
+        "no `nodemedic_irq_collapsed{{group=\"virtio2\"}} 1` line"
+    );
+}
+
+#[test]
+fn exposition_96cpu_collapsed() {
+    exposition("96cpu-collapsed", &["mlx5_core 0000:3b:00.0"]);
+}
+
+#[test]
+fn exposition_256cpu_healthy() {
+    let raw = exposition("256cpu-healthy", &[]);
+    let series = sample_lines(&raw).count();
+    assert!(
+        series < 10_000,
+        "256cpu-healthy exposes {series} series; the budget is < 10,000"
+    );
+    let bad: Vec<&str> = sample_lines(&raw)
+        .filter(|l| l.starts_with("nodemedic_irq_collapsed{") && l.ends_with(" 1"))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "256cpu-healthy has collapsed groups: {bad:?}"
+    );
+}
+
+#[test]
+fn exposition_aarch64() {
+    exposition("aarch64", &[]);
+}
+
+#[test]
+fn exposition_8cpu_offline() {
+    exposition("8cpu-offline", &[]);
+}

@@ -1,0 +1,167 @@
+//! A real Prometheus (Debian's `prometheus` package) scrapes `nodemedic run` on the
+//! `8cpu-collapsed` fixture, and its query API sees the collapse.
+//!
+//! Prometheus 2.x asks for OpenMetrics first, so this also proves its OpenMetrics parser
+//! accepts nodemedic's exposition. Needs /usr/bin/prometheus; set NODEMEDIC_SKIP_PROMETHEUS=1
+//! to skip (loudly) where it cannot be installed.
+
+// Test helpers outside #[test] fns are meant to panic on failure.
+#![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+
+/// Prometheus applies new targets on a 5 s reload tick, then scrapes: allow generously.
+const FIRST_SCRAPE_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Runs an instant query; `Ok` with the result vector once the query succeeded.
+fn query(prom: &Server, q: &str) -> Result<Vec<Value>, String> {
+    let path = format!("/api/v1/query?query={}", url_encode(q));
+    let r = http_get(prom.addr(), &path, &[])?;
+    let v: Value = serde_json::from_str(&r.body)
+        .map_err(|e| format!("HTTP {}, bad JSON ({e}): {}", r.status, r.body))?;
+    if r.status != 200 || v["status"] != "success" {
+        return Err(format!("query {q:?}: HTTP {}: {}", r.status, r.body));
+    }
+    v["data"]["result"]
+        .as_array()
+        .cloned()
+        .ok_or_else(|| format!("query {q:?}: no data.result array: {}", r.body))
+}
+
+/// The value of the single series a query returns, as Prometheus prints it ("1", "8", …).
+fn single_value(prom: &mut Server, q: &str, target: &str) -> String {
+    let q = q.to_string();
+    let target = target.to_string();
+    prom.poll(&format!("a result for {q}"), DEADLINE, move |p| {
+        let result = query(p, &q)?;
+        match result.as_slice() {
+            [] => Err("empty result".into()),
+            [one] => {
+                assert_eq!(one["metric"]["job"], "nodemedic", "{q}: job label in {one}");
+                assert_eq!(
+                    one["metric"]["instance"],
+                    target.as_str(),
+                    "{q}: instance label in {one}"
+                );
+                one["value"][1]
+                    .as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| format!("no value in {one}"))
+            }
+            many => panic!("{q}: expected one series, got {}: {many:?}", many.len()),
+        }
+    })
+}
+
+/// Why the target is not up yet, from /api/v1/targets (for the timeout message).
+fn target_state(prom: &Server) -> String {
+    match http_get(prom.addr(), "/api/v1/targets", &[]) {
+        Ok(r) => match serde_json::from_str::<Value>(&r.body) {
+            Ok(v) => v["data"]["activeTargets"]
+                .as_array()
+                .map(|ts| {
+                    ts.iter()
+                        .map(|t| {
+                            format!(
+                                "{} health={} lastError={}",
+                                t["scrapeUrl"], t["health"], t["lastError"]
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                })
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "no active targets yet".into()),
+            Err(e) => format!("bad /api/v1/targets JSON: {e}"),
+        },
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn prometheus_scrapes_the_collapse() {
+    let Some(prometheus) = prometheus_tool("prometheus", "the real-Prometheus scrape test") else {
+        return;
+    };
+
+    let mut nodemedic = start_nodemedic("8cpu-collapsed", FAST_CONFIG);
+    wait_for_samples(&mut nodemedic, 3);
+    let target = format!("127.0.0.1:{}", nodemedic.port);
+    // What Prometheus should ingest per scrape: every sample line (the set is stable).
+    let expected_samples = sample_lines(&nodemedic.get("/metrics").body).count();
+
+    let mut prom = start_server("prometheus", "/-/ready", |port, dir| {
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+                 scrape_configs:\n  - job_name: nodemedic\n    static_configs:\n      - targets: ['{target}']\n"
+            ),
+        )
+        .expect("writing prometheus.yml");
+        let mut cmd = Command::new(&prometheus);
+        cmd.arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .current_dir(dir);
+        cmd
+    });
+
+    prom.poll("up{job=\"nodemedic\"} == 1", FIRST_SCRAPE_DEADLINE, |p| {
+        let result = query(p, "up{job=\"nodemedic\"}")?;
+        match result.first().and_then(|s| s["value"][1].as_str()) {
+            Some("1") => Ok(()),
+            other => Err(format!("up = {other:?}; targets: {}", target_state(p))),
+        }
+    });
+
+    assert_eq!(
+        single_value(
+            &mut prom,
+            "nodemedic_irq_collapsed{group=\"virtio2\"}",
+            &target
+        ),
+        "1",
+        "virtio2 should be reported collapsed"
+    );
+    assert_eq!(
+        single_value(
+            &mut prom,
+            "nodemedic_irq_group_effective_cpus{group=\"virtio2\"}",
+            &target
+        ),
+        "2",
+        "virtio2's IRQs are delivered to CPUs 4-5"
+    );
+    assert_eq!(
+        single_value(
+            &mut prom,
+            "nodemedic_irq_group_eligible_cpus{group=\"virtio2\"}",
+            &target
+        ),
+        "8",
+        "all 8 CPUs are eligible (no NUMA, none isolated)"
+    );
+    // Nothing dropped on the way in: Prometheus ingested every sample nodemedic exposes.
+    let scraped = single_value(
+        &mut prom,
+        "scrape_samples_scraped{job=\"nodemedic\"}",
+        &target,
+    );
+    assert_eq!(
+        scraped,
+        expected_samples.to_string(),
+        "scrape_samples_scraped vs the sample lines of /metrics"
+    );
+    // `prom` then `nodemedic` are killed here by their guards.
+}
