@@ -1,0 +1,14 @@
+//! Remediation of IRQ collapse.
+//!
+//! [`policy::Policy`] decides, and is pure: it is fed latched verdicts, the state of
+//! irqbalance and a clock, and returns what to do. Actuators ([`actuator`]) carry decisions
+//! out and never decide. The daemon wires them together; tests drive the policy with a paused
+//! clock and the actuators against a real kernel and a real systemd.
+
+pub mod config;
+pub mod dpkg;
+pub mod policy;
+pub mod spread;
+
+pub use config::{Mode, RemediationConfig};
+pub use policy::{ActionKind, Decision, Outcome, Policy, Step};

@@ -1,0 +1,595 @@
+//! The remediation policy: a pure state machine over latched verdicts.
+//!
+//! Per collapsed group it keeps an *episode* that climbs a ladder and never loops:
+//! ask irqbalance to re-place IRQs → (if that is impossible or did not help, and enabled)
+//! spread the IRQs natively → escalate once. Every action is followed by a cooldown and a
+//! verification; actions are capped per hour and per day; while verifying nothing new is
+//! decided. Every decision is returned as an audit [`Decision`].
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use nodemedic_detect::{Finding, GroupVerdict, Severity};
+use nodemedic_kernel::CpuSet;
+use serde::Serialize;
+
+use crate::config::{Mode, RemediationConfig};
+use crate::dpkg::has_rebalance_bug;
+
+/// What nodemedic knows about irqbalance on the node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum IrqbalanceState {
+    Running {
+        version: Option<String>,
+    },
+    /// Installed but not running, or disabled/masked: someone stopped it on purpose.
+    Stopped {
+        detail: String,
+        version: Option<String>,
+    },
+    NotInstalled,
+    /// Could not find out (no D-Bus access, for instance).
+    Unknown {
+        detail: String,
+    },
+}
+
+impl IrqbalanceState {
+    pub fn version(&self) -> Option<&str> {
+        match self {
+            IrqbalanceState::Running { version } | IrqbalanceState::Stopped { version, .. } => {
+                version.as_deref()
+            }
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionKind {
+    IrqbalanceRestart,
+    NativeRebalance,
+}
+
+impl ActionKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActionKind::IrqbalanceRestart => "irqbalance_restart",
+            ActionKind::NativeRebalance => "native_rebalance",
+        }
+    }
+}
+
+/// A group an action is aimed at, with what the native step needs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Target {
+    pub key: String,
+    pub name: String,
+    pub irqs: Vec<u32>,
+    pub effective_cpus: CpuSet,
+    pub eligible_cpus: CpuSet,
+}
+
+/// An action for the actuators to carry out.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Step {
+    pub id: u64,
+    pub kind: ActionKind,
+    pub targets: Vec<Target>,
+}
+
+/// One audit entry.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Decision {
+    pub timestamp: f64,
+    /// `irqbalance_restart`, `native_rebalance`, `verify`, `escalate`, `pause`.
+    pub action: String,
+    pub groups: Vec<String>,
+    pub mode: Mode,
+    pub reason: String,
+    pub evidence: String,
+    /// `pending`, `dry_run`, `done`, `failed: …`, `verified`, `not_verified`, `escalated`.
+    pub result: String,
+}
+
+/// How an action went, reported back by the daemon.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Done(String),
+    Failed(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Fresh,
+    IrqbalanceFailed,
+    NativeFailed,
+    /// An action worked; wait for the verdict to clear before anything else.
+    Resolved,
+    Escalated,
+}
+
+#[derive(Debug, Clone)]
+struct Episode {
+    stage: Stage,
+}
+
+#[derive(Debug, Clone)]
+struct Baseline {
+    key: String,
+    distinct: usize,
+    rate_share: Option<f64>,
+}
+
+#[derive(Debug, Clone)]
+struct Verification {
+    due: Duration,
+    kind: ActionKind,
+    baselines: Vec<Baseline>,
+}
+
+pub struct Policy {
+    cfg: RemediationConfig,
+    episodes: BTreeMap<String, Episode>,
+    actions: VecDeque<Duration>,
+    last_action: Option<Duration>,
+    in_flight: Option<(Step, Vec<Baseline>)>,
+    verifying: Option<Verification>,
+    next_id: u64,
+    was_paused: bool,
+}
+
+impl Policy {
+    pub fn new(cfg: RemediationConfig) -> Self {
+        Self {
+            cfg,
+            episodes: BTreeMap::new(),
+            actions: VecDeque::new(),
+            last_action: None,
+            in_flight: None,
+            verifying: None,
+            next_id: 1,
+            was_paused: false,
+        }
+    }
+
+    pub fn config(&self) -> &RemediationConfig {
+        &self.cfg
+    }
+
+    pub fn is_verifying(&self) -> bool {
+        self.verifying.is_some()
+    }
+
+    /// Actions taken (or, in dry-run, decided) within `window` before `now`.
+    pub fn actions_within(&self, now: Duration, window: Duration) -> usize {
+        self.actions
+            .iter()
+            .filter(|t| now.saturating_sub(**t) < window)
+            .count()
+    }
+
+    /// Feeds one sample's latched verdicts. Returns audit entries and at most one step to
+    /// carry out; the caller must report the step's outcome with [`Policy::completed`].
+    pub fn on_sample(
+        &mut self,
+        now: Duration,
+        timestamp: f64,
+        verdicts: &[GroupVerdict],
+        irqbalance: &IrqbalanceState,
+        paused: bool,
+    ) -> (Vec<Decision>, Option<Step>) {
+        let mut log = Vec::new();
+        if self.cfg.mode == Mode::Off || self.in_flight.is_some() {
+            return (log, None);
+        }
+        // Episodes end when their verdict clears (or the device goes away).
+        self.episodes
+            .retain(|key, _| verdicts.iter().any(|v| v.group.key == *key && v.collapsed));
+        if let Some(v) = &self.verifying {
+            if now < v.due {
+                return (log, None);
+            }
+            log.extend(self.verify(timestamp, verdicts));
+        }
+        if paused != self.was_paused {
+            self.was_paused = paused;
+            log.push(self.entry(
+                timestamp,
+                "pause",
+                Vec::new(),
+                if paused {
+                    "remediation paused"
+                } else {
+                    "remediation resumed"
+                },
+                String::new(),
+                if paused { "paused" } else { "resumed" },
+            ));
+        }
+        if paused {
+            return (log, None);
+        }
+        let collapsed: Vec<&GroupVerdict> = verdicts.iter().filter(|v| v.collapsed).collect();
+        for v in &collapsed {
+            self.episodes.entry(v.group.key.clone()).or_insert(Episode {
+                stage: Stage::Fresh,
+            });
+        }
+        if collapsed.is_empty() {
+            return (log, None);
+        }
+        if let Some(last) = self.last_action {
+            if now.saturating_sub(last) < self.cfg.cooldown {
+                return (log, None);
+            }
+        }
+        // Which step does each collapsed group want?
+        let mut irqbalance_groups = Vec::new();
+        let mut native_groups = Vec::new();
+        for v in &collapsed {
+            let stage = self
+                .episodes
+                .get(&v.group.key)
+                .map(|e| e.stage)
+                .unwrap_or(Stage::Fresh);
+            match self.next_step(stage, v, irqbalance) {
+                Want::Irqbalance => irqbalance_groups.push(*v),
+                Want::Native => native_groups.push(*v),
+                Want::Escalate(reason) => log.push(self.escalate(timestamp, v, reason)),
+                Want::Nothing => {}
+            }
+        }
+        let (kind, chosen) = if !irqbalance_groups.is_empty() {
+            (ActionKind::IrqbalanceRestart, irqbalance_groups)
+        } else if !native_groups.is_empty() {
+            (ActionKind::NativeRebalance, native_groups)
+        } else {
+            return (log, None);
+        };
+        let hour = self.actions_within(now, Duration::from_secs(3600));
+        let day = self.actions_within(now, Duration::from_secs(86_400));
+        if hour >= self.cfg.max_actions_per_hour as usize
+            || day >= self.cfg.max_actions_per_day as usize
+        {
+            let reason = format!(
+                "action cap reached ({hour}/{} this hour, {day}/{} today)",
+                self.cfg.max_actions_per_hour, self.cfg.max_actions_per_day
+            );
+            for v in chosen {
+                log.push(self.escalate(timestamp, v, reason.clone()));
+            }
+            return (log, None);
+        }
+        self.actions.push_back(now);
+        while self.actions.len() > 1000 {
+            self.actions.pop_front();
+        }
+        self.last_action = Some(now);
+        let targets: Vec<Target> = chosen
+            .iter()
+            .map(|v| Target {
+                key: v.group.key.clone(),
+                name: v.group.name.clone(),
+                irqs: v.group.irqs.clone(),
+                effective_cpus: v.group.effective_cpus.clone(),
+                eligible_cpus: v.group.eligible_cpus.clone(),
+            })
+            .collect();
+        let evidence = chosen
+            .iter()
+            .map(|v| evidence(v))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let reason = match kind {
+            ActionKind::IrqbalanceRestart => format!(
+                "IRQs collapsed; asking irqbalance ({}) to re-place them",
+                irqbalance.version().unwrap_or("version unknown")
+            ),
+            ActionKind::NativeRebalance => format!(
+                "IRQs collapsed and irqbalance cannot fix it ({}); spreading them over the eligible CPUs",
+                describe(irqbalance)
+            ),
+        };
+        let groups: Vec<String> = targets.iter().map(|t| t.name.clone()).collect();
+        if self.cfg.mode == Mode::DryRun {
+            log.push(self.entry(
+                timestamp,
+                kind.as_str(),
+                groups,
+                &reason,
+                evidence,
+                "dry_run",
+            ));
+            return (log, None);
+        }
+        let baselines = chosen
+            .iter()
+            .map(|v| Baseline {
+                key: v.group.key.clone(),
+                distinct: v.group.effective_cpus.len(),
+                rate_share: (v.evidence.share_basis == Some("rate"))
+                    .then_some(v.evidence.hottest_share)
+                    .flatten(),
+            })
+            .collect();
+        let step = Step {
+            id: self.next_id,
+            kind,
+            targets,
+        };
+        self.next_id += 1;
+        log.push(self.entry(
+            timestamp,
+            kind.as_str(),
+            groups,
+            &reason,
+            evidence,
+            "pending",
+        ));
+        self.in_flight = Some((step.clone(), baselines));
+        (log, Some(step))
+    }
+
+    /// Reports how a step went. A step that ran starts verification; one that failed moves
+    /// its groups up the ladder.
+    pub fn completed(
+        &mut self,
+        id: u64,
+        now: Duration,
+        timestamp: f64,
+        outcome: Outcome,
+    ) -> Decision {
+        let Some((step, baselines)) = self.in_flight.take().filter(|(s, _)| s.id == id) else {
+            return self.entry(
+                timestamp,
+                "unknown",
+                Vec::new(),
+                "completion for an unknown step",
+                String::new(),
+                "ignored",
+            );
+        };
+        let groups: Vec<String> = step.targets.iter().map(|t| t.name.clone()).collect();
+        match outcome {
+            Outcome::Done(detail) => {
+                self.verifying = Some(Verification {
+                    due: now + self.cfg.verify_after,
+                    kind: step.kind,
+                    baselines,
+                });
+                self.entry(
+                    timestamp,
+                    step.kind.as_str(),
+                    groups,
+                    "action carried out",
+                    detail,
+                    "done",
+                )
+            }
+            Outcome::Failed(err) => {
+                for t in &step.targets {
+                    self.fail_stage(&t.key, step.kind);
+                }
+                self.entry(
+                    timestamp,
+                    step.kind.as_str(),
+                    groups,
+                    "action failed",
+                    err.clone(),
+                    &format!("failed: {err}"),
+                )
+            }
+        }
+    }
+
+    fn fail_stage(&mut self, key: &str, kind: ActionKind) {
+        if let Some(e) = self.episodes.get_mut(key) {
+            e.stage = match kind {
+                ActionKind::IrqbalanceRestart => Stage::IrqbalanceFailed,
+                ActionKind::NativeRebalance => Stage::NativeFailed,
+            };
+        }
+    }
+
+    fn verify(&mut self, timestamp: f64, verdicts: &[GroupVerdict]) -> Vec<Decision> {
+        let Some(v) = self.verifying.take() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for b in &v.baselines {
+            let now = verdicts.iter().find(|x| x.group.key == b.key);
+            let (ok, evidence) = match now {
+                None => (true, "device gone".to_string()),
+                Some(g) => {
+                    let distinct = g.group.effective_cpus.len();
+                    let spread = distinct > b.distinct || !g.collapsed_now;
+                    let share_now = (g.evidence.share_basis == Some("rate"))
+                        .then_some(g.evidence.hottest_share)
+                        .flatten();
+                    let share_fell = match (b.rate_share, share_now) {
+                        (Some(before), Some(after)) => after < before,
+                        _ => true,
+                    };
+                    (
+                        spread && share_fell,
+                        format!(
+                            "effective CPUs {} -> {distinct} ({}), hottest share {} -> {}",
+                            b.distinct,
+                            g.group.effective_cpus,
+                            fmt_share(b.rate_share),
+                            fmt_share(share_now)
+                        ),
+                    )
+                }
+            };
+            let name = now
+                .map(|g| g.group.name.clone())
+                .unwrap_or_else(|| b.key.clone());
+            if ok {
+                if let Some(e) = self.episodes.get_mut(&b.key) {
+                    e.stage = Stage::Resolved;
+                }
+            } else {
+                self.fail_stage(&b.key, v.kind);
+            }
+            out.push(self.entry(
+                timestamp,
+                "verify",
+                vec![name],
+                &format!("checking the effect of {}", v.kind.as_str()),
+                evidence,
+                if ok { "verified" } else { "not_verified" },
+            ));
+        }
+        out
+    }
+
+    fn next_step(&self, stage: Stage, v: &GroupVerdict, irqb: &IrqbalanceState) -> Want {
+        let native_ok = self.cfg.native.enabled && (v.hurting || !self.cfg.native.require_hurting);
+        let native_or = |why: String| {
+            if native_ok {
+                Want::Native
+            } else if self.cfg.native.enabled {
+                // Native rebalance waits for the collapse to hurt; nothing to escalate yet.
+                Want::Nothing
+            } else {
+                Want::Escalate(why)
+            }
+        };
+        match stage {
+            Stage::Resolved | Stage::Escalated => Want::Nothing,
+            Stage::NativeFailed => {
+                Want::Escalate("native rebalance did not spread the IRQs".into())
+            }
+            Stage::IrqbalanceFailed => native_or(
+                "irqbalance did not spread the IRQs and native rebalance is disabled".into(),
+            ),
+            Stage::Fresh => match irqb {
+                IrqbalanceState::Running { .. } if self.cfg.irqbalance.enabled => Want::Irqbalance,
+                other => native_or(format!(
+                    "irqbalance cannot fix it ({}) and native rebalance is disabled",
+                    describe(other)
+                )),
+            },
+        }
+    }
+
+    fn escalate(&mut self, timestamp: f64, v: &GroupVerdict, reason: String) -> Decision {
+        if let Some(e) = self.episodes.get_mut(&v.group.key) {
+            e.stage = Stage::Escalated;
+        }
+        self.entry(
+            timestamp,
+            "escalate",
+            vec![v.group.name.clone()],
+            &reason,
+            evidence(v),
+            "escalated",
+        )
+    }
+
+    fn entry(
+        &self,
+        timestamp: f64,
+        action: &str,
+        groups: Vec<String>,
+        reason: &str,
+        evidence: String,
+        result: &str,
+    ) -> Decision {
+        Decision {
+            timestamp,
+            action: action.to_string(),
+            groups,
+            mode: self.cfg.mode,
+            reason: reason.to_string(),
+            evidence,
+            result: result.to_string(),
+        }
+    }
+
+    /// Findings the remediator adds: escalated groups, and a buggy irqbalance.
+    pub fn findings(&self, verdicts: &[GroupVerdict], irqb: &IrqbalanceState) -> Vec<Finding> {
+        let mut out = Vec::new();
+        for (key, e) in &self.episodes {
+            if e.stage == Stage::Escalated {
+                let name = verdicts
+                    .iter()
+                    .find(|v| v.group.key == *key)
+                    .map(|v| v.group.name.clone())
+                    .unwrap_or_else(|| key.clone());
+                out.push(Finding {
+                    kind: "remediation_escalated".into(),
+                    severity: Severity::Critical,
+                    subject: name.clone(),
+                    message: format!(
+                        "nodemedic could not fix the IRQ collapse of {name} and will not retry until it clears; \
+                         spread the IRQs by hand (/proc/irq/N/smp_affinity) or restart irqbalance. See /status for the audit trail."
+                    ),
+                });
+            }
+        }
+        if let Some(version) = irqb.version().filter(|v| has_rebalance_bug(v)) {
+            if verdicts.iter().any(|v| v.collapsed) {
+                out.push(Finding {
+                    kind: "irqbalance_rebalance_bug".into(),
+                    severity: Severity::Warning,
+                    subject: "irqbalance".into(),
+                    message: format!(
+                        "irqbalance {version} has the known bug that its load rebalancing never runs (1.7.0 and 1.8.0; fixed in 1.9.0); \
+                         IRQs will collapse again after the next CPU saturation. Upgrade irqbalance."
+                    ),
+                });
+            }
+        }
+        out
+    }
+
+    /// Whether the group's episode was escalated (for Kubernetes reporting).
+    pub fn escalated(&self, key: &str) -> bool {
+        self.episodes
+            .get(key)
+            .is_some_and(|e| e.stage == Stage::Escalated)
+    }
+}
+
+enum Want {
+    Irqbalance,
+    Native,
+    Escalate(String),
+    Nothing,
+}
+
+fn describe(irqb: &IrqbalanceState) -> String {
+    match irqb {
+        IrqbalanceState::Running { .. } => "irqbalance is running".into(),
+        IrqbalanceState::Stopped { detail, .. } => format!("irqbalance is stopped: {detail}"),
+        IrqbalanceState::NotInstalled => "irqbalance is not installed".into(),
+        IrqbalanceState::Unknown { detail } => format!("irqbalance state unknown: {detail}"),
+    }
+}
+
+fn evidence(v: &GroupVerdict) -> String {
+    let e = &v.evidence;
+    format!(
+        "{}: {} IRQs on CPUs {} of {} eligible, hottest CPU {} share {} ({}), hurting={}",
+        v.group.name,
+        v.group.irqs.len(),
+        v.group.effective_cpus,
+        v.group.eligible_cpus.len(),
+        e.hottest_cpu
+            .map(|c| c.to_string())
+            .unwrap_or_else(|| "-".into()),
+        fmt_share(e.hottest_share),
+        e.share_basis.unwrap_or("-"),
+        v.hurting
+    )
+}
+
+fn fmt_share(s: Option<f64>) -> String {
+    s.map(|s| format!("{:.0}%", s * 100.0))
+        .unwrap_or_else(|| "-".into())
+}

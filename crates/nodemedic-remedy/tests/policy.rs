@@ -1,0 +1,314 @@
+//! The remediation policy driven by the real detector over real fixture trees, on a virtual
+//! clock: flapping input, sustained collapse, cooldown, caps, verification and escalation.
+
+#![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nodemedic_collect::{CollectorSet, Paths};
+use nodemedic_detect::{CollapseConfig, CollapseDetector, GroupVerdict, HurtingConfig};
+use nodemedic_kernel::Snapshot;
+use nodemedic_remedy::config::NativeStep;
+use nodemedic_remedy::policy::IrqbalanceState;
+use nodemedic_remedy::{ActionKind, Decision, Mode, Outcome, Policy, RemediationConfig};
+
+fn snapshot(name: &str) -> Snapshot {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures")
+        .join(name);
+    CollectorSet::all()
+        .sample(&Paths::under(root), Duration::ZERO)
+        .0
+}
+
+const INTERVAL: u64 = 5;
+
+struct Sim {
+    detector: CollapseDetector,
+    policy: Policy,
+    collapsed: Snapshot,
+    balanced: Snapshot,
+    t: u64,
+    log: Vec<Decision>,
+    steps: Vec<(u64, ActionKind)>,
+}
+
+impl Sim {
+    fn new(cfg: RemediationConfig) -> Self {
+        Self {
+            detector: CollapseDetector::new(CollapseConfig::default(), HurtingConfig::default()),
+            policy: Policy::new(cfg),
+            collapsed: snapshot("8cpu-collapsed"),
+            balanced: snapshot("8cpu-balanced"),
+            t: 0,
+            log: Vec::new(),
+            steps: Vec::new(),
+        }
+    }
+
+    /// One sample; `act` decides what the actuator reports for a step.
+    fn tick(
+        &mut self,
+        collapsed: bool,
+        irqb: &IrqbalanceState,
+        act: &dyn Fn(ActionKind) -> Outcome,
+    ) -> Vec<GroupVerdict> {
+        self.t += INTERVAL;
+        let mut s = if collapsed {
+            self.collapsed.clone()
+        } else {
+            self.balanced.clone()
+        };
+        s.at = Duration::from_secs(self.t);
+        s.timestamp = self.t as f64;
+        let verdicts = self.detector.observe(&s);
+        let now = Duration::from_secs(self.t);
+        let (log, step) = self
+            .policy
+            .on_sample(now, self.t as f64, &verdicts, irqb, false);
+        self.log.extend(log);
+        if let Some(step) = step {
+            self.steps.push((self.t, step.kind));
+            let d = self
+                .policy
+                .completed(step.id, now, self.t as f64, act(step.kind));
+            self.log.push(d);
+        }
+        verdicts
+    }
+
+    fn results(&self, action: &str) -> Vec<&str> {
+        self.log
+            .iter()
+            .filter(|d| d.action == action)
+            .map(|d| d.result.as_str())
+            .collect()
+    }
+}
+
+fn running() -> IrqbalanceState {
+    IrqbalanceState::Running {
+        version: Some("1.8.0-1".into()),
+    }
+}
+
+fn done(_: ActionKind) -> Outcome {
+    Outcome::Done("ok".into())
+}
+
+#[test]
+fn flapping_collapse_never_acts() {
+    let mut sim = Sim::new(RemediationConfig::default());
+    for i in 0..2000 {
+        sim.tick(i % 2 == 0, &running(), &done);
+    }
+    assert!(sim.steps.is_empty());
+    assert!(sim.log.is_empty(), "{:?}", sim.log);
+    // Two on, one off: never three in a row, so still nothing.
+    for i in 0..2000 {
+        sim.tick(i % 3 != 2, &running(), &done);
+    }
+    assert!(sim.steps.is_empty());
+}
+
+#[test]
+fn sustained_collapse_acts_once_then_escalates_once() {
+    let cfg = RemediationConfig::default();
+    let mut sim = Sim::new(cfg.clone());
+    // irqbalance "restarts" fine but the IRQs stay collapsed, for two hours.
+    for _ in 0..(2 * 3600 / INTERVAL) {
+        sim.tick(true, &running(), &done);
+    }
+    assert_eq!(sim.steps.len(), 1, "{:?}", sim.steps);
+    assert_eq!(
+        sim.steps[0],
+        (15, ActionKind::IrqbalanceRestart),
+        "acts on the 3rd collapsed sample"
+    );
+    assert_eq!(sim.results("irqbalance_restart"), vec!["pending", "done"]);
+    assert_eq!(sim.results("verify"), vec!["not_verified"]);
+    assert_eq!(sim.results("escalate"), vec!["escalated"]);
+    let verify = sim.log.iter().find(|d| d.action == "verify").unwrap();
+    assert!(verify.timestamp >= 15.0 + cfg.verify_after.as_secs_f64());
+    let verdicts = sim.tick(true, &running(), &done);
+    let f = sim.policy.findings(&verdicts, &running());
+    let kinds: Vec<&str> = f.iter().map(|f| f.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        vec!["remediation_escalated", "irqbalance_rebalance_bug"]
+    );
+}
+
+#[test]
+fn ladder_goes_to_native_then_escalates() {
+    let cfg = RemediationConfig {
+        native: NativeStep {
+            enabled: true,
+            require_hurting: false,
+        },
+        ..Default::default()
+    };
+    let mut sim = Sim::new(cfg.clone());
+    for _ in 0..(3600 / INTERVAL) {
+        sim.tick(true, &running(), &done);
+    }
+    let kinds: Vec<ActionKind> = sim.steps.iter().map(|s| s.1).collect();
+    assert_eq!(
+        kinds,
+        vec![ActionKind::IrqbalanceRestart, ActionKind::NativeRebalance]
+    );
+    assert!(
+        sim.steps[1].0 - sim.steps[0].0 >= cfg.cooldown.as_secs(),
+        "cooldown between actions"
+    );
+    assert_eq!(sim.results("verify"), vec!["not_verified", "not_verified"]);
+    assert_eq!(sim.results("escalate"), vec!["escalated"]);
+
+    // Without irqbalance, native is the first step; a failed write escalates.
+    let mut sim = Sim::new(cfg);
+    for _ in 0..(3600 / INTERVAL) {
+        sim.tick(true, &IrqbalanceState::NotInstalled, &|_| {
+            Outcome::Failed("EIO".into())
+        });
+    }
+    assert_eq!(
+        sim.steps.iter().map(|s| s.1).collect::<Vec<_>>(),
+        vec![ActionKind::NativeRebalance]
+    );
+    assert_eq!(sim.results("escalate"), vec!["escalated"]);
+}
+
+#[test]
+fn repeated_episodes_respect_cooldown_and_caps() {
+    let cfg = RemediationConfig {
+        cooldown: Duration::from_secs(60),
+        verify_after: Duration::from_secs(20),
+        max_actions_per_hour: 3,
+        max_actions_per_day: 5,
+        ..Default::default()
+    };
+    let mut sim = Sim::new(cfg.clone());
+    // Each action "fixes" it: the IRQs spread, stay healthy 60 s, then collapse again. When
+    // the cap is hit the group is escalated and stays collapsed until a human (here: the
+    // 30-minute healthy phase) fixes it; then episodes start again.
+    let mut fixed_at: Option<u64> = None;
+    let mut run = |sim: &mut Sim, secs: u64, healthy: bool| {
+        let end = sim.t + secs;
+        while sim.t < end {
+            let collapsed = !healthy && !matches!(fixed_at, Some(t) if sim.t < t + 60);
+            let before = sim.steps.len();
+            sim.tick(collapsed, &running(), &done);
+            if sim.steps.len() > before {
+                fixed_at = Some(sim.t);
+            }
+        }
+    };
+    run(&mut sim, 3600, false);
+    let first_hour: Vec<u64> = sim.steps.iter().map(|s| s.0).collect();
+    assert_eq!(first_hour.len(), 3, "hour cap: {first_hour:?}");
+    assert_eq!(
+        sim.results("escalate"),
+        vec!["escalated"],
+        "escalated once, not every sample"
+    );
+    run(&mut sim, 1800, true);
+    run(&mut sim, 2 * 3600, false);
+    let times: Vec<u64> = sim.steps.iter().map(|s| s.0).collect();
+    for w in times.windows(2) {
+        assert!(w[1] - w[0] >= cfg.cooldown.as_secs(), "{times:?}");
+    }
+    for (i, t) in times.iter().enumerate() {
+        let in_hour = times[..=i].iter().filter(|x| t - **x < 3600).count();
+        assert!(in_hour <= 3, "{times:?}");
+    }
+    assert_eq!(times.len(), 5, "day cap: {times:?}");
+    assert_eq!(sim.results("escalate"), vec!["escalated", "escalated"]);
+    assert!(sim.results("verify").iter().all(|r| *r == "verified"));
+}
+
+#[test]
+fn dry_run_and_off_change_nothing() {
+    let cfg = RemediationConfig {
+        mode: Mode::DryRun,
+        ..Default::default()
+    };
+    let mut sim = Sim::new(cfg.clone());
+    for _ in 0..(3600 / INTERVAL) {
+        sim.tick(true, &running(), &|_| panic!("dry-run must not act"));
+    }
+    assert!(sim.steps.is_empty());
+    let dry = sim.results("irqbalance_restart");
+    assert_eq!(
+        dry.len(),
+        3,
+        "one decision per cooldown, capped at 3/hour: {dry:?}"
+    );
+    assert!(dry.iter().all(|r| *r == "dry_run"));
+
+    let mut sim = Sim::new(RemediationConfig {
+        mode: Mode::Off,
+        ..Default::default()
+    });
+    for _ in 0..100 {
+        sim.tick(true, &running(), &|_| panic!("off must not act"));
+    }
+    assert!(sim.log.is_empty());
+}
+
+#[test]
+fn pause_stops_actions_and_is_audited() {
+    let mut sim = Sim::new(RemediationConfig::default());
+    let mut paused_log = Vec::new();
+    for i in 0..100u64 {
+        sim.t += INTERVAL;
+        let mut s = sim.collapsed.clone();
+        s.at = Duration::from_secs(sim.t);
+        let v = sim.detector.observe(&s);
+        let (log, step) = sim.policy.on_sample(
+            Duration::from_secs(sim.t),
+            sim.t as f64,
+            &v,
+            &running(),
+            i < 50,
+        );
+        assert!(step.is_none() || i >= 50);
+        paused_log.extend(log);
+        if let Some(step) = step {
+            assert!(i >= 50);
+            sim.policy.completed(
+                step.id,
+                Duration::from_secs(sim.t),
+                sim.t as f64,
+                Outcome::Done("ok".into()),
+            );
+            break;
+        }
+    }
+    let pauses: Vec<&str> = paused_log
+        .iter()
+        .filter(|d| d.action == "pause")
+        .map(|d| d.result.as_str())
+        .collect();
+    assert_eq!(pauses, vec!["paused", "resumed"]);
+}
+
+#[test]
+fn config_validation() {
+    assert!(RemediationConfig::default().validate().is_ok());
+    let bad = RemediationConfig {
+        cooldown: Duration::from_secs(5),
+        ..Default::default()
+    };
+    assert!(bad.validate().unwrap_err().contains("cooldown"));
+    let bad = RemediationConfig {
+        verify_after: Duration::from_secs(400),
+        ..Default::default()
+    };
+    assert!(bad.validate().unwrap_err().contains("verify_after"));
+    let bad = RemediationConfig {
+        max_actions_per_hour: 0,
+        ..Default::default()
+    };
+    assert!(bad.validate().is_err());
+}
