@@ -4,4 +4,4 @@ pub mod encoder;
 mod metrics;
 
 pub use encoder::{Encoder, Format, Kind};
-pub use metrics::{render, ExportInput, MetricsOptions, ProcessStats};
+pub use metrics::{render, ExportInput, MetricsOptions, ProcessStats, RemediationExport};

@@ -49,6 +49,17 @@ pub struct ExportInput<'a> {
     pub collectors: &'a [CollectorStatus],
     pub samples_total: u64,
     pub process: Option<ProcessStats>,
+    pub remediation: Option<RemediationExport<'a>>,
+}
+
+/// The remediator's counters, as plain values (the exporter does not know the remediator).
+pub struct RemediationExport<'a> {
+    /// `off`, `dry-run` or `on`.
+    pub mode: &'a str,
+    pub paused: bool,
+    /// Decisions by (action, result).
+    pub decisions: &'a [((String, String), u64)],
+    pub last_action_timestamp: Option<f64>,
 }
 
 pub fn render(input: &ExportInput<'_>, opts: &MetricsOptions, format: Format) -> (String, usize) {
@@ -61,6 +72,9 @@ pub fn render(input: &ExportInput<'_>, opts: &MetricsOptions, format: Format) ->
         softnet(&mut e, snap);
     }
     groups(&mut e, input.verdicts);
+    if let Some(r) = &input.remediation {
+        remediation(&mut e, r);
+    }
     let series = e.series();
     (e.finish(), series)
 }
@@ -363,5 +377,38 @@ fn groups(e: &mut Encoder, verdicts: &[GroupVerdict]) {
                 e.sample(&[("group", &v.group.name)], x);
             }
         }
+    }
+}
+
+fn remediation(e: &mut Encoder, r: &RemediationExport<'_>) {
+    e.family(
+        "nodemedic_remediation_mode",
+        Kind::Gauge,
+        "The remediator's mode (1 for the active one): off, dry-run or on; paused is 1 while paused.",
+    );
+    for m in ["off", "dry-run", "on"] {
+        e.sample(&[("mode", m)], f64::from(u8::from(r.mode == m)));
+    }
+    e.family(
+        "nodemedic_remediation_paused",
+        Kind::Gauge,
+        "1 while remediation is paused (config or node annotation).",
+    );
+    e.sample(&[], f64::from(u8::from(r.paused)));
+    e.family(
+        "nodemedic_remediation_actions",
+        Kind::Counter,
+        "Remediation decisions by action (irqbalance_restart, native_rebalance, verify, escalate) and result.",
+    );
+    for ((action, result), n) in r.decisions {
+        e.sample(&[("action", action), ("result", result)], *n as f64);
+    }
+    if let Some(ts) = r.last_action_timestamp {
+        e.family(
+            "nodemedic_remediation_last_action_timestamp_seconds",
+            Kind::Gauge,
+            "Unix time of the last remediation action carried out or decided in dry-run.",
+        );
+        e.sample(&[], ts);
     }
 }

@@ -14,6 +14,8 @@
 //! `cargo test` always enforces. A failing input is written under `CARGO_TARGET_TMPDIR` and its
 //! path printed, ready to be copied into the corpus as a regression seed.
 
+#![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
+
 use std::fs;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -326,7 +328,7 @@ fn mutate(rng: &mut Rng, data: &mut Vec<u8>, other: &[u8]) {
             let at = rng.below(len);
             let byte = data[at];
             let n = 1 + rng.below(32);
-            data.splice(at..at, std::iter::repeat(byte).take(n));
+            data.splice(at..at, vec![byte; n]);
         }
         _ => data.push(rng.next() as u8),
     }

@@ -5,6 +5,7 @@
 //! out and never decide. The daemon wires them together; tests drive the policy with a paused
 //! clock and the actuators against a real kernel and a real systemd.
 
+pub mod actuator;
 pub mod config;
 pub mod dpkg;
 pub mod policy;

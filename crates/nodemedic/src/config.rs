@@ -9,6 +9,7 @@ use anyhow::{bail, Context};
 use nodemedic_collect::Paths;
 use nodemedic_detect::{CollapseConfig, HurtingConfig};
 use nodemedic_export::MetricsOptions;
+use nodemedic_remedy::RemediationConfig;
 use serde::{Deserialize, Serialize};
 
 use crate::cli::GlobalArgs;
@@ -26,6 +27,7 @@ pub struct Config {
     pub collectors: CollectorsConfig,
     pub detector: DetectorConfig,
     pub metrics: MetricsOptions,
+    pub remediation: RemediationConfig,
 }
 
 impl Default for Config {
@@ -37,6 +39,7 @@ impl Default for Config {
             collectors: CollectorsConfig::default(),
             detector: DetectorConfig::default(),
             metrics: MetricsOptions::default(),
+            remediation: RemediationConfig::default(),
         }
     }
 }
@@ -150,6 +153,9 @@ impl Config {
             .hurting
             .validate()
             .map_err(|e| anyhow::anyhow!("detector.hurting: {e}"))?;
+        self.remediation
+            .validate()
+            .map_err(|e| anyhow::anyhow!("remediation: {e}"))?;
         if !self.collectors.interrupts {
             bail!("collectors.interrupts cannot be disabled: every IRQ verdict depends on it");
         }

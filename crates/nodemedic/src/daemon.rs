@@ -10,11 +10,12 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use nodemedic_export::{render, ExportInput, Format};
+use nodemedic_export::{render, ExportInput, Format, RemediationExport};
 use serde::Serialize;
 
 use crate::config::Config;
 use crate::engine::{Engine, Sample};
+use crate::remediator::{PauseFlag, RemedyState, SharedRemedy};
 use crate::report::{shown_groups, GroupReport};
 
 struct Shared {
@@ -22,6 +23,7 @@ struct Shared {
     started: Instant,
     latest: RwLock<Option<Arc<Sample>>>,
     last_sample_at: RwLock<Option<Instant>>,
+    remedy: SharedRemedy,
 }
 
 pub fn run(config: Config) -> anyhow::Result<()> {
@@ -47,13 +49,24 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         interval = %humantime::format_duration(config.sample_interval),
         "nodemedic started"
     );
+    let remedy: SharedRemedy = Arc::new(Mutex::new(RemedyState::default()));
+    let pause: PauseFlag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (tx, rx) = tokio::sync::watch::channel(None);
+    let remediator = tokio::spawn(crate::remediator::run(
+        config.remediation.clone(),
+        engine.paths().clone(),
+        rx,
+        remedy.clone(),
+        pause.clone(),
+    ));
     let shared = Arc::new(Shared {
         config,
         started: Instant::now(),
         latest: RwLock::new(None),
         last_sample_at: RwLock::new(None),
+        remedy,
     });
-    let sampler = tokio::spawn(sample_loop(engine, shared.clone()));
+    let sampler = tokio::spawn(sample_loop(engine, shared.clone(), tx));
     let app = Router::new()
         .route("/", get(index))
         .route("/metrics", get(metrics))
@@ -65,6 +78,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .await
         .context("serving HTTP")?;
     sampler.abort();
+    remediator.abort();
     tracing::info!("nodemedic stopped");
     Ok(())
 }
@@ -89,7 +103,11 @@ async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
-async fn sample_loop(engine: Engine, shared: Arc<Shared>) {
+async fn sample_loop(
+    engine: Engine,
+    shared: Arc<Shared>,
+    remediator: tokio::sync::watch::Sender<Option<Arc<Sample>>>,
+) {
     let engine = Arc::new(Mutex::new(engine));
     let mut ticker = tokio::time::interval(shared.config.sample_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -107,8 +125,10 @@ async fn sample_loop(engine: Engine, shared: Arc<Shared>) {
             continue;
         };
         log_changes(&sample, &mut previous);
+        let sample = Arc::new(sample);
+        remediator.send_replace(Some(sample.clone()));
         if let Ok(mut latest) = shared.latest.write() {
-            *latest = Some(Arc::new(sample));
+            *latest = Some(sample);
         }
         if let Ok(mut at) = shared.last_sample_at.write() {
             *at = Some(Instant::now());
@@ -151,6 +171,12 @@ fn latest(shared: &Shared) -> Option<Arc<Sample>> {
 async fn metrics(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
     let format = Format::from_accept(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
     let sample = latest(&shared);
+    let remedy = shared.remedy.lock().ok();
+    let decisions: Vec<((String, String), u64)> = remedy
+        .as_ref()
+        .map(|r| r.counts.iter().map(|(k, v)| (k.clone(), *v)).collect())
+        .unwrap_or_default();
+    let mode = mode_str(shared.config.remediation.mode);
     let input = ExportInput {
         snapshot: sample.as_ref().map(|s| &s.snapshot),
         verdicts: sample
@@ -163,8 +189,15 @@ async fn metrics(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Respo
             .unwrap_or(&[]),
         samples_total: sample.as_ref().map(|s| s.samples_total).unwrap_or(0),
         process: crate::process::self_stats(),
+        remediation: Some(RemediationExport {
+            mode,
+            paused: remedy.as_ref().is_some_and(|r| r.paused),
+            decisions: &decisions,
+            last_action_timestamp: remedy.as_ref().and_then(|r| r.last_action_timestamp),
+        }),
     };
     let (body, _) = render(&input, &shared.config.metrics, format);
+    drop(remedy);
     ([(header::CONTENT_TYPE, format.content_type())], body).into_response()
 }
 
@@ -178,11 +211,32 @@ struct StatusBody<'a> {
     last_sample_duration_seconds: Option<f64>,
     collectors: &'a [nodemedic_collect::CollectorStatus],
     groups: Vec<GroupReport>,
-    findings: &'a [nodemedic_detect::Finding],
+    findings: Vec<nodemedic_detect::Finding>,
+    remediation: serde_json::Value,
+}
+
+fn mode_str(m: nodemedic_remedy::Mode) -> &'static str {
+    match m {
+        nodemedic_remedy::Mode::Off => "off",
+        nodemedic_remedy::Mode::DryRun => "dry-run",
+        nodemedic_remedy::Mode::On => "on",
+    }
 }
 
 async fn status(State(shared): State<Arc<Shared>>) -> Response {
     let sample = latest(&shared);
+    let (remediation, remedy_findings) = match shared.remedy.lock() {
+        Ok(r) => (
+            serde_json::to_value(&*r).unwrap_or_default(),
+            r.findings.clone(),
+        ),
+        Err(_) => (serde_json::Value::Null, Vec::new()),
+    };
+    let mut findings: Vec<nodemedic_detect::Finding> = sample
+        .as_ref()
+        .map(|s| s.findings.clone())
+        .unwrap_or_default();
+    findings.extend(remedy_findings);
     let body = StatusBody {
         version: env!("CARGO_PKG_VERSION"),
         uptime_seconds: shared.started.elapsed().as_secs_f64(),
@@ -198,10 +252,8 @@ async fn status(State(shared): State<Arc<Shared>>) -> Response {
             .as_ref()
             .map(|s| shown_groups(&s.verdicts))
             .unwrap_or_default(),
-        findings: sample
-            .as_ref()
-            .map(|s| s.findings.as_slice())
-            .unwrap_or(&[]),
+        findings,
+        remediation,
     };
     match serde_json::to_string_pretty(&body) {
         Ok(json) => ([(header::CONTENT_TYPE, "application/json")], json).into_response(),

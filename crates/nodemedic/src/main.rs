@@ -6,6 +6,7 @@ mod config;
 mod daemon;
 mod engine;
 mod process;
+mod remediator;
 mod report;
 
 use std::process::ExitCode;

@@ -1,0 +1,231 @@
+//! Remediation on this machine's real kernel: pin the virtio IRQs onto one CPU, let
+//! `nodemedic run` (native rebalance enabled, thresholds lowered for a 2-CPU node) detect it,
+//! rewrite smp_affinity, and verify; in dry-run, nothing is written. Needs root and writable
+//! /proc/irq/*/smp_affinity. Restores every affinity it changed.
+
+#![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+use std::time::Duration;
+
+use common::{start_server, Server};
+use serde_json::Value;
+
+struct Restore(BTreeMap<u32, String>);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        for (irq, mask) in &self.0 {
+            let _ = std::fs::write(format!("/proc/irq/{irq}/smp_affinity"), mask);
+        }
+    }
+}
+
+/// Queue IRQs of virtio devices whose affinity can be written (kernel-managed ones refuse).
+fn pinnable_virtio_groups() -> BTreeMap<String, Vec<u32>> {
+    let text = std::fs::read_to_string("/proc/interrupts").unwrap();
+    let mut out: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    for line in text.lines().skip(1) {
+        let Some((irq, rest)) = line.split_once(':') else {
+            continue;
+        };
+        let Ok(irq) = irq.trim().parse::<u32>() else {
+            continue;
+        };
+        let Some(action) = rest.split_whitespace().last() else {
+            continue;
+        };
+        if let Some(dev) = action
+            .strip_prefix("virtio")
+            .and_then(|r| r.split('-').next())
+        {
+            if !action.ends_with("-config") {
+                out.entry(format!("virtio{dev}")).or_default().push(irq);
+            }
+        }
+    }
+    out.retain(|_, irqs| {
+        irqs.len() >= 2
+            && irqs.iter().all(|irq| {
+                let path = format!("/proc/irq/{irq}/smp_affinity");
+                let mask = std::fs::read_to_string(&path).unwrap();
+                std::fs::write(&path, mask.trim()).is_ok()
+            })
+    });
+    out
+}
+
+fn affinity_list(irq: u32) -> String {
+    std::fs::read_to_string(format!("/proc/irq/{irq}/smp_affinity_list"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+fn start(mode: &str) -> Server {
+    let config = format!(
+        r#"sample_interval = "200ms"
+[detector.collapse]
+min_irqs = 2
+raise_after = 2
+clear_after = 2
+[remediation]
+mode = "{mode}"
+cooldown = "12s"
+verify_after = "1s"
+[remediation.irqbalance]
+dbus_socket = "/nonexistent/system_bus_socket"
+systemctl_fallback = false
+[remediation.native]
+enabled = true
+require_hurting = false
+"#
+    );
+    start_server("nodemedic", "/healthz", |port, dir| {
+        let cfg = dir.join("nodemedic.toml");
+        std::fs::write(&cfg, &config).unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_nodemedic"));
+        cmd.arg("--config")
+            .arg(&cfg)
+            .arg("--web.listen-address")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("run")
+            .env("RUST_LOG", "info");
+        cmd
+    })
+}
+
+fn audit(s: &Server) -> Vec<Value> {
+    let v: Value = serde_json::from_str(&s.get("/status").body).unwrap();
+    v["remediation"]["audit"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn has(audit: &[Value], action: &str, result: &str) -> bool {
+    audit
+        .iter()
+        .any(|d| d["action"] == action && d["result"] == result)
+}
+
+#[test]
+fn native_rebalance_spreads_real_irqs_and_dry_run_does_not() {
+    let groups = pinnable_virtio_groups();
+    assert!(
+        !groups.is_empty(),
+        "no virtio device with several re-pinnable IRQs (needs root)"
+    );
+    let all: Vec<u32> = groups.values().flatten().copied().collect();
+    let _restore = Restore(
+        all.iter()
+            .map(|irq| {
+                let m = std::fs::read_to_string(format!("/proc/irq/{irq}/smp_affinity")).unwrap();
+                (*irq, m.trim().to_string())
+            })
+            .collect(),
+    );
+    let pin = || {
+        for irq in &all {
+            std::fs::write(format!("/proc/irq/{irq}/smp_affinity"), "1").unwrap();
+        }
+    };
+
+    // Dry-run: decides and audits, writes nothing.
+    pin();
+    let mut s = start("dry-run");
+    s.poll(
+        "a dry-run decision in the audit trail",
+        Duration::from_secs(30),
+        |s| {
+            let a = audit(s);
+            if has(&a, "native_rebalance", "dry_run") {
+                Ok(())
+            } else {
+                Err(format!("{a:?}"))
+            }
+        },
+    );
+    for irq in &all {
+        assert_eq!(affinity_list(*irq), "0", "dry-run must not write IRQ {irq}");
+    }
+    let a = audit(&s);
+    assert!(!a.iter().any(|d| d["result"] == "done"), "{a:?}");
+    drop(s);
+
+    // On: detects, writes, verifies.
+    pin();
+    let mut s = start("on");
+    s.poll(
+        "a verified native rebalance",
+        Duration::from_secs(60),
+        |s| {
+            let a = audit(s);
+            if has(&a, "verify", "verified") {
+                Ok(())
+            } else {
+                Err(format!("{a:?}"))
+            }
+        },
+    );
+    let a = audit(&s);
+    let actions: Vec<&Value> = a
+        .iter()
+        .filter(|d| d["action"] == "native_rebalance")
+        .collect();
+    assert_eq!(
+        actions
+            .iter()
+            .map(|d| d["result"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        vec!["pending", "done"],
+        "exactly one action: {a:?}"
+    );
+    let detail = actions[1]["evidence"].as_str().unwrap();
+    for (name, irqs) in &groups {
+        let cpus: BTreeSet<String> = irqs.iter().map(|i| affinity_list(*i)).collect();
+        assert_eq!(
+            cpus.len(),
+            2,
+            "{name}: IRQs {irqs:?} spread over both CPUs, got {cpus:?} ({detail})"
+        );
+        for irq in irqs {
+            assert!(
+                detail.contains(&format!("{irq}->")),
+                "audit names IRQ {irq}: {detail}"
+            );
+        }
+    }
+    let metrics = s.get("/metrics").body;
+    assert!(
+        metrics.contains(
+            "nodemedic_remediation_actions_total{action=\"native_rebalance\",result=\"done\"} 1"
+        ),
+        "{metrics}"
+    );
+    let verified = format!(
+        "nodemedic_remediation_actions_total{{action=\"verify\",result=\"verified\"}} {}",
+        groups.len()
+    );
+    assert!(
+        metrics.contains(&verified),
+        "one verification per group: {verified}\n{metrics}"
+    );
+    assert!(metrics.contains("nodemedic_remediation_last_action_timestamp_seconds "));
+    // The cooldown (12 s) holds off any second action even though the detector keeps running.
+    std::thread::sleep(Duration::from_secs(2));
+    let a = audit(&s);
+    assert_eq!(
+        a.iter()
+            .filter(|d| d["action"] == "native_rebalance" && d["result"] == "done")
+            .count(),
+        1
+    );
+    assert!(
+        s.log().contains("remediation decision"),
+        "audit lines in the log"
+    );
+}
