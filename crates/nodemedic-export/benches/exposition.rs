@@ -253,6 +253,16 @@ fn exposition(title: &str, input: &ExportInput<'_>, opts: &MetricsOptions, iters
         Some(reg_series),
         None,
     );
+    if reg_series != series {
+        // prometheus 0.14 MetricVec keys its children by an FNV hash of the label values
+        // written back to back with no separator (vec.rs `hash_label_values`), so
+        // {irq="1",cpu="23"} and {irq="12",cpu="3"} are the same child: series merge silently.
+        println!(
+            "\nNOTE: the registry holds {reg_series} series, not {series}: prometheus' MetricVec \
+             merged {} label sets whose values concatenate to the same string.",
+            series.saturating_sub(reg_series)
+        );
+    }
     println!();
 }
 

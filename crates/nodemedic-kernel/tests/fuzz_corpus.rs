@@ -151,6 +151,7 @@ fn deterministic_mutations() {
 }
 
 fn mutate_target(name: &str, target: Target) {
+    let started = std::time::Instant::now();
     let files = corpus(name);
     let mut rng = Rng::new(0x6e6f_6465_6d65_6469 ^ fnv1a(name.as_bytes()));
     for i in 0..ITERATIONS {
@@ -162,6 +163,7 @@ fn mutate_target(name: &str, target: Target) {
         }
         run(name, target, &data, &|| format!("mutation {i} of {file}"));
     }
+    eprintln!("{name}: {ITERATIONS} mutations in {:?}", started.elapsed());
 }
 
 /// `base`, or for large files its first line plus a random run of whole lines, at most

@@ -9,6 +9,7 @@ use anyhow::{bail, Context};
 use nodemedic_collect::Paths;
 use nodemedic_detect::{CollapseConfig, HurtingConfig};
 use nodemedic_export::MetricsOptions;
+use nodemedic_kube::KubeConfig;
 use nodemedic_remedy::RemediationConfig;
 use serde::{Deserialize, Serialize};
 
@@ -28,6 +29,7 @@ pub struct Config {
     pub detector: DetectorConfig,
     pub metrics: MetricsOptions,
     pub remediation: RemediationConfig,
+    pub kubernetes: KubeConfig,
 }
 
 impl Default for Config {
@@ -40,6 +42,7 @@ impl Default for Config {
             detector: DetectorConfig::default(),
             metrics: MetricsOptions::default(),
             remediation: RemediationConfig::default(),
+            kubernetes: KubeConfig::default(),
         }
     }
 }

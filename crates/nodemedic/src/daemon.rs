@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use crate::config::Config;
 use crate::engine::{Engine, Sample};
+use crate::kube_task::{KubeStatus, SharedKube};
 use crate::remediator::{PauseFlag, RemedyState, SharedRemedy};
 use crate::report::{shown_groups, GroupReport};
 
@@ -24,6 +25,7 @@ struct Shared {
     latest: RwLock<Option<Arc<Sample>>>,
     last_sample_at: RwLock<Option<Instant>>,
     remedy: SharedRemedy,
+    kube: SharedKube,
 }
 
 pub fn run(config: Config) -> anyhow::Result<()> {
@@ -52,12 +54,22 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let remedy: SharedRemedy = Arc::new(Mutex::new(RemedyState::default()));
     let pause: PauseFlag = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (tx, rx) = tokio::sync::watch::channel(None);
+    let (events_tx, events_rx) = tokio::sync::mpsc::channel(256);
+    let kube: SharedKube = Arc::new(Mutex::new(KubeStatus::default()));
     let remediator = tokio::spawn(crate::remediator::run(
         config.remediation.clone(),
         engine.paths().clone(),
         rx,
         remedy.clone(),
         pause.clone(),
+        events_tx,
+    ));
+    let kube_task = tokio::spawn(crate::kube_task::run(
+        config.kubernetes.clone(),
+        tx.subscribe(),
+        events_rx,
+        pause.clone(),
+        kube.clone(),
     ));
     let shared = Arc::new(Shared {
         config,
@@ -65,6 +77,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         latest: RwLock::new(None),
         last_sample_at: RwLock::new(None),
         remedy,
+        kube,
     });
     let sampler = tokio::spawn(sample_loop(engine, shared.clone(), tx));
     let app = Router::new()
@@ -79,6 +92,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .context("serving HTTP")?;
     sampler.abort();
     remediator.abort();
+    kube_task.abort();
     tracing::info!("nodemedic stopped");
     Ok(())
 }
@@ -213,6 +227,7 @@ struct StatusBody<'a> {
     groups: Vec<GroupReport>,
     findings: Vec<nodemedic_detect::Finding>,
     remediation: serde_json::Value,
+    kubernetes: KubeStatus,
 }
 
 fn mode_str(m: nodemedic_remedy::Mode) -> &'static str {
@@ -254,6 +269,7 @@ async fn status(State(shared): State<Arc<Shared>>) -> Response {
             .unwrap_or_default(),
         findings,
         remediation,
+        kubernetes: shared.kube.lock().map(|k| k.clone()).unwrap_or_default(),
     };
     match serde_json::to_string_pretty(&body) {
         Ok(json) => ([(header::CONTENT_TYPE, "application/json")], json).into_response(),

@@ -5,6 +5,7 @@ mod cli;
 mod config;
 mod daemon;
 mod engine;
+mod kube_task;
 mod process;
 mod remediator;
 mod report;

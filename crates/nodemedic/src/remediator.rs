@@ -42,6 +42,7 @@ pub async fn run(
     mut samples: watch::Receiver<Option<Arc<Sample>>>,
     state: SharedRemedy,
     external_pause: PauseFlag,
+    events: tokio::sync::mpsc::Sender<Decision>,
 ) {
     let systemd = Systemd::new(cfg.irqbalance.clone(), paths.rootfs.clone());
     let writer = AffinityWriter::new(paths.procfs.clone());
@@ -71,6 +72,7 @@ pub async fn run(
             policy.on_sample(monotonic_now(), ts, &sample.verdicts, &irqb, paused);
         if let Some(step) = step {
             record(&state, &decisions, keep);
+            forward(&events, &decisions);
             decisions.clear();
             let outcome = execute(&step, &systemd, &writer).await;
             let now_ts = std::time::SystemTime::now()
@@ -80,12 +82,21 @@ pub async fn run(
             decisions.push(policy.completed(step.id, monotonic_now(), now_ts, outcome));
         }
         record(&state, &decisions, keep);
+        forward(&events, &decisions);
         if let Ok(mut s) = state.lock() {
             s.paused = paused;
             s.verifying = policy.is_verifying();
             s.findings = policy.findings(&sample.verdicts, &irqb);
             s.irqbalance = Some(irqb);
         }
+    }
+}
+
+/// Hands decisions to the Kubernetes reporter; drops them if it is not keeping up (the audit
+/// trail and the log still have them).
+fn forward(events: &tokio::sync::mpsc::Sender<Decision>, decisions: &[Decision]) {
+    for d in decisions {
+        let _ = events.try_send(d.clone());
     }
 }
 

@@ -1,0 +1,286 @@
+//! Kubernetes reporting: what nodemedic knows about IRQ collapse, where cluster operators look.
+//!
+//! - a Node condition `IRQAffinityCollapsed` (True/False, reason, message) on `nodes/status`;
+//! - optionally a node label `nodemedic.io/irq-collapsed=true` for schedulers;
+//! - events.k8s.io/v1 Events for each detection, action and verification, de-duplicated and
+//!   rate limited;
+//! - the node annotation `nodemedic.io/pause=true`, which pauses remediation.
+//!
+//! [`Reporter`] is driven by the daemon with verdicts and audit decisions; without
+//! Kubernetes it is never constructed.
+
+mod events;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams};
+use kube::Client;
+use nodemedic_detect::GroupVerdict;
+use nodemedic_remedy::Decision;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+pub use events::EventLimiter;
+
+pub const CONDITION_TYPE: &str = "IRQAffinityCollapsed";
+pub const LABEL: &str = "nodemedic.io/irq-collapsed";
+pub const PAUSE_ANNOTATION: &str = "nodemedic.io/pause";
+const FIELD_MANAGER: &str = "nodemedic";
+/// How often the condition's heartbeat is refreshed when nothing changes.
+const HEARTBEAT: Duration = Duration::from_secs(300);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Enabled {
+    /// When running in a pod (`KUBERNETES_SERVICE_HOST` set) with `NODE_NAME` known.
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KubeConfig {
+    pub enabled: Enabled,
+    /// The node's name; defaults to the `NODE_NAME` environment variable (downward API).
+    pub node_name: Option<String>,
+    /// Set `nodemedic.io/irq-collapsed=true` on the node while any group is collapsed (needs
+    /// the extra `nodes patch` permission).
+    pub label: bool,
+    pub events: bool,
+    /// Namespace for Events about the node.
+    pub events_namespace: String,
+    /// Most Events per minute; identical Events within `event_dedup_seconds` are dropped.
+    pub events_per_minute: u32,
+    pub event_dedup_seconds: u64,
+}
+
+impl Default for KubeConfig {
+    fn default() -> Self {
+        Self {
+            enabled: Enabled::Auto,
+            node_name: None,
+            label: false,
+            events: true,
+            events_namespace: "default".into(),
+            events_per_minute: 10,
+            event_dedup_seconds: 600,
+        }
+    }
+}
+
+impl KubeConfig {
+    /// The node name when reporting is on, `None` when it is off (with the reason).
+    pub fn resolve(&self) -> Result<Option<String>, String> {
+        let name = self
+            .node_name
+            .clone()
+            .or_else(|| std::env::var("NODE_NAME").ok())
+            .filter(|n| !n.is_empty());
+        match (self.enabled, name) {
+            (Enabled::Never, _) => Ok(None),
+            (Enabled::Always, Some(n)) => Ok(Some(n)),
+            (Enabled::Always, None) => Err(
+                "kubernetes.enabled = \"always\" needs kubernetes.node_name or NODE_NAME".into(),
+            ),
+            (Enabled::Auto, Some(n)) if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() => {
+                Ok(Some(n))
+            }
+            (Enabled::Auto, _) => Ok(None),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum KubeError {
+    #[error("kubernetes client configuration: {0}")]
+    Config(String),
+    #[error("kubernetes API: {0}")]
+    Api(#[from] kube::Error),
+}
+
+/// The condition nodemedic wants on the node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DesiredCondition {
+    pub status: &'static str,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+pub fn desired_condition(verdicts: &[GroupVerdict]) -> DesiredCondition {
+    let collapsed: Vec<String> = verdicts
+        .iter()
+        .filter(|v| v.collapsed)
+        .map(|v| {
+            format!(
+                "{} ({} IRQs on CPUs {}{})",
+                v.group.name,
+                v.group.irqs.len(),
+                v.group.effective_cpus,
+                if v.hurting { ", hurting" } else { "" }
+            )
+        })
+        .collect();
+    if collapsed.is_empty() {
+        DesiredCondition {
+            status: "False",
+            reason: "IRQsSpread",
+            message: "no device's IRQs are collapsed onto too few CPUs".into(),
+        }
+    } else {
+        DesiredCondition {
+            status: "True",
+            reason: if verdicts.iter().any(|v| v.hurting) {
+                "IRQsCollapsedHurting"
+            } else {
+                "IRQsCollapsed"
+            },
+            message: format!("collapsed: {}", collapsed.join("; ")),
+        }
+    }
+}
+
+pub struct Reporter {
+    cfg: KubeConfig,
+    node: String,
+    nodes: Api<Node>,
+    client: Client,
+    last_condition: Option<(DesiredCondition, Instant)>,
+    last_label: Option<bool>,
+    limiter: EventLimiter,
+    previous: BTreeMap<String, (bool, bool)>,
+}
+
+impl Reporter {
+    pub async fn connect(cfg: KubeConfig, node: String) -> Result<Self, KubeError> {
+        let config = kube::Config::infer()
+            .await
+            .map_err(|e| KubeError::Config(e.to_string()))?;
+        let client = Client::try_from(config)?;
+        let limiter = EventLimiter::new(
+            cfg.events_per_minute,
+            Duration::from_secs(cfg.event_dedup_seconds),
+        );
+        Ok(Self {
+            nodes: Api::all(client.clone()),
+            client,
+            node,
+            cfg,
+            last_condition: None,
+            last_label: None,
+            limiter,
+            previous: BTreeMap::new(),
+        })
+    }
+
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// Reads the pause annotation.
+    pub async fn paused(&self) -> Result<bool, KubeError> {
+        let node = self.nodes.get(&self.node).await?;
+        Ok(node
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(PAUSE_ANNOTATION))
+            .is_some_and(|v| v == "true"))
+    }
+
+    /// Brings the node condition and label in line with the verdicts, and emits Events for
+    /// verdict changes and remediation decisions.
+    pub async fn report(
+        &mut self,
+        verdicts: &[GroupVerdict],
+        decisions: &[Decision],
+    ) -> Result<(), KubeError> {
+        let want = desired_condition(verdicts);
+        let now = Instant::now();
+        let stale = match &self.last_condition {
+            Some((c, at)) => *c != want || now.duration_since(*at) > HEARTBEAT,
+            None => true,
+        };
+        if stale {
+            self.patch_condition(&want).await?;
+            self.last_condition = Some((want.clone(), now));
+        }
+        let collapsed = want.status == "True";
+        if self.cfg.label && self.last_label != Some(collapsed) {
+            let value = if collapsed {
+                json!("true")
+            } else {
+                serde_json::Value::Null
+            };
+            let patch = json!({"metadata": {"labels": {LABEL: value}}});
+            self.nodes
+                .patch(
+                    &self.node,
+                    &PatchParams::apply(FIELD_MANAGER),
+                    &Patch::Merge(&patch),
+                )
+                .await?;
+            self.last_label = Some(collapsed);
+        }
+        if self.cfg.events {
+            let mut events = Vec::new();
+            let mut now_state = BTreeMap::new();
+            for v in verdicts {
+                let state = (v.collapsed, v.hurting);
+                let before = self
+                    .previous
+                    .get(&v.group.key)
+                    .copied()
+                    .unwrap_or((false, false));
+                if state != before && (v.collapsed || before.0) {
+                    events.push(events::for_verdict(v, before));
+                }
+                now_state.insert(v.group.key.clone(), state);
+            }
+            self.previous = now_state;
+            events.extend(
+                decisions
+                    .iter()
+                    .filter(|d| d.result != "pending")
+                    .map(events::for_decision),
+            );
+            for e in events {
+                if self.limiter.admit(&e.reason, &e.note, now) {
+                    events::create(&self.client, &self.cfg.events_namespace, &self.node, &e)
+                        .await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn patch_condition(&self, c: &DesiredCondition) -> Result<(), KubeError> {
+        let now =
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::chrono::Utc::now());
+        let transition = match &self.last_condition {
+            Some((prev, _)) if prev.status == c.status => None,
+            _ => Some(now.clone()),
+        };
+        let mut cond = json!({
+            "type": CONDITION_TYPE,
+            "status": c.status,
+            "reason": c.reason,
+            "message": c.message,
+            "lastHeartbeatTime": now,
+        });
+        if let Some(t) = transition {
+            cond["lastTransitionTime"] = json!(t);
+        }
+        let patch = json!({"status": {"conditions": [cond]}});
+        self.nodes
+            .patch_status(
+                &self.node,
+                &PatchParams::default(),
+                &Patch::Strategic(&patch),
+            )
+            .await?;
+        Ok(())
+    }
+}
