@@ -57,6 +57,14 @@ impl CpuSet {
         if let Some(word) = self.words.get_mut(w) {
             *word &= !(1 << b);
         }
+        self.trim();
+    }
+
+    /// Drops trailing zero words so that equal sets are equal (derived `PartialEq`/`Hash`).
+    fn trim(&mut self) {
+        while self.words.last() == Some(&0) {
+            self.words.pop();
+        }
     }
 
     pub fn contains(&self, cpu: u32) -> bool {
@@ -92,17 +100,21 @@ impl CpuSet {
 
     pub fn intersection(&self, other: &CpuSet) -> CpuSet {
         let n = self.words.len().min(other.words.len());
-        CpuSet {
+        let mut set = CpuSet {
             words: (0..n).map(|i| self.word(i) & other.word(i)).collect(),
-        }
+        };
+        set.trim();
+        set
     }
 
     pub fn difference(&self, other: &CpuSet) -> CpuSet {
-        CpuSet {
+        let mut set = CpuSet {
             words: (0..self.words.len())
                 .map(|i| self.word(i) & !other.word(i))
                 .collect(),
-        }
+        };
+        set.trim();
+        set
     }
 
     pub fn is_subset(&self, other: &CpuSet) -> bool {
@@ -130,8 +142,8 @@ impl CpuSet {
                     (id, id)
                 }
             };
-            if hi >= u64::from(MAX_CPUS) {
-                return Err(CpuSetError::TooLarge(hi));
+            if lo.max(hi) >= u64::from(MAX_CPUS) {
+                return Err(CpuSetError::TooLarge(lo.max(hi)));
             }
             if lo > hi {
                 return Err(CpuSetError::BackwardsRange(lo as u32, hi as u32));
@@ -312,6 +324,11 @@ mod tests {
         assert_eq!(a.difference(&b).to_list_string(), "0-3,6-7");
         assert_eq!(a.union(&b).to_list_string(), "0-7,70");
         assert!(a.intersection(&b).is_subset(&a));
+        assert_eq!(a.difference(&a), CpuSet::new(), "equal sets compare equal");
+        assert_eq!(b.intersection(&CpuSet::parse_list("0-3").unwrap()), CpuSet::new());
+        let mut d = CpuSet::from_cpus([70]);
+        d.remove(70);
+        assert_eq!(d, CpuSet::new());
         assert!(!b.is_subset(&a));
         let mut c = a.clone();
         c.remove(0);

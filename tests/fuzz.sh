@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Fuzzes every nodemedic-kernel parser with cargo-fuzz (libFuzzer) for FUZZ_SECONDS each.
+#
+#   tests/fuzz.sh                  # 20 s per target
+#   FUZZ_SECONDS=300 tests/fuzz.sh
+#
+# Needs the nightly toolchain; installs cargo-fuzz (--locked) if it is missing. Without
+# nightly it skips with exit 0: `cargo test` still replays fuzz/corpus and runs a bounded
+# mutation loop on stable (crates/nodemedic-kernel/tests/fuzz_corpus.rs).
+#
+# The seed corpus in fuzz/corpus/<target>/ is read but never written: what libFuzzer finds
+# goes to fuzz/target/work-corpus/<target>/ (git-ignored, kept between runs), crashes to
+# fuzz/artifacts/<target>/. Copy a crashing input into fuzz/corpus/<target>/ as a regression
+# seed once it is fixed. Exits non-zero if any target crashed.
+#
+# Flags: -s none (the workspace forbids unsafe code, so AddressSanitizer has little to find
+# and costs speed), --debug-assertions (so integer overflow panics, as in debug builds),
+# -max_len=8192 (rows are line-local; seeds are truncated to this), -timeout=10.
+set -euo pipefail
+
+FUZZ_SECONDS="${FUZZ_SECONDS:-20}"
+cd "$(dirname "$0")/.."
+
+toolchains="$(rustup toolchain list 2>/dev/null || true)"
+if ! grep -q '^nightly' <<<"$toolchains"; then
+    echo "##################################################################"
+    echo "SKIPPED: no nightly toolchain; corpus replay still runs in cargo test"
+    echo "##################################################################"
+    exit 0
+fi
+
+if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
+    echo "fuzz.sh: installing cargo-fuzz"
+    cargo install --locked cargo-fuzz
+fi
+
+cd fuzz
+mapfile -t targets < <(cargo +nightly fuzz list)
+if [ "${#targets[@]}" -eq 0 ]; then
+    echo "fuzz.sh: no fuzz targets found" >&2
+    exit 1
+fi
+
+cargo +nightly fuzz build -s none --debug-assertions
+
+failed=()
+for t in "${targets[@]}"; do
+    if [ ! -d "corpus/$t" ] || [ -z "$(ls -A "corpus/$t")" ]; then
+        echo "fuzz.sh: target $t has no seed corpus in fuzz/corpus/$t" >&2
+        failed+=("$t (no corpus)")
+        continue
+    fi
+    mkdir -p "target/work-corpus/$t"
+    echo "=== fuzz $t for ${FUZZ_SECONDS}s"
+    if ! cargo +nightly fuzz run -s none --debug-assertions "$t" \
+        "target/work-corpus/$t" "corpus/$t" -- \
+        -max_total_time="$FUZZ_SECONDS" -max_len=8192 -timeout=10 -print_final_stats=1; then
+        failed+=("$t")
+    fi
+done
+
+if [ "${#failed[@]}" -gt 0 ]; then
+    echo "fuzz.sh: FAILED: ${failed[*]} (inputs in fuzz/artifacts/)" >&2
+    exit 1
+fi
+echo "fuzz.sh: all ${#targets[@]} targets ran ${FUZZ_SECONDS}s without a crash"
