@@ -126,6 +126,7 @@ fn main() {
             start_time_seconds: 1_735_689_600.0,
             open_fds: 11.0,
         }),
+        remediation: None,
     };
     let default_opts = MetricsOptions::default();
     let matrix_opts = MetricsOptions {

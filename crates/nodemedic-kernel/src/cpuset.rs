@@ -325,7 +325,10 @@ mod tests {
         assert_eq!(a.union(&b).to_list_string(), "0-7,70");
         assert!(a.intersection(&b).is_subset(&a));
         assert_eq!(a.difference(&a), CpuSet::new(), "equal sets compare equal");
-        assert_eq!(b.intersection(&CpuSet::parse_list("0-3").unwrap()), CpuSet::new());
+        assert_eq!(
+            b.intersection(&CpuSet::parse_list("0-3").unwrap()),
+            CpuSet::new()
+        );
         let mut d = CpuSet::from_cpus([70]);
         d.remove(70);
         assert_eq!(d, CpuSet::new());

@@ -159,6 +159,9 @@ impl Config {
         self.remediation
             .validate()
             .map_err(|e| anyhow::anyhow!("remediation: {e}"))?;
+        self.kubernetes
+            .resolve()
+            .map_err(|e| anyhow::anyhow!("kubernetes: {e}"))?;
         if !self.collectors.interrupts {
             bail!("collectors.interrupts cannot be disabled: every IRQ verdict depends on it");
         }

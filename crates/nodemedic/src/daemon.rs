@@ -52,7 +52,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         "nodemedic started"
     );
     let remedy: SharedRemedy = Arc::new(Mutex::new(RemedyState::default()));
-    let pause: PauseFlag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pause: PauseFlag = Arc::new(std::sync::atomic::AtomicU8::new(
+        crate::remediator::PAUSE_UNKNOWN,
+    ));
     let (tx, rx) = tokio::sync::watch::channel(None);
     let (events_tx, events_rx) = tokio::sync::mpsc::channel(256);
     let kube: SharedKube = Arc::new(Mutex::new(KubeStatus::default()));

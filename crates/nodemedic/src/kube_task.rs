@@ -10,7 +10,7 @@ use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 
 use crate::engine::Sample;
-use crate::remediator::PauseFlag;
+use crate::remediator::{PauseFlag, PAUSE_OFF, PAUSE_ON};
 
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct KubeStatus {
@@ -42,6 +42,7 @@ pub async fn run(
     let node = match cfg.resolve() {
         Ok(Some(node)) => node,
         Ok(None) => {
+            pause.store(PAUSE_OFF, Ordering::Relaxed);
             set(&status, |s| s.state = "disabled".into());
             // Keep draining so the remediator never blocks on a full channel.
             while decisions.recv().await.is_some() {}
@@ -92,7 +93,7 @@ pub async fn run(
             last_pause_poll = Some(Instant::now());
             match r.paused().await {
                 Ok(p) => {
-                    pause.store(p, Ordering::Relaxed);
+                    pause.store(if p { PAUSE_ON } else { PAUSE_OFF }, Ordering::Relaxed);
                     set(&status, |s| s.paused_by_annotation = p);
                 }
                 Err(e) => tracing::warn!(error = %e, "reading the pause annotation"),

@@ -3,7 +3,7 @@
 //! handler.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use nodemedic_collect::{monotonic_now, Paths};
@@ -33,8 +33,14 @@ pub struct RemedyState {
 
 pub type SharedRemedy = Arc<Mutex<RemedyState>>;
 
-/// Set by the Kubernetes reporter from the node annotation `nodemedic.io/pause`.
-pub type PauseFlag = Arc<AtomicBool>;
+/// The node annotation `nodemedic.io/pause`, as last read by the Kubernetes reporter:
+/// [`PAUSE_UNKNOWN`] until it has been read (remediation waits: it must not act on a node an
+/// operator paused just because the API was slow), [`PAUSE_OFF`] or [`PAUSE_ON`]. Without
+/// Kubernetes it is set to [`PAUSE_OFF`] at start.
+pub type PauseFlag = Arc<AtomicU8>;
+pub const PAUSE_UNKNOWN: u8 = 0;
+pub const PAUSE_OFF: u8 = 1;
+pub const PAUSE_ON: u8 = 2;
 
 pub async fn run(
     cfg: RemediationConfig,
@@ -59,7 +65,7 @@ pub async fn run(
         if cfg.mode == Mode::Off {
             continue;
         }
-        let paused = cfg.paused || external_pause.load(Ordering::Relaxed);
+        let paused = cfg.paused || external_pause.load(Ordering::Relaxed) != PAUSE_OFF;
         // Ask systemd only when there is something to fix (or to report on).
         if sample.verdicts.iter().any(|v| v.collapsed) || irqbalance.is_none() {
             irqbalance = Some(systemd.irqbalance_state().await);

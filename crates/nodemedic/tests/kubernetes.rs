@@ -1,0 +1,372 @@
+//! Kubernetes reporting against a real kube-apiserver (tests/k8s: v1.33 on etcd, loopback
+//! only). nodemedic runs with a ServiceAccount token bound to exactly the ClusterRoles shipped
+//! in deploy/kubernetes/rbac.yaml: the condition, label and Events land; a verb outside the
+//! role is forbidden; the pause annotation stops remediation decisions.
+
+#![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{fixture_dir, start_server, workspace_root, Server};
+use serde_json::Value;
+
+const NODE: &str = "nm-test-node";
+
+struct Cluster {
+    dir: tempfile::TempDir,
+    kubectl: PathBuf,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(workspace_root().join("tests/k8s/stop-apiserver.sh"))
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        let root = workspace_root();
+        let build = Command::new("bash")
+            .arg(root.join("tests/k8s/build-apiserver.sh"))
+            .status()
+            .expect("running tests/k8s/build-apiserver.sh");
+        assert!(
+            build.success(),
+            "building kube-apiserver failed (tests/k8s/build-apiserver.sh)"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let start = Command::new("bash")
+            .arg(root.join("tests/k8s/start-apiserver.sh"))
+            .arg(dir.path())
+            .stdin(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(
+            start.success(),
+            "starting kube-apiserver failed; logs in {}",
+            dir.path().display()
+        );
+        let cache = std::env::var("NODEMEDIC_K8S_CACHE")
+            .unwrap_or_else(|_| "/var/cache/nodemedic-k8s".into());
+        Cluster {
+            dir,
+            kubectl: PathBuf::from(cache).join("bin/kubectl"),
+        }
+    }
+
+    fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("admin.kubeconfig")
+    }
+
+    fn env(&self, key: &str) -> String {
+        let text = std::fs::read_to_string(self.dir.path().join("env")).unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("{key} not in env"))
+            .to_string()
+    }
+
+    /// Runs kubectl with the given kubeconfig; returns (success, stdout, stderr).
+    fn kubectl_as(
+        &self,
+        kubeconfig: &Path,
+        args: &[&str],
+        stdin: Option<&str>,
+    ) -> (bool, String, String) {
+        let mut cmd = Command::new(&self.kubectl);
+        cmd.arg("--kubeconfig").arg(kubeconfig).args(args);
+        cmd.stdin(if stdin.is_some() {
+            std::process::Stdio::piped()
+        } else {
+            std::process::Stdio::null()
+        });
+        cmd.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().expect("kubectl");
+        if let Some(input) = stdin {
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(input.as_bytes())
+                .unwrap();
+        }
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    fn kubectl(&self, args: &[&str]) -> String {
+        let (ok, out, err) = self.kubectl_as(&self.kubeconfig(), args, None);
+        assert!(ok, "kubectl {args:?}: {err}");
+        out
+    }
+
+    fn node(&self) -> Value {
+        serde_json::from_str(&self.kubectl(&["get", "node", NODE, "-o", "json"])).unwrap()
+    }
+
+    fn event_reasons(&self) -> Vec<String> {
+        let v: Value = serde_json::from_str(&self.kubectl(&[
+            "get",
+            "events.events.k8s.io",
+            "-n",
+            "default",
+            "-o",
+            "json",
+        ]))
+        .unwrap();
+        v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["regarding"]["name"] == NODE)
+            .map(|e| e["reason"].as_str().unwrap_or("").to_string())
+            .collect()
+    }
+
+    /// A kubeconfig that authenticates as the nodemedic ServiceAccount.
+    fn service_account_kubeconfig(&self) -> PathBuf {
+        let token = self.kubectl(&[
+            "create",
+            "token",
+            "nodemedic",
+            "-n",
+            "kube-system",
+            "--duration",
+            "1h",
+        ]);
+        let path = self.dir.path().join("nodemedic.kubeconfig");
+        let config = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {}\n    certificate-authority: {}\nusers:\n- name: nodemedic\n  user:\n    token: {}\ncontexts:\n- name: test\n  context: {{cluster: test, user: nodemedic}}\ncurrent-context: test\n",
+            self.env("APISERVER_URL"),
+            self.env("CA_FILE"),
+            token.trim()
+        );
+        std::fs::write(&path, config).unwrap();
+        path
+    }
+}
+
+fn poll<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Result<T, String>) -> T {
+    let start = Instant::now();
+    loop {
+        match f() {
+            Ok(v) => return v,
+            Err(last) if start.elapsed() > timeout => {
+                panic!("timed out waiting for {what}: {last}")
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+}
+
+fn start_nodemedic(kubeconfig: &Path) -> Server {
+    let tree = fixture_dir("8cpu-collapsed");
+    let config = format!(
+        r#"sample_interval = "200ms"
+[detector.collapse]
+raise_after = 2
+[remediation]
+mode = "dry-run"
+cooldown = "12s"
+verify_after = "1s"
+[remediation.irqbalance]
+dbus_socket = "/nonexistent/system_bus_socket"
+systemctl_fallback = false
+[remediation.native]
+enabled = true
+require_hurting = false
+[kubernetes]
+enabled = "always"
+node_name = "{NODE}"
+label = true
+events_per_minute = 60
+"#
+    );
+    let kubeconfig = kubeconfig.to_path_buf();
+    start_server("nodemedic", "/healthz", move |port, dir| {
+        let cfg = dir.join("nodemedic.toml");
+        std::fs::write(&cfg, &config).unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_nodemedic"));
+        cmd.arg("--config")
+            .arg(&cfg)
+            .arg("--host-root")
+            .arg(&tree)
+            .arg("--web.listen-address")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("run")
+            .env("KUBECONFIG", &kubeconfig)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env("RUST_LOG", "info");
+        cmd
+    })
+}
+
+fn status(s: &Server) -> Value {
+    serde_json::from_str(&s.get("/status").body).unwrap()
+}
+
+fn dry_runs(s: &Server) -> usize {
+    status(s)["remediation"]["audit"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["result"] == "dry_run")
+        .count()
+}
+
+#[test]
+fn condition_label_events_rbac_and_pause_on_a_real_apiserver() {
+    let cluster = Cluster::start();
+    cluster.kubectl(&[
+        "apply",
+        "-f",
+        workspace_root()
+            .join("deploy/kubernetes/rbac.yaml")
+            .to_str()
+            .unwrap(),
+    ]);
+    // The label role is opt-in: bind it, as the README tells users who set label = true.
+    cluster.kubectl(&[
+        "create",
+        "clusterrolebinding",
+        "nodemedic-label",
+        "--clusterrole",
+        "nodemedic-label",
+        "--serviceaccount",
+        "kube-system:nodemedic",
+    ]);
+    let node = format!(
+        "{{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"metadata\":{{\"name\":\"{NODE}\",\"annotations\":{{\"nodemedic.io/pause\":\"true\"}}}}}}"
+    );
+    let (ok, _, err) =
+        cluster.kubectl_as(&cluster.kubeconfig(), &["create", "-f", "-"], Some(&node));
+    assert!(ok, "creating the node: {err}");
+    let sa = cluster.service_account_kubeconfig();
+
+    // The role is minimal: verbs outside it are forbidden to nodemedic's identity.
+    poll("RBAC for the new binding", Duration::from_secs(30), || {
+        let (ok, out, _) =
+            cluster.kubectl_as(&sa, &["auth", "can-i", "patch", "nodes/status"], None);
+        if ok && out.trim() == "yes" {
+            Ok(())
+        } else {
+            Err(out)
+        }
+    });
+    for forbidden in [
+        vec!["delete", "node", NODE],
+        vec!["get", "pods", "-A"],
+        vec!["get", "secrets", "-n", "kube-system"],
+    ] {
+        let (ok, _, err) = cluster.kubectl_as(&sa, &forbidden, None);
+        assert!(
+            !ok && err.contains("Forbidden"),
+            "{forbidden:?} must be forbidden: {err}"
+        );
+    }
+    let (_, out, _) = cluster.kubectl_as(&sa, &["auth", "can-i", "list", "nodes"], None);
+    assert_eq!(out.trim(), "no");
+
+    // Paused by annotation from the start: detection and reporting run, decisions do not.
+    let mut s = start_nodemedic(&sa);
+    let cond = poll(
+        "the IRQAffinityCollapsed condition",
+        Duration::from_secs(60),
+        || {
+            let n = cluster.node();
+            n["status"]["conditions"]
+                .as_array()
+                .and_then(|c| {
+                    c.iter()
+                        .find(|c| c["type"] == "IRQAffinityCollapsed")
+                        .cloned()
+                })
+                .filter(|c| c["status"] == "True")
+                .ok_or_else(|| format!("{}", n["status"]))
+        },
+    );
+    assert_eq!(cond["reason"], "IRQsCollapsed");
+    assert!(
+        cond["message"].as_str().unwrap().contains("virtio2"),
+        "{cond}"
+    );
+    assert!(cond["lastTransitionTime"].is_string() && cond["lastHeartbeatTime"].is_string());
+    let labels = cluster.node()["metadata"]["labels"].clone();
+    assert_eq!(labels["nodemedic.io/irq-collapsed"], "true", "{labels}");
+    poll("an IRQCollapsed event", Duration::from_secs(30), || {
+        let r = cluster.event_reasons();
+        if r.iter().any(|x| x == "IRQCollapsed") {
+            Ok(())
+        } else {
+            Err(format!("{r:?}"))
+        }
+    });
+    let st = status(&s);
+    assert_eq!(st["kubernetes"]["state"], "active", "{}", st["kubernetes"]);
+    assert_eq!(st["kubernetes"]["paused_by_annotation"], true);
+    assert_eq!(st["remediation"]["paused"], true);
+    // Several seconds of a latched collapse while paused: no decision.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(dry_runs(&s), 0, "{}", status(&s)["remediation"]);
+
+    // Unpause: the next decision comes (dry-run: decided, audited, reported; nothing written).
+    cluster.kubectl(&[
+        "annotate",
+        "node",
+        NODE,
+        "nodemedic.io/pause=false",
+        "--overwrite",
+    ]);
+    s.poll(
+        "a dry-run decision after unpausing",
+        Duration::from_secs(60),
+        |s| {
+            if dry_runs(s) > 0 {
+                Ok(())
+            } else {
+                Err(format!("{}", status(s)["remediation"]))
+            }
+        },
+    );
+    poll(
+        "a DryRunNativeRebalance event",
+        Duration::from_secs(30),
+        || {
+            let r = cluster.event_reasons();
+            if r.iter().any(|x| x == "DryRunNativeRebalance") {
+                Ok(())
+            } else {
+                Err(format!("{r:?}"))
+            }
+        },
+    );
+    let audit = status(&s)["remediation"]["audit"].clone();
+    let pauses: Vec<&str> = audit
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["action"] == "pause")
+        .map(|d| d["result"].as_str().unwrap())
+        .collect();
+    assert_eq!(pauses, vec!["paused", "resumed"], "{audit}");
+    // Events are de-duplicated: one IRQCollapsed event however many samples saw it.
+    let collapsed_events = cluster
+        .event_reasons()
+        .iter()
+        .filter(|r| *r == "IRQCollapsed")
+        .count();
+    assert_eq!(collapsed_events, 1);
+}
