@@ -60,7 +60,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let kube: SharedKube = Arc::new(Mutex::new(KubeStatus::default()));
     let remediator = tokio::spawn(crate::remediator::run(
         config.remediation.clone(),
-        engine.paths().clone(),
+        crate::remediator::RealActuators::new(&config.remediation, engine.paths()),
         rx,
         remedy.clone(),
         pause.clone(),

@@ -6,10 +6,11 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
-use nodemedic_collect::{monotonic_now, Paths};
+use nodemedic_collect::Paths;
 use nodemedic_detect::Finding;
 use nodemedic_remedy::actuator::{execute, AffinityWriter, Systemd};
 use nodemedic_remedy::policy::IrqbalanceState;
+use nodemedic_remedy::policy::{Outcome, Step};
 use nodemedic_remedy::{Decision, Mode, Policy, RemediationConfig};
 use serde::Serialize;
 use tokio::sync::watch;
@@ -42,16 +43,48 @@ pub const PAUSE_UNKNOWN: u8 = 0;
 pub const PAUSE_OFF: u8 = 1;
 pub const PAUSE_ON: u8 = 2;
 
+/// The side effects the remediator needs, so the task can be driven on a paused clock.
+pub trait Actuate: Send + Sync {
+    fn irqbalance_state(&self) -> impl std::future::Future<Output = IrqbalanceState> + Send;
+    fn execute(&self, step: &Step) -> impl std::future::Future<Output = Outcome> + Send;
+}
+
+/// The real actuators: systemd over D-Bus, and smp_affinity writes under procfs.
+pub struct RealActuators {
+    systemd: Systemd,
+    writer: AffinityWriter,
+}
+
+impl RealActuators {
+    pub fn new(cfg: &RemediationConfig, paths: &Paths) -> Self {
+        Self {
+            systemd: Systemd::new(cfg.irqbalance.clone(), paths.rootfs.clone()),
+            writer: AffinityWriter::new(paths.procfs.clone()),
+        }
+    }
+}
+
+impl Actuate for RealActuators {
+    async fn irqbalance_state(&self) -> IrqbalanceState {
+        self.systemd.irqbalance_state().await
+    }
+
+    async fn execute(&self, step: &Step) -> Outcome {
+        execute(step, &self.systemd, &self.writer).await
+    }
+}
+
 pub async fn run(
     cfg: RemediationConfig,
-    paths: Paths,
+    actuators: impl Actuate,
     mut samples: watch::Receiver<Option<Arc<Sample>>>,
     state: SharedRemedy,
     external_pause: PauseFlag,
     events: tokio::sync::mpsc::Sender<Decision>,
 ) {
-    let systemd = Systemd::new(cfg.irqbalance.clone(), paths.rootfs.clone());
-    let writer = AffinityWriter::new(paths.procfs.clone());
+    // tokio's clock, so that tests can run hours of cooldowns on a paused clock.
+    let epoch = tokio::time::Instant::now();
+    let monotonic_now = || epoch.elapsed();
     let keep = cfg.audit_entries.max(1);
     let mut policy = Policy::new(cfg.clone());
     let mut irqbalance: Option<IrqbalanceState> = None;
@@ -68,7 +101,7 @@ pub async fn run(
         let paused = cfg.paused || external_pause.load(Ordering::Relaxed) != PAUSE_OFF;
         // Ask systemd only when there is something to fix (or to report on).
         if sample.verdicts.iter().any(|v| v.collapsed) || irqbalance.is_none() {
-            irqbalance = Some(systemd.irqbalance_state().await);
+            irqbalance = Some(actuators.irqbalance_state().await);
         }
         let irqb = irqbalance.clone().unwrap_or(IrqbalanceState::Unknown {
             detail: "not checked".into(),
@@ -80,7 +113,7 @@ pub async fn run(
             record(&state, &decisions, keep);
             forward(&events, &decisions);
             decisions.clear();
-            let outcome = execute(&step, &systemd, &writer).await;
+            let outcome = actuators.execute(&step).await;
             let now_ts = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs_f64())
@@ -135,5 +168,161 @@ fn record(state: &SharedRemedy, decisions: &[Decision], keep: usize) {
         while s.audit.len() > keep {
             s.audit.pop_front();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The remediation task on a paused tokio clock: hours of samples, cooldowns and
+    //! verification windows run in milliseconds, with a recording actuator (systemd cannot be
+    //! driven here; the real actuators are tested on this machine's IRQs and in a VM).
+
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use nodemedic_collect::CollectorSet;
+    use nodemedic_detect::{CollapseConfig, CollapseDetector, HurtingConfig};
+    use nodemedic_kernel::Snapshot;
+    use nodemedic_remedy::config::NativeStep;
+    use nodemedic_remedy::ActionKind;
+
+    use super::*;
+
+    struct Recording {
+        calls: Mutex<Vec<(Duration, ActionKind)>>,
+        epoch: tokio::time::Instant,
+    }
+
+    impl Actuate for Arc<Recording> {
+        async fn irqbalance_state(&self) -> IrqbalanceState {
+            IrqbalanceState::Running {
+                version: Some("1.9.2-1".into()),
+            }
+        }
+
+        async fn execute(&self, step: &Step) -> Outcome {
+            if let Ok(mut c) = self.calls.lock() {
+                c.push((self.epoch.elapsed(), step.kind));
+            }
+            // The action "works" but the IRQs stay where they are.
+            Outcome::Done("recorded".into())
+        }
+    }
+
+    fn snapshot(name: &str) -> Snapshot {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures")
+            .join(name);
+        CollectorSet::all()
+            .sample(&Paths::under(root), Duration::ZERO)
+            .0
+    }
+
+    /// Feeds `samples` samples 5 s apart (collapsed when `pattern(i)`), returns the actuator
+    /// calls and the audit trail.
+    async fn drive(
+        cfg: RemediationConfig,
+        samples: u64,
+        pattern: impl Fn(u64) -> bool,
+    ) -> (Vec<(Duration, ActionKind)>, Vec<Decision>) {
+        let collapsed = snapshot("8cpu-collapsed");
+        let balanced = snapshot("8cpu-balanced");
+        let rec = Arc::new(Recording {
+            calls: Mutex::new(Vec::new()),
+            epoch: tokio::time::Instant::now(),
+        });
+        let (tx, rx) = watch::channel(None);
+        let (etx, mut erx) = tokio::sync::mpsc::channel(1024);
+        let state: SharedRemedy = Arc::default();
+        let pause: PauseFlag = Arc::new(AtomicU8::new(PAUSE_OFF));
+        let task = tokio::spawn(run(cfg, rec.clone(), rx, state.clone(), pause, etx));
+        let mut detector =
+            CollapseDetector::new(CollapseConfig::default(), HurtingConfig::default());
+        for i in 0..samples {
+            let mut snap = if pattern(i) {
+                collapsed.clone()
+            } else {
+                balanced.clone()
+            };
+            snap.at = Duration::from_secs(i * 5);
+            snap.timestamp = (i * 5) as f64;
+            let verdicts = detector.observe(&snap);
+            tx.send_replace(Some(Arc::new(Sample {
+                snapshot: snap,
+                collectors: Vec::new(),
+                verdicts,
+                findings: Vec::new(),
+                duration: Duration::ZERO,
+                samples_total: i + 1,
+            })));
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            while erx.try_recv().is_ok() {}
+        }
+        task.abort();
+        let calls = rec.calls.lock().map(|c| c.clone()).unwrap_or_default();
+        let audit = state
+            .lock()
+            .map(|s| s.audit.iter().cloned().collect())
+            .unwrap_or_default();
+        (calls, audit)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn oscillating_input_produces_no_action() {
+        let (calls, audit) = drive(RemediationConfig::default(), 2 * 720, |i| i % 2 == 0).await;
+        assert!(calls.is_empty(), "{calls:?}");
+        assert!(audit.is_empty(), "{audit:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sustained_collapse_acts_once_per_cooldown_within_caps_and_escalates_once() {
+        let cfg = RemediationConfig {
+            native: NativeStep {
+                enabled: true,
+                require_hurting: false,
+            },
+            ..Default::default()
+        };
+        let cooldown = cfg.cooldown;
+        // Two hours of a collapse that no action fixes.
+        let (calls, audit) = drive(cfg, 2 * 720, |_| true).await;
+        let kinds: Vec<ActionKind> = calls.iter().map(|c| c.1).collect();
+        assert_eq!(
+            kinds,
+            vec![ActionKind::IrqbalanceRestart, ActionKind::NativeRebalance]
+        );
+        assert!(calls[1].0 - calls[0].0 >= cooldown, "{calls:?}");
+        let verifications: Vec<&str> = audit
+            .iter()
+            .filter(|d| d.action == "verify")
+            .map(|d| d.result.as_str())
+            .collect();
+        assert_eq!(verifications, vec!["not_verified", "not_verified"]);
+        let escalations = audit.iter().filter(|d| d.action == "escalate").count();
+        assert_eq!(
+            escalations, 1,
+            "failed verification escalates once, never loops"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn caps_bound_actions_when_collapses_keep_coming_back() {
+        let cfg = RemediationConfig {
+            cooldown: Duration::from_secs(60),
+            verify_after: Duration::from_secs(20),
+            max_actions_per_hour: 2,
+            max_actions_per_day: 3,
+            ..Default::default()
+        };
+        // Collapsed for 3 minutes, healthy for 1, for three hours: an episode every 4 minutes.
+        let (calls, _) = drive(cfg, 3 * 720, |i| i % 48 < 36).await;
+        let t: Vec<u64> = calls.iter().map(|c| c.0.as_secs()).collect();
+        for (i, now) in t.iter().enumerate() {
+            assert!(
+                t[..=i].iter().filter(|x| now - **x < 3600).count() <= 2,
+                "{t:?}"
+            );
+        }
+        assert_eq!(t.len(), 3, "day cap: {t:?}");
     }
 }
