@@ -1,0 +1,217 @@
+#!/usr/bin/env bash
+# Builds (once, cached) the Debian 12 guest used by the real-kernel VM tests:
+#   $CACHE/vmlinuz, $CACHE/initrd.img, $CACHE/rootfs.img (raw ext4), $CACHE/stamp
+# The stamp holds this script's sha256: editing the script rebuilds the image.
+# Needs root (debootstrap, chroot). No stdin, no loop mounts.
+#
+# Env:
+#   NODEMEDIC_VM_CACHE   cache dir (default /var/cache/nodemedic-vm)
+#   NODEMEDIC_VM_MIRROR  Debian mirror (default: the bookworm mirror of this host's apt sources)
+#   NODEMEDIC_VM_REBUILD=1  rebuild even if the stamp matches
+set -euo pipefail
+
+SELF=$(readlink -f "${BASH_SOURCE[0]}")
+CACHE=${NODEMEDIC_VM_CACHE:-/var/cache/nodemedic-vm}
+SUITE=bookworm
+IMG_SIZE=${NODEMEDIC_VM_IMG_SIZE:-2G}
+HASH=$(sha256sum "$SELF" | cut -d' ' -f1)
+
+log() { echo "[build-image] $*" >&2; }
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "build-image.sh must run as root (debootstrap/chroot)" >&2
+    exit 1
+fi
+
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.lock"
+flock 9 # serialise concurrent builds/runs of this script
+
+image_ok() {
+    [ -s "$CACHE/vmlinuz" ] && [ -s "$CACHE/initrd.img" ] && [ -s "$CACHE/rootfs.img" ] &&
+        [ "$(cat "$CACHE/stamp" 2>/dev/null)" = "$HASH" ]
+}
+
+# --- host dependencies (only what is missing) ---------------------------------------
+apt_get() {
+    # Another apt may hold the lock (e.g. CI installing other packages): wait, don't fail.
+    local i
+    for i in 1 2 3; do
+        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 "$@" && return 0
+        log "apt-get $* failed (attempt $i)"
+        sleep 10
+    done
+    return 1
+}
+need=()
+for pkg in debootstrap debian-archive-keyring qemu-system-x86 qemu-utils iproute2 e2fsprogs \
+    coreutils util-linux; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+    log "installing host packages: ${need[*]}"
+    apt_get update -qq
+    apt_get install -y -qq --no-install-recommends "${need[@]}"
+fi
+
+if [ "${NODEMEDIC_VM_REBUILD:-0}" != 1 ] && image_ok; then
+    log "cached image up to date in $CACHE"
+    exit 0
+fi
+
+# --- mirror: the one this host's apt already uses for Debian main ----------------------
+mirror=${NODEMEDIC_VM_MIRROR:-}
+if [ -z "$mirror" ]; then
+    # deb822 "URIs:" lines or one-line "deb URI suite ..." entries; take the first plain
+    # Debian archive (…/debian, not …/debian-security).
+    mirror=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.sources \
+        /etc/apt/sources.list.d/*.list 2>/dev/null |
+        sed -nE 's/^URIs:[[:space:]]*//p; s/^deb[[:space:]]+(\[[^]]*\][[:space:]]+)?([^[:space:]]+).*/\2/p' |
+        tr ' ' '\n' | grep -E '^https?://[^ ]*/debian/?$' | head -n1 || true)
+    mirror=${mirror:-http://deb.debian.org/debian}
+fi
+log "mirror: $mirror"
+
+# --- build ----------------------------------------------------------------------------
+start=$(date +%s)
+BUILD="$CACHE/build.tmp"
+ROOT="$BUILD/rootfs"
+cleanup() {
+    # debootstrap normally unmounts what it mounted; be sure nothing stays mounted.
+    local m
+    for m in $(findmnt -rn -o TARGET | grep -F "$ROOT" | sort -r || true); do
+        umount -l "$m" 2>/dev/null || true
+    done
+}
+trap cleanup EXIT
+cleanup
+rm -rf "$BUILD"
+mkdir -p "$ROOT" "$CACHE/debs"
+
+# linux-image-amd64 pulls initramfs-tools, whose hook builds /boot/initrd.img-* in the chroot.
+INCLUDE=systemd-sysv,systemd,udev,dbus,irqbalance,linux-image-amd64,initramfs-tools,kmod
+INCLUDE=$INCLUDE,iproute2,procps,ethtool,pciutils,util-linux,zstd
+log "debootstrap $SUITE (variant minbase) -> $ROOT"
+debootstrap --variant=minbase --include="$INCLUDE" --cache-dir="$CACHE/debs" \
+    "$SUITE" "$ROOT" "$mirror" >"$BUILD/debootstrap.log" 2>&1 || {
+    tail -n 50 "$BUILD/debootstrap.log" >&2
+    tail -n 50 "$ROOT/debootstrap/debootstrap.log" >&2 2>/dev/null || true
+    exit 1
+}
+
+# --- guest configuration --------------------------------------------------------------
+echo nodemedic-vm >"$ROOT/etc/hostname"
+printf '127.0.0.1 localhost\n127.0.1.1 nodemedic-vm\n' >"$ROOT/etc/hosts"
+cat >"$ROOT/etc/fstab" <<'EOF'
+/dev/vda / ext4 rw,errors=remount-ro 0 0
+EOF
+# Passwordless root on the console, only for interactive debugging (tests never log in).
+chroot "$ROOT" passwd -d root >/dev/null
+# A VM that lives for one test: volatile journal, no timers, no fsck.
+mkdir -p "$ROOT/etc/systemd/journald.conf.d"
+printf '[Journal]\nStorage=volatile\n' >"$ROOT/etc/systemd/journald.conf.d/volatile.conf"
+# Every modprobe costs seconds under TCG: skip the ones systemd runs for features unused here.
+for unit in apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer e2scrub_reap.service \
+    fstrim.timer systemd-timesyncd.service getty@tty1.service modprobe@fuse.service \
+    modprobe@dm_mod.service modprobe@drm.service modprobe@loop.service \
+    modprobe@efi_pstore.service sys-fs-fuse-connections.mount; do
+    ln -sf /dev/null "$ROOT/etc/systemd/system/$unit"
+done
+mkdir -p "$ROOT/mnt/host" # the runner mounts the 9p share itself (modules load on demand)
+# Small initrd: only what finds and mounts /dev/vda (MODULES=most is ~30 MB, slow to unpack
+# and probe under TCG).
+printf 'MODULES=list\n' >"$ROOT/etc/initramfs-tools/conf.d/nodemedic.conf"
+printf 'virtio_pci\nvirtio_blk\next4\n' >>"$ROOT/etc/initramfs-tools/modules"
+chroot "$ROOT" update-initramfs -u -k all >"$BUILD/update-initramfs.log" 2>&1 || {
+    cat "$BUILD/update-initramfs.log" >&2
+    exit 1
+}
+
+# The test runner: mounts the 9p share "host" at /mnt/host, runs /mnt/host/test.sh as root,
+# writes stdout/stderr/exit-code back to the share, then the unit powers the VM off.
+cat >"$ROOT/usr/local/sbin/nodemedic-guest-runner" <<'EOF'
+#!/bin/bash
+set -u
+H=/mnt/host
+say() { echo "nodemedic-guest-runner: $*" >/dev/console; }
+modprobe 9pnet_virtio 2>/dev/null || true
+if ! mountpoint -q "$H"; then
+    if ! mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,cache=none host "$H"; then
+        say "cannot mount the 9p share 'host' at $H"
+        exit 1
+    fi
+fi
+read -r up _ </proc/uptime
+echo "$up" >"$H/guest-uptime-at-test-start"
+say "running $H/test.sh (guest uptime ${up}s)"
+rm -f "$H/exit-code" "$H/stdout" "$H/stderr"
+if [ -f "$H/test.sh" ]; then
+    (cd "$H" && NODEMEDIC_VM=1 HOST_DIR="$H" bash "$H/test.sh") >"$H/stdout" 2>"$H/stderr" </dev/null
+    rc=$?
+else
+    echo "no test.sh in the share" >"$H/stderr"
+    rc=127
+fi
+read -r up2 _ </proc/uptime
+echo "$up2" >"$H/guest-uptime-at-test-end"
+journalctl -b --no-pager >"$H/journal.log" 2>&1 || true
+echo "$rc" >"$H/exit-code.tmp" && mv "$H/exit-code.tmp" "$H/exit-code"
+sync
+say "test.sh exited $rc; powering off"
+exit 0
+EOF
+chmod 0755 "$ROOT/usr/local/sbin/nodemedic-guest-runner"
+cat >"$ROOT/etc/systemd/system/nodemedic-test.service" <<'EOF'
+[Unit]
+Description=nodemedic VM test (runs /mnt/host/test.sh, then powers off)
+After=dbus.service irqbalance.service systemd-modules-load.service systemd-udev-settle.service
+Wants=dbus.service
+# Power off whatever happens; the host waits for qemu to exit.
+SuccessAction=poweroff
+FailureAction=poweroff
+
+[Service]
+# idle: start once the boot jobs are dispatched, so the test sees a settled system.
+Type=idle
+ExecStart=/usr/local/sbin/nodemedic-guest-runner
+StandardOutput=journal+console
+StandardError=journal+console
+
+[Install]
+WantedBy=multi-user.target
+EOF
+chroot "$ROOT" systemctl enable nodemedic-test.service >/dev/null 2>&1
+chroot "$ROOT" systemctl enable irqbalance.service >/dev/null 2>&1 || true
+
+# --- kernel + initrd out of the rootfs, then the ext4 image -----------------------------
+vmlinuz=$(find "$ROOT/boot" -maxdepth 1 -name 'vmlinuz-*' | sort -V | tail -n1)
+initrd=$(find "$ROOT/boot" -maxdepth 1 -name 'initrd.img-*' | sort -V | tail -n1)
+if [ -z "$vmlinuz" ] || [ -z "$initrd" ]; then
+    echo "no kernel/initrd in $ROOT/boot" >&2
+    ls -l "$ROOT/boot" >&2
+    exit 1
+fi
+cp "$vmlinuz" "$BUILD/vmlinuz"
+cp "$initrd" "$BUILD/initrd.img"
+basename "$vmlinuz" | sed 's/^vmlinuz-//' >"$BUILD/kernel-release"
+
+cleanup
+if findmnt -rn -o TARGET | grep -qF "$ROOT"; then
+    echo "something is still mounted under $ROOT" >&2
+    exit 1
+fi
+rm -rf "$ROOT"/var/cache/apt/archives/*.deb "$ROOT"/var/lib/apt/lists/* "$ROOT/debootstrap"
+log "mkfs.ext4 -d ($IMG_SIZE)"
+truncate -s "$IMG_SIZE" "$BUILD/rootfs.img"
+mkfs.ext4 -q -F -L nodemedic-root -d "$ROOT" "$BUILD/rootfs.img"
+rm -rf "$ROOT"
+
+# Publish atomically-ish: stamp last, so a half-copied cache is never taken as valid.
+rm -f "$CACHE/stamp"
+mv -f "$BUILD/vmlinuz" "$BUILD/initrd.img" "$BUILD/rootfs.img" "$BUILD/kernel-release" "$CACHE/"
+mv -f "$BUILD/debootstrap.log" "$CACHE/"
+took=$(($(date +%s) - start))
+echo "$took" >"$CACHE/build-seconds"
+echo "$HASH" >"$CACHE/stamp"
+rm -rf "$BUILD"
+log "built in ${took}s: kernel $(cat "$CACHE/kernel-release"), image $CACHE/rootfs.img"
