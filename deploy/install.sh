@@ -9,22 +9,10 @@ cd "$(dirname "$0")/.."
 run=1
 [ "${1:-}" = "--no-run" ] && run=0
 
-export DEBIAN_FRONTEND=noninteractive
-need=()
-for pkg in build-essential pkg-config ca-certificates curl; do
-    dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
-done
-if [ ${#need[@]} -gt 0 ]; then
-    apt-get update
-    apt-get install -y --no-install-recommends "${need[@]}"
-fi
-
-# Debian 12's rustc (1.63) is too old; use rustup's stable toolchain when cargo is missing.
-if ! command -v cargo >/dev/null 2>&1; then
-    [ -x "$HOME/.cargo/bin/cargo" ] || curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
-    # shellcheck disable=SC1091
-    . "$HOME/.cargo/env"
-fi
+# shellcheck source=deploy/bootstrap.sh
+. deploy/bootstrap.sh
+ensure_packages build-essential pkg-config ca-certificates curl
+ensure_rust
 
 cargo build --release --locked -p nodemedic
 install -m 0755 target/release/nodemedic /usr/local/bin/nodemedic

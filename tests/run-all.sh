@@ -9,20 +9,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-export DEBIAN_FRONTEND=noninteractive
-need=()
-for pkg in build-essential pkg-config ca-certificates curl python3 prometheus; do
-    dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
-done
-if [ ${#need[@]} -gt 0 ]; then
-    apt-get update
-    apt-get install -y --no-install-recommends "${need[@]}"
-fi
-if ! command -v cargo >/dev/null 2>&1; then
-    [ -x "$HOME/.cargo/bin/cargo" ] || curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
-    # shellcheck disable=SC1091
-    . "$HOME/.cargo/env"
-fi
+# shellcheck source=deploy/bootstrap.sh
+. deploy/bootstrap.sh
+ensure_packages build-essential pkg-config ca-certificates curl python3 prometheus
+ensure_rust
 
 echo "== fixtures match their generator"
 tmp=$(mktemp -d)

@@ -8,15 +8,9 @@
 
 use serde::Serialize;
 
-use crate::{complete_lines, leading_counts, parse_cpu_header, SkippedLine};
+use crate::{cpu_table, leading_counts, SkippedLine, TableError};
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum InterruptsError {
-    #[error("file is empty")]
-    Empty,
-    #[error("line 1: bad CPU header: {0}")]
-    BadHeader(String),
-}
+pub type InterruptsError = TableError;
 
 /// One parse of `/proc/interrupts`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -63,29 +57,13 @@ impl Interrupts {
 }
 
 pub fn parse(text: &str) -> Result<Interrupts, InterruptsError> {
-    let (mut lines, truncated) = complete_lines(text);
-    let header = loop {
-        match lines.next() {
-            Some((_, l)) if l.trim().is_empty() => continue,
-            Some((_, l)) => break l,
-            None => return Err(InterruptsError::Empty),
-        }
-    };
-    let cpus = parse_cpu_header(header).map_err(InterruptsError::BadHeader)?;
+    let (cpus, body) = cpu_table(text)?;
     let mut out = Interrupts {
         cpus,
+        skipped: body.skipped,
         ..Default::default()
     };
-    if let Some(line) = truncated {
-        out.skipped.push(SkippedLine {
-            line,
-            reason: "last line has no newline: the file was cut short".into(),
-        });
-    }
-    for (n, line) in lines {
-        if line.trim().is_empty() {
-            continue;
-        }
+    for (n, line) in body.lines {
         match parse_row(line, out.cpus.len()) {
             Ok(Row::Irq(irq)) => out.irqs.push(irq),
             Ok(Row::Arch(arch)) => out.arch.push(arch),

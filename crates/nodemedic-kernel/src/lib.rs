@@ -25,23 +25,55 @@ pub struct SkippedLine {
     pub reason: String,
 }
 
-/// Splits `text` into lines and reports whether the last one was cut short.
+/// The usable lines of a kernel file: complete, non-blank, numbered from 1.
+pub(crate) struct Body<'a> {
+    pub lines: Vec<(usize, &'a str)>,
+    pub skipped: Vec<SkippedLine>,
+}
+
+/// Splits `text` into its complete lines.
 ///
 /// The kernel always ends these files with a newline, so a final line without one comes from
 /// a truncated read (or a truncated copy) and cannot be trusted: a count cut mid-number still
-/// parses as a number.
-pub(crate) fn complete_lines(text: &str) -> (impl Iterator<Item = (usize, &str)>, Option<usize>) {
-    let truncated_line = if !text.is_empty() && !text.ends_with('\n') {
-        Some(text.lines().count())
-    } else {
-        None
+/// parses as a number. It is reported as skipped.
+pub(crate) fn body(text: &str) -> Body<'_> {
+    let all: Vec<&str> = text.lines().collect();
+    let cut = !text.is_empty() && !text.ends_with('\n');
+    let mut out = Body {
+        lines: Vec::with_capacity(all.len()),
+        skipped: Vec::new(),
     };
-    let lines = text
-        .lines()
-        .enumerate()
-        .map(|(i, l)| (i + 1, l))
-        .filter(move |(n, _)| Some(*n) != truncated_line);
-    (lines, truncated_line)
+    for (i, line) in all.iter().enumerate() {
+        if cut && i + 1 == all.len() {
+            out.skipped.push(SkippedLine {
+                line: i + 1,
+                reason: "last line has no newline: the file was cut short".into(),
+            });
+        } else if !line.trim().is_empty() {
+            out.lines.push((i + 1, line));
+        }
+    }
+    out
+}
+
+/// A per-CPU table (`/proc/interrupts`, `/proc/softirqs`) without a usable header.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TableError {
+    #[error("file is empty")]
+    Empty,
+    #[error("bad CPU header: {0}")]
+    BadHeader(String),
+}
+
+/// Splits a per-CPU table into its CPU header and the lines after it.
+pub(crate) fn cpu_table(text: &str) -> Result<(Vec<u32>, Body<'_>), TableError> {
+    let mut b = body(text);
+    if b.lines.is_empty() {
+        return Err(TableError::Empty);
+    }
+    let (_, header) = b.lines.remove(0);
+    let cpus = parse_cpu_header(header).map_err(TableError::BadHeader)?;
+    Ok((cpus, b))
 }
 
 /// Parses a header line of `CPU<n>` tokens (as in `/proc/interrupts` and `/proc/softirqs`).

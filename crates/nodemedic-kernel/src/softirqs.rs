@@ -2,15 +2,9 @@
 
 use serde::Serialize;
 
-use crate::{complete_lines, leading_counts, parse_cpu_header, SkippedLine};
+use crate::{cpu_table, leading_counts, SkippedLine, TableError};
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SoftirqsError {
-    #[error("file is empty")]
-    Empty,
-    #[error("line 1: bad CPU header: {0}")]
-    BadHeader(String),
-}
+pub type SoftirqsError = TableError;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Softirqs {
@@ -44,29 +38,13 @@ impl Softirqs {
 }
 
 pub fn parse(text: &str) -> Result<Softirqs, SoftirqsError> {
-    let (mut lines, truncated) = complete_lines(text);
-    let header = loop {
-        match lines.next() {
-            Some((_, l)) if l.trim().is_empty() => continue,
-            Some((_, l)) => break l,
-            None => return Err(SoftirqsError::Empty),
-        }
-    };
-    let cpus = parse_cpu_header(header).map_err(SoftirqsError::BadHeader)?;
+    let (cpus, body) = cpu_table(text)?;
     let mut out = Softirqs {
         cpus,
+        skipped: body.skipped,
         ..Default::default()
     };
-    if let Some(line) = truncated {
-        out.skipped.push(SkippedLine {
-            line,
-            reason: "last line has no newline: the file was cut short".into(),
-        });
-    }
-    for (n, line) in lines {
-        if line.trim().is_empty() {
-            continue;
-        }
+    for (n, line) in body.lines {
         let Some((name, rest)) = line.split_once(':') else {
             out.skipped.push(SkippedLine {
                 line: n,

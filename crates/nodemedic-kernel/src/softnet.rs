@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use crate::{complete_lines, SkippedLine};
+use crate::{body, SkippedLine};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Softnet {
@@ -33,18 +33,12 @@ pub struct SoftnetRow {
 const MIN_COLUMNS: usize = 10;
 
 pub fn parse(text: &str) -> Softnet {
-    let (lines, truncated) = complete_lines(text);
-    let mut out = Softnet::default();
-    if let Some(line) = truncated {
-        out.skipped.push(SkippedLine {
-            line,
-            reason: "last line has no newline: the file was cut short".into(),
-        });
-    }
-    for (n, line) in lines {
-        if line.trim().is_empty() {
-            continue;
-        }
+    let body = body(text);
+    let mut out = Softnet {
+        rows: Vec::with_capacity(body.lines.len()),
+        skipped: body.skipped,
+    };
+    for (n, line) in body.lines {
         match parse_row(line) {
             Ok(row) => out.rows.push(row),
             Err(reason) => out.skipped.push(SkippedLine { line: n, reason }),

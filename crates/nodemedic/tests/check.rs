@@ -2,6 +2,8 @@
 
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -217,31 +219,7 @@ fn this_machine() {
         assert_eq!(c["state"], "active", "{c}");
     }
     // Cross-check the virtio groups against the kernel's own files.
-    let text = std::fs::read_to_string("/proc/interrupts").unwrap();
-    let mut expected: std::collections::BTreeMap<String, Vec<u32>> = Default::default();
-    for line in text.lines().skip(1) {
-        let Some((irq, rest)) = line.split_once(':') else {
-            continue;
-        };
-        let Ok(irq) = irq.trim().parse::<u32>() else {
-            continue;
-        };
-        let Some(action) = rest.split_whitespace().last() else {
-            continue;
-        };
-        if let Some(dev) = action
-            .strip_prefix("virtio")
-            .and_then(|r| r.split('-').next())
-        {
-            let queue = !action.ends_with("-config");
-            if queue {
-                expected
-                    .entry(format!("virtio{dev}"))
-                    .or_default()
-                    .push(irq);
-            }
-        }
-    }
+    let expected = common::virtio_queue_irqs();
     assert!(!expected.is_empty(), "this VM has virtio devices");
     for (name, irqs) in &expected {
         let g = group(&r, name);

@@ -4,46 +4,14 @@
 
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::process::Command;
 
+use common::{affinity_writable, virtio_queue_irqs, RestoreAffinity};
+
 use serde_json::Value;
-
-struct Restore(BTreeMap<u32, String>);
-
-impl Drop for Restore {
-    fn drop(&mut self) {
-        for (irq, mask) in &self.0 {
-            let _ = std::fs::write(format!("/proc/irq/{irq}/smp_affinity"), mask);
-        }
-    }
-}
-
-/// Queue IRQs of virtio devices, from the kernel's own /proc/interrupts.
-fn virtio_queue_irqs() -> BTreeMap<String, Vec<u32>> {
-    let text = std::fs::read_to_string("/proc/interrupts").unwrap();
-    let mut out: BTreeMap<String, Vec<u32>> = BTreeMap::new();
-    for line in text.lines().skip(1) {
-        let Some((irq, rest)) = line.split_once(':') else {
-            continue;
-        };
-        let Ok(irq) = irq.trim().parse::<u32>() else {
-            continue;
-        };
-        let Some(action) = rest.split_whitespace().last() else {
-            continue;
-        };
-        if let Some(dev) = action
-            .strip_prefix("virtio")
-            .and_then(|r| r.split('-').next())
-        {
-            if !action.ends_with("-config") {
-                out.entry(format!("virtio{dev}")).or_default().push(irq);
-            }
-        }
-    }
-    out
-}
 
 fn check_json() -> (Option<i32>, Value) {
     let out = Command::new(env!("CARGO_BIN_EXE_nodemedic"))
@@ -70,29 +38,13 @@ fn effective_cpus_follow_real_pinning() {
     // queue IRQs all accept a write of their own current mask take part.
     let groups: BTreeMap<String, Vec<u32>> = virtio_queue_irqs()
         .into_iter()
-        .filter(|(_, irqs)| {
-            irqs.iter().all(|irq| {
-                let path = format!("/proc/irq/{irq}/smp_affinity");
-                let mask = std::fs::read_to_string(&path).unwrap();
-                std::fs::write(&path, mask.trim()).is_ok()
-            })
-        })
+        .filter(|(_, irqs)| irqs.iter().all(|irq| affinity_writable(*irq)))
         .collect();
     assert!(
         !groups.is_empty(),
         "no virtio device with re-pinnable IRQs on this machine (needs root)"
     );
-    let _restore = Restore(
-        groups
-            .values()
-            .flatten()
-            .map(|irq| {
-                let mask =
-                    std::fs::read_to_string(format!("/proc/irq/{irq}/smp_affinity")).unwrap();
-                (*irq, mask.trim().to_string())
-            })
-            .collect(),
-    );
+    let _restore = RestoreAffinity::save(groups.values().flatten().copied());
 
     for (mask, cpu) in [("1", 0u32), ("2", 1u32)] {
         pin_all(&groups, mask);

@@ -11,50 +11,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 use std::time::Duration;
 
-use common::{start_server, Server};
+use common::{affinity_writable, start_server, virtio_queue_irqs, RestoreAffinity, Server};
 use serde_json::Value;
 
-struct Restore(BTreeMap<u32, String>);
-
-impl Drop for Restore {
-    fn drop(&mut self) {
-        for (irq, mask) in &self.0 {
-            let _ = std::fs::write(format!("/proc/irq/{irq}/smp_affinity"), mask);
-        }
-    }
-}
-
-/// Queue IRQs of virtio devices whose affinity can be written (kernel-managed ones refuse).
+/// Queue IRQs of virtio devices with at least two of them, all re-pinnable.
 fn pinnable_virtio_groups() -> BTreeMap<String, Vec<u32>> {
-    let text = std::fs::read_to_string("/proc/interrupts").unwrap();
-    let mut out: BTreeMap<String, Vec<u32>> = BTreeMap::new();
-    for line in text.lines().skip(1) {
-        let Some((irq, rest)) = line.split_once(':') else {
-            continue;
-        };
-        let Ok(irq) = irq.trim().parse::<u32>() else {
-            continue;
-        };
-        let Some(action) = rest.split_whitespace().last() else {
-            continue;
-        };
-        if let Some(dev) = action
-            .strip_prefix("virtio")
-            .and_then(|r| r.split('-').next())
-        {
-            if !action.ends_with("-config") {
-                out.entry(format!("virtio{dev}")).or_default().push(irq);
-            }
-        }
-    }
-    out.retain(|_, irqs| {
-        irqs.len() >= 2
-            && irqs.iter().all(|irq| {
-                let path = format!("/proc/irq/{irq}/smp_affinity");
-                let mask = std::fs::read_to_string(&path).unwrap();
-                std::fs::write(&path, mask.trim()).is_ok()
-            })
-    });
+    let mut out = virtio_queue_irqs();
+    out.retain(|_, irqs| irqs.len() >= 2 && irqs.iter().all(|irq| affinity_writable(*irq)));
     out
 }
 
@@ -120,14 +83,7 @@ fn native_rebalance_spreads_real_irqs_and_dry_run_does_not() {
         "no virtio device with several re-pinnable IRQs (needs root)"
     );
     let all: Vec<u32> = groups.values().flatten().copied().collect();
-    let _restore = Restore(
-        all.iter()
-            .map(|irq| {
-                let m = std::fs::read_to_string(format!("/proc/irq/{irq}/smp_affinity")).unwrap();
-                (*irq, m.trim().to_string())
-            })
-            .collect(),
-    );
+    let _restore = RestoreAffinity::save(all.iter().copied());
     let pin = || {
         for irq in &all {
             std::fs::write(format!("/proc/irq/{irq}/smp_affinity"), "1").unwrap();

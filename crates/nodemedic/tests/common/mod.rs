@@ -460,3 +460,69 @@ pub fn metric_name(line: &str) -> &str {
     let end = line.find(['{', ' ']).unwrap_or(line.len());
     &line[..end]
 }
+
+// ---------------------------------------------------------------------------------------------
+// This machine's real IRQs
+// ---------------------------------------------------------------------------------------------
+
+/// Data-queue IRQs of this machine's virtio devices (`virtioN` → IRQs), read straight from
+/// the kernel's /proc/interrupts with no nodemedic code involved, as an independent oracle.
+pub fn virtio_queue_irqs() -> std::collections::BTreeMap<String, Vec<u32>> {
+    let text = std::fs::read_to_string("/proc/interrupts").expect("reading /proc/interrupts");
+    let mut out: std::collections::BTreeMap<String, Vec<u32>> = Default::default();
+    for line in text.lines().skip(1) {
+        let Some((irq, rest)) = line.split_once(':') else {
+            continue;
+        };
+        let Ok(irq) = irq.trim().parse::<u32>() else {
+            continue;
+        };
+        let Some(action) = rest.split_whitespace().last() else {
+            continue;
+        };
+        if let Some(dev) = action
+            .strip_prefix("virtio")
+            .and_then(|r| r.split('-').next())
+        {
+            if !action.ends_with("-config") {
+                out.entry(format!("virtio{dev}")).or_default().push(irq);
+            }
+        }
+    }
+    out
+}
+
+/// Whether the kernel lets us set this IRQ's affinity (kernel-managed IRQs refuse; so does a
+/// non-root user). Writes the IRQ's current mask back, which changes nothing.
+pub fn affinity_writable(irq: u32) -> bool {
+    let path = format!("/proc/irq/{irq}/smp_affinity");
+    let Ok(mask) = std::fs::read_to_string(&path) else {
+        return false;
+    };
+    std::fs::write(&path, mask.trim()).is_ok()
+}
+
+/// Puts back every saved `smp_affinity` when dropped, even when an assertion failed.
+pub struct RestoreAffinity(std::collections::BTreeMap<u32, String>);
+
+impl RestoreAffinity {
+    pub fn save(irqs: impl IntoIterator<Item = u32>) -> Self {
+        Self(
+            irqs.into_iter()
+                .map(|irq| {
+                    let mask = std::fs::read_to_string(format!("/proc/irq/{irq}/smp_affinity"))
+                        .expect("reading smp_affinity");
+                    (irq, mask.trim().to_string())
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for RestoreAffinity {
+    fn drop(&mut self) {
+        for (irq, mask) in &self.0 {
+            let _ = std::fs::write(format!("/proc/irq/{irq}/smp_affinity"), mask);
+        }
+    }
+}
