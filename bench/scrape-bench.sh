@@ -14,6 +14,7 @@
 #   -N          skip the nodemedic half                 [SKIP_NODEMEDIC=1]
 #   -E          skip the node_exporter half             [SKIP_NODE_EXPORTER=1]
 #   -k          keep the work dir (logs, raw per-scrape times, last scrape bodies) [KEEP=1]
+#               [STARTUP_TIMEOUT, default 120]: seconds to wait for each exporter's first 200
 #   -h          this help
 #
 # Both exporters are started, listen on 127.0.0.1 only, and are scraped in the
@@ -26,6 +27,13 @@
 # (non-comment lines of the last scrape).
 # For nodemedic the CPU figure includes its background sampling, which runs at
 # the same rate as the scrapes (sample_interval = interval).
+# A second table gives each exporter's CPU as % of one core over the timed window
+# and, for nodemedic, CPU per sample: window CPU / samples taken in the window
+# (nodemedic_samples_total of the first vs the last timed scrape). When scrapes
+# are slower than the interval the loop overruns its schedule, nodemedic keeps
+# sampling every interval, and only the per-sample figure is comparable.
+# node_scrape_collector_success of node_exporter is checked in the first and
+# last timed scrape; a failing collector is reported as a WARNING.
 # Each curl opens a new TCP connection (no keep-alive), unlike Prometheus.
 # Output: a Markdown table on stdout; progress and warnings on stderr.
 set -euo pipefail
@@ -38,6 +46,7 @@ NODE_EXPORTER=${NODE_EXPORTER:-$HOME/go/bin/node_exporter}
 SKIP_NODEMEDIC=${SKIP_NODEMEDIC:-0}
 SKIP_NODE_EXPORTER=${SKIP_NODE_EXPORTER:-0}
 KEEP=${KEEP:-0}
+STARTUP_TIMEOUT=${STARTUP_TIMEOUT:-120}
 
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
 die() { echo "scrape-bench: $*" >&2; exit 1; }
@@ -140,17 +149,21 @@ for n in "${names[@]}"; do
   log "started $n pid ${pid[$n]} on 127.0.0.1:${port[$n]}"
 done
 
-# ---- wait until each serves /metrics with 200, then one untimed warm-up scrape ----
+# ---- wait until each serves /metrics with 200 (that scrape is the untimed warm-up) ----
+# A full node_exporter scrape of a 256-CPU tree takes seconds on a small or busy machine:
+# allow each attempt up to 30 s and the whole wait up to STARTUP_TIMEOUT seconds.
 for n in "${names[@]}"; do
   url="http://127.0.0.1:${port[$n]}/metrics"
   ok=0
-  for _ in $(seq 100); do   # up to ~10 s
+  deadline=$(( $(now_us) + STARTUP_TIMEOUT * 1000000 ))
+  while (( $(now_us) < deadline )); do
     kill -0 "${pid[$n]}" 2>/dev/null || { tail -20 "$work/$n.log" >&2; die "$n exited during startup"; }
-    code=$(curl -s -o "$work/$n.warmup" -w '%{http_code}' --max-time 2 "$url" || true)
-    [[ $code == 200 ]] && { ok=1; break; }
+    rc=0
+    code=$(curl -s -o "$work/$n.warmup" -w '%{http_code}' --max-time 30 "$url") || rc=$?
+    [[ $code == 200 && $rc == 0 ]] && { ok=1; break; }
     sleep 0.1
   done
-  [[ $ok == 1 ]] || { tail -20 "$work/$n.log" >&2; die "$n did not serve $url with 200 within 10 s"; }
+  [[ $ok == 1 ]] || { tail -20 "$work/$n.log" >&2; die "$n did not serve $url with 200 within ${STARTUP_TIMEOUT} s"; }
 done
 
 # ---- timed, interleaved scrapes ----
@@ -162,11 +175,15 @@ for ((i = 0; i < SCRAPES; i++)); do
   order=("${names[@]}")
   if (( i % 2 == 1 && ${#names[@]} == 2 )); then order=("${names[1]}" "${names[0]}"); fi
   for n in "${order[@]}"; do
-    out=$(curl -s -o "$work/$n.last" -w '%{http_code} %{time_total}' --max-time 10 \
-            "http://127.0.0.1:${port[$n]}/metrics" || true)
+    # A timed-out transfer can still report http_code 200 (headers arrived): count curl's
+    # exit status too.
+    rc=0
+    out=$(curl -s -o "$work/$n.last" -w '%{http_code} %{time_total}' --max-time 30 \
+            "http://127.0.0.1:${port[$n]}/metrics") || rc=$?
     code=${out%% *}; t=${out##* }
-    [[ $code == 200 ]] || fails[$n]=$(( ${fails[$n]} + 1 ))
+    [[ $code == 200 && $rc == 0 ]] || fails[$n]=$(( ${fails[$n]} + 1 ))
     echo "$t" >>"$work/$n.times"
+    if (( i == 0 )); then cp "$work/$n.last" "$work/$n.first"; fi
   done
   next=$(( t_start + (i + 1) * INTERVAL_MS * 1000 ))
   wait_us=$(( next - $(now_us) ))
@@ -176,10 +193,14 @@ for n in "${names[@]}"; do
   kill -0 "${pid[$n]}" 2>/dev/null || die "$n died during the run (see ${work}/$n.log; rerun with -k)"
   cpu1[$n]=$(cpu_ticks "${pid[$n]}")
 done
+t_end=$(now_us)
+window_ms=$(( (t_end - t_start) / 1000 ))
+expected_ms=$(( SCRAPES * INTERVAL_MS ))
 
 # ---- report ----
 echo
 echo "Fixture: \`$fixture\`, $SCRAPES scrapes each, every ${INTERVAL_MS} ms, interleaved in one run; $(nproc) CPUs, CLK_TCK=$clk_tck."
+echo "Timed window: $(awk -v w="$window_ms" 'BEGIN { printf "%.1f", w / 1000 }') s (schedule: $(( expected_ms / 1000 )) s); load average at end: $(cut -d' ' -f1-3 /proc/loadavg)."
 echo
 echo "| exporter | scrapes (failed) | series | series w/o go_/process_/promhttp_ | p50 ms | p95 ms | max ms | mean ms | CPU ms total | CPU ms/scrape | VmHWM MiB | VmRSS MiB |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
@@ -199,15 +220,48 @@ for n in "${names[@]}"; do
   echo "| $label | $SCRAPES (${fails[$n]}) | $series | $own | $p50 | $p95 | $max | $mean | $cpu_ms | ${cpu_per[$n]} | $hwm | $rss |"
 done
 echo
+# nodemedic samples in the background every INTERVAL_MS regardless of scrapes. When the loop
+# overruns its schedule (a slow node_exporter scrape holds it up), nodemedic takes more samples
+# than there were scrapes and "CPU ms/scrape" overstates its cost; normalise by the samples it
+# actually took in the window (nodemedic_samples_total, first vs last timed scrape).
+samples_total() { awk '$1 == "nodemedic_samples_total" { print $2 }' "$1" 2>/dev/null; }
+echo "| exporter | CPU % of one core over the window | samples taken in window | CPU ms per sample (incl. its share of scrapes) |"
+echo "|---|---|---|---|"
+declare -A cpu_pct
+per_sample=""
+for n in "${names[@]}"; do
+  cpu_ms=$(( (${cpu1[$n]} - ${cpu0[$n]}) * 1000 / clk_tck ))
+  cpu_pct[$n]=$(awk -v c="$cpu_ms" -v w="$window_ms" 'BEGIN { printf "%.1f", (w > 0 ? 100 * c / w : 0) }')
+  if [[ $n == nodemedic ]]; then
+    s0=$(samples_total "$work/$n.first"); s1=$(samples_total "$work/$n.last")
+    if [[ -n $s0 && -n $s1 ]] && (( s1 > s0 )); then
+      ns=$(( s1 - s0 ))
+      per_sample=$(awk -v c="$cpu_ms" -v k="$ns" 'BEGIN { printf "%.3f", c / k }')
+      echo "| nodemedic | ${cpu_pct[$n]} | $ns | $per_sample |"
+    else
+      echo "| nodemedic | ${cpu_pct[$n]} | n/a (no nodemedic_samples_total) | n/a |"
+    fi
+  else
+    echo "| $n | ${cpu_pct[$n]} | - (samples only when scraped) | ${cpu_per[$n]} (per scrape) |"
+  fi
+done
+echo
 if [[ -n ${cpu_per[nodemedic]:-} && -n ${cpu_per[node_exporter]:-} ]]; then
   awk -v a="${cpu_per[nodemedic]}" -v b="${cpu_per[node_exporter]}" 'BEGIN {
-    if (b > 0) printf "CPU per scrape, nodemedic / node_exporter: %.2fx\n", a / b;
-    else print "CPU per scrape, nodemedic / node_exporter: n/a (node_exporter used 0 ticks)" }'
+    if (a > 0) printf "CPU per scrape (raw window CPU / scrapes), node_exporter / nodemedic: %.1fx\n", b / a;
+    else print "CPU per scrape (raw), node_exporter / nodemedic: n/a (nodemedic used 0 ticks)" }'
+  if [[ -n $per_sample ]]; then
+    awk -v a="$per_sample" -v b="${cpu_per[node_exporter]}" 'BEGIN {
+      if (a > 0) printf "CPU per scrape, node_exporter / nodemedic per sample (one sample + at most one scrape): %.1fx\n", b / a }'
+  fi
 else
   echo "CPU per scrape ratio: n/a (only ${names[*]} ran)"
 fi
+if (( window_ms * 4 > expected_ms * 5 )); then
+  echo "NOTE: the loop overran its schedule (${window_ms} ms vs ${expected_ms} ms): scrapes were slower than the interval; use the per-sample figure for nodemedic."
+fi
 echo "CPU resolution is 1 tick = $(( 1000 / clk_tck )) ms over the whole window; use more scrapes (-n) for small per-scrape costs."
 if [[ -n ${pid[node_exporter]:-} ]]; then
-  bad=$(grep -E '^node_scrape_collector_success\{.*\} 0$' "$work/node_exporter.last" | sed -E 's/.*collector="([^"]+)".*/\1/' | tr '\n' ' ' || true)
+  bad=$(cat "$work/node_exporter.first" "$work/node_exporter.last" | grep -E '^node_scrape_collector_success\{.*\} 0$' | sed -E 's/.*collector="([^"]+)".*/\1/' | sort -u | tr '\n' ' ' || true)
   [[ -z $bad ]] || echo "WARNING: node_exporter collectors failing on this fixture: $bad(see node_exporter log; -k keeps it)"
 fi

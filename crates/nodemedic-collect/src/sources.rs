@@ -13,7 +13,7 @@ pub fn all() -> Vec<Box<dyn Collector>> {
     vec![
         Box::new(TopologyCollector),
         Box::new(InterruptsCollector),
-        Box::new(IrqAffinityCollector),
+        Box::new(IrqAffinityCollector::default()),
         Box::new(PciDevicesCollector),
         Box::new(SoftirqsCollector),
         Box::new(SoftnetCollector),
@@ -114,7 +114,13 @@ impl Collector for InterruptsCollector {
 }
 
 /// `/proc/irq/N/{smp_affinity,effective_affinity,node}`.
-pub struct IrqAffinityCollector;
+///
+/// An IRQ descriptor's NUMA node is fixed when it is allocated, so `node` is read once per
+/// IRQ and remembered while the IRQ exists: a third fewer file reads every sample.
+#[derive(Default)]
+pub struct IrqAffinityCollector {
+    nodes: std::sync::Mutex<std::collections::HashMap<u32, Option<i32>>>,
+}
 
 impl Collector for IrqAffinityCollector {
     fn name(&self) -> &'static str {
@@ -141,10 +147,13 @@ impl Collector for IrqAffinityCollector {
         let mut path = dir.clone();
         let mut vanished = 0usize;
         let mut errors = Vec::new();
+        let mut nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
+        nodes.retain(|irq, _| irqs.binary_search(irq).is_ok());
         for irq in &irqs {
             path.push(irq.to_string());
-            match read_irq(&mut path, &mut buf) {
+            match read_irq(&mut path, &mut buf, nodes.get(irq).copied()) {
                 Ok(Some(aff)) => {
+                    nodes.insert(*irq, aff.node);
                     snap.affinity.insert(*irq, aff);
                 }
                 // The IRQ was freed between listing the directory and reading it.
@@ -173,6 +182,7 @@ impl Collector for IrqAffinityCollector {
 fn read_irq(
     path: &mut std::path::PathBuf,
     buf: &mut String,
+    known_node: Option<Option<i32>>,
 ) -> Result<Option<IrqAffinity>, ReadError> {
     let mut aff = IrqAffinity::default();
     path.push("smp_affinity");
@@ -205,11 +215,17 @@ fn read_irq(
         }
     }
     path.pop();
-    path.push("node");
-    if read_into(path, buf).is_ok() {
-        aff.node = buf.trim().parse().ok();
-    }
-    path.pop();
+    aff.node = match known_node {
+        Some(node) => node,
+        None => {
+            path.push("node");
+            let node = read_into(path, buf)
+                .ok()
+                .and_then(|_| buf.trim().parse().ok());
+            path.pop();
+            node
+        }
+    };
     Ok(Some(aff))
 }
 

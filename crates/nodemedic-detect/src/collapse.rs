@@ -187,8 +187,10 @@ struct GroupState {
 #[derive(Debug, Clone, Default)]
 struct Previous {
     at: std::time::Duration,
-    /// IRQ → (cpu, count) pairs.
-    irq_counts: HashMap<u32, Vec<(u32, u64)>>,
+    /// The CPU of each count column (the `/proc/interrupts` header).
+    cpus: Vec<u32>,
+    /// IRQ → counts, aligned with `cpus`.
+    irq_counts: HashMap<u32, Vec<u64>>,
     net_rx: HashMap<u32, u64>,
     softnet: HashMap<u32, (u64, u64)>,
 }
@@ -284,32 +286,44 @@ impl CollapseDetector {
             cpu_limit: self.collapse.cpu_limit(g.irqs.len(), g.eligible_cpus.len()),
             ..Default::default()
         };
-        let mut cumulative: BTreeMap<u32, u64> = BTreeMap::new();
-        let mut delta: BTreeMap<u32, u64> = BTreeMap::new();
+        // Per-column sums of the group's counts, and of their growth since the previous
+        // sample. Columns map to CPUs through the header; when it is unchanged (the usual
+        // case) the previous sample's columns line up index for index.
+        let ncols = cur.cpus.len();
+        let mut cumulative = vec![0u64; ncols];
+        let mut delta = vec![0u64; ncols];
         let prev = self.previous.as_ref().filter(|_| elapsed.is_some());
+        let same_header = prev.is_some_and(|p| p.cpus == cur.cpus);
+        let prev_col: Vec<Option<usize>> = match prev {
+            Some(p) if !same_header => cur
+                .cpus
+                .iter()
+                .map(|c| p.cpus.iter().position(|x| x == c))
+                .collect(),
+            _ => (0..ncols).map(Some).collect(),
+        };
         for irq in &g.irqs {
             let Some(counts) = cur.irq_counts.get(irq) else {
                 continue;
             };
             let before = prev.and_then(|p| p.irq_counts.get(irq));
-            for &(cpu, count) in counts {
-                *cumulative.entry(cpu).or_default() += count;
-                if let Some(before) = before {
-                    let old = before.iter().find(|(c, _)| *c == cpu).map(|(_, v)| *v);
-                    // A count that went backwards is a reset (IRQ reallocated): no rate.
-                    if let Some(d) = old.and_then(|o| count.checked_sub(o)) {
-                        *delta.entry(cpu).or_default() += d;
-                    }
+            for (col, &count) in counts.iter().enumerate() {
+                cumulative[col] = cumulative[col].saturating_add(count);
+                let old = before.and_then(|b| b.get(prev_col[col]?));
+                // A count that went backwards is a reset (IRQ reallocated): no rate.
+                if let Some(d) = old.and_then(|o| count.checked_sub(*o)) {
+                    delta[col] = delta[col].saturating_add(d);
                 }
             }
         }
-        let total_delta: u64 = delta.values().sum();
+        let total_delta: u64 = delta.iter().fold(0u64, |a, d| a.saturating_add(*d));
         if let (Some(dt), Some(_)) = (elapsed, prev) {
             e.irq_rate = Some(total_delta as f64 / dt);
             e.per_cpu_rate = delta
                 .iter()
+                .enumerate()
                 .filter(|(_, d)| **d > 0)
-                .map(|(c, d)| (*c, *d as f64 / dt))
+                .map(|(col, d)| (cur.cpus[col], *d as f64 / dt))
                 .collect();
         }
         let (basis, source) = if total_delta > 0 {
@@ -317,14 +331,20 @@ impl CollapseDetector {
         } else {
             ("cumulative", &cumulative)
         };
-        let total: u64 = source.values().sum();
+        let total: u64 = source.iter().fold(0u64, |a, v| a.saturating_add(*v));
         if total > 0 {
-            // Ties go to the lowest CPU id, so the result does not depend on map order.
-            let (cpu, max) =
-                source.iter().fold(
-                    (0u32, 0u64),
-                    |best, (c, v)| if *v > best.1 { (*c, *v) } else { best },
-                );
+            // Ties go to the lowest CPU id, so the result does not depend on column order.
+            let (cpu, max) = source
+                .iter()
+                .enumerate()
+                .fold((u32::MAX, 0u64), |best, (col, v)| {
+                    let cpu = cur.cpus[col];
+                    if *v > best.1 || (*v == best.1 && cpu < best.0) {
+                        (cpu, *v)
+                    } else {
+                        best
+                    }
+                });
             e.hottest_cpu = Some(cpu);
             e.hottest_share = Some(max as f64 / total as f64);
             e.share_basis = Some(basis);
@@ -357,9 +377,10 @@ impl Previous {
             ..Default::default()
         };
         if let Some(ints) = &snap.interrupts {
+            p.cpus = ints.cpus.clone();
+            p.irq_counts.reserve(ints.irqs.len());
             for line in &ints.irqs {
-                p.irq_counts
-                    .insert(line.irq, ints.per_cpu(&line.counts).collect());
+                p.irq_counts.insert(line.irq, line.counts.clone());
             }
         }
         if let Some(s) = &snap.softirqs {

@@ -7,17 +7,18 @@
 //! 4. The same series built and encoded with the `prometheus` crate (0.14, text encoder), in
 //!    the same process and run: our text output is parsed back into (family, labels, value)
 //!    and fed to
-//!      - `proto+encode`:   `prometheus::proto::MetricFamily`s built directly (what a custom
-//!                          `Collector` would do on every scrape) + `TextEncoder::encode_utf8`;
-//!      - `encode only`:    `TextEncoder::encode_utf8` of those families, prebuilt;
-//!      - `reg update+gather+encode`: a `Registry` of `GaugeVec`/`CounterVec` registered once;
-//!                          per scrape every series is set (`with_label_values().set()`, counters
-//!                          `reset()` + `inc_by()`), then `gather()` + encode;
-//!      - `reg gather+encode`: the same registry, values unchanged: `gather()` + encode;
-//!      - `reg rebuild+gather+encode`: a fresh `Registry` per scrape (no stale series after an
-//!                          IRQ vanishes, as nodemedic's rebuild-from-snapshot gives).
-//!    All of it is done twice: default metrics options, and `per_irq_per_cpu = true` (the
-//!    opt-in IRQ × CPU matrix, the cardinality node_exporter's interrupts collector exposes).
+//!    - `proto build + encode`: `prometheus::proto::MetricFamily`s built directly (what a
+//!      custom `Collector` would do on every scrape) + `TextEncoder::encode_utf8`;
+//!    - `encode only`: `TextEncoder::encode_utf8` of those families, prebuilt;
+//!    - `registry update + gather + encode`: a `Registry` of `GaugeVec`/`CounterVec`
+//!      registered once; per scrape every series is set (`with_label_values().set()`,
+//!      counters `reset()` + `inc_by()`), then `gather()` + encode;
+//!    - `registry gather + encode`: the same registry, values unchanged;
+//!    - `registry rebuild + set + gather + encode`: a fresh `Registry` per scrape (no stale
+//!      series after an IRQ vanishes, as nodemedic's rebuild-from-snapshot gives).
+//!
+//! All of it is done twice: default metrics options, and `per_irq_per_cpu = true` (the opt-in
+//! IRQ × CPU matrix, the cardinality node_exporter's interrupts collector exposes).
 //!
 //! Environment: `NODEMEDIC_BENCH_ITERS` (default 200), `NODEMEDIC_BENCH_FIXTURE`
 //! (default `256cpu-collapsed`). Output: Markdown tables on stdout. No criterion: plain
@@ -342,7 +343,10 @@ fn unescape_help(s: &str) -> String {
 }
 
 /// Parses `name{a="x",b="y"} value` (label values may hold `\\`, `\"`, `\n`, `,`, `}`).
-fn parse_sample(line: &str) -> Option<(String, Vec<(String, String)>, f64)> {
+/// A parsed sample line: metric name, (label, value) pairs, value.
+type ParsedSample = (String, Vec<(String, String)>, f64);
+
+fn parse_sample(line: &str) -> Option<ParsedSample> {
     let (name, rest) = match line.find(['{', ' ']) {
         Some(i) => line.split_at(i),
         None => return None,

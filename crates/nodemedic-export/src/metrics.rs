@@ -185,13 +185,17 @@ fn interrupts(e: &mut Encoder, snap: &Snapshot, verdicts: &[GroupVerdict], opts:
     let Some(ints) = &snap.interrupts else {
         return;
     };
-    let group_of = |irq: u32| -> &str {
-        verdicts
-            .iter()
-            .find(|v| v.group.irqs.contains(&irq) || v.group.other_irqs.contains(&irq))
-            .map(|v| v.group.name.as_str())
-            .unwrap_or("")
-    };
+    let group_by_irq: std::collections::HashMap<u32, &str> = verdicts
+        .iter()
+        .flat_map(|v| {
+            v.group
+                .irqs
+                .iter()
+                .chain(&v.group.other_irqs)
+                .map(move |irq| (*irq, v.group.name.as_str()))
+        })
+        .collect();
+    let group_of = |irq: u32| -> &str { group_by_irq.get(&irq).copied().unwrap_or("") };
     let labels: Vec<(String, &str, String)> = ints
         .irqs
         .iter()
