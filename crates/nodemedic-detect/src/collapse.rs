@@ -163,6 +163,14 @@ pub struct Evidence {
     pub softnet_squeezed: Option<u64>,
 }
 
+impl Evidence {
+    /// The hottest CPU's share of the group's interrupt *rate*, when there was one.
+    pub fn rate_share(&self) -> Option<f64> {
+        self.hottest_share
+            .filter(|_| self.share_basis == Some("rate"))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GroupVerdict {
     #[serde(flatten)]

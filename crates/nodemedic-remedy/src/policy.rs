@@ -310,9 +310,7 @@ impl Policy {
             .map(|v| Baseline {
                 key: v.group.key.clone(),
                 distinct: v.group.effective_cpus.len(),
-                rate_share: (v.evidence.share_basis == Some("rate"))
-                    .then_some(v.evidence.hottest_share)
-                    .flatten(),
+                rate_share: v.evidence.rate_share(),
             })
             .collect();
         let step = Step {
@@ -406,9 +404,7 @@ impl Policy {
                 Some(g) => {
                     let distinct = g.group.effective_cpus.len();
                     let spread = distinct > b.distinct || !g.collapsed_now;
-                    let share_now = (g.evidence.share_basis == Some("rate"))
-                        .then_some(g.evidence.hottest_share)
-                        .flatten();
+                    let share_now = g.evidence.rate_share();
                     let share_fell = match (b.rate_share, share_now) {
                         (Some(before), Some(after)) => after < before,
                         _ => true,

@@ -180,20 +180,13 @@ fn start_nodemedic(kubeconfig: &Path) -> Server {
 raise_after = 2
 [remediation]
 mode = "dry-run"
-cooldown = "12s"
-verify_after = "1s"
-[remediation.irqbalance]
-dbus_socket = "/nonexistent/system_bus_socket"
-systemctl_fallback = false
-[remediation.native]
-enabled = true
-require_hurting = false
-[kubernetes]
+{remediation}[kubernetes]
 enabled = "always"
 node_name = "{NODE}"
 label = true
 events_per_minute = 60
-"#
+"#,
+        remediation = common::FAST_NATIVE_REMEDIATION
     );
     let kubeconfig = kubeconfig.to_path_buf();
     start_server("nodemedic", "/healthz", move |port, dir| {

@@ -37,15 +37,8 @@ raise_after = 2
 clear_after = 2
 [remediation]
 mode = "{mode}"
-cooldown = "12s"
-verify_after = "1s"
-[remediation.irqbalance]
-dbus_socket = "/nonexistent/system_bus_socket"
-systemctl_fallback = false
-[remediation.native]
-enabled = true
-require_hurting = false
-"#
+{remediation}"#,
+        remediation = common::FAST_NATIVE_REMEDIATION
     );
     start_server("nodemedic", "/healthz", |port, dir| {
         let cfg = dir.join("nodemedic.toml");

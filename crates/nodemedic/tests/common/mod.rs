@@ -526,3 +526,15 @@ impl Drop for RestoreAffinity {
         }
     }
 }
+
+/// Remediation settings for tests that must decide quickly without touching systemd: native
+/// rebalance enabled without waiting for "hurting", short windows, no D-Bus, no systemctl.
+pub const FAST_NATIVE_REMEDIATION: &str = r#"cooldown = "12s"
+verify_after = "1s"
+[remediation.irqbalance]
+dbus_socket = "/nonexistent/system_bus_socket"
+systemctl_fallback = false
+[remediation.native]
+enabled = true
+require_hurting = false
+"#;
