@@ -83,6 +83,21 @@ impl IrqAffinity {
     }
 }
 
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PciDevice {
+    pub driver: Option<String>,
+    /// `numa_node`; `None` when the kernel reports -1 (unknown) or the file is absent.
+    pub numa_node: Option<u32>,
+    pub local_cpus: Option<CpuSet>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct IrqbalanceConfig {
+    /// Which file was read, if any.
+    pub source: Option<String>,
+    pub banned_cpus: CpuSet,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,19 +135,4 @@ mod tests {
         assert_eq!(pending.delivery_cpus().unwrap().to_list_string(), "1");
         assert_eq!(IrqAffinity::default().delivery_cpus(), None);
     }
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct PciDevice {
-    pub driver: Option<String>,
-    /// `numa_node`; `None` when the kernel reports -1 (unknown) or the file is absent.
-    pub numa_node: Option<u32>,
-    pub local_cpus: Option<CpuSet>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct IrqbalanceConfig {
-    /// Which file was read, if any.
-    pub source: Option<String>,
-    pub banned_cpus: CpuSet,
 }

@@ -18,13 +18,12 @@ pub struct NodeEvent {
     pub note: String,
 }
 
-pub fn for_verdict(v: &GroupVerdict, before: (bool, bool)) -> NodeEvent {
+pub fn for_verdict(v: &GroupVerdict) -> NodeEvent {
     let (reason, type_) = match (v.collapsed, v.hurting) {
         (true, true) => ("IRQCollapseHurting", "Warning"),
         (true, false) => ("IRQCollapsed", "Warning"),
         (false, _) => ("IRQCollapseCleared", "Normal"),
     };
-    let _ = before;
     NodeEvent {
         type_,
         reason: reason.into(),

@@ -235,7 +235,7 @@ impl Reporter {
                     .copied()
                     .unwrap_or((false, false));
                 if state != before && (v.collapsed || before.0) {
-                    events.push(events::for_verdict(v, before));
+                    events.push(events::for_verdict(v));
                 }
                 now_state.insert(v.group.key.clone(), state);
             }
