@@ -178,6 +178,8 @@ pub struct GroupVerdict {
     /// Verdicts after hysteresis.
     pub collapsed: bool,
     pub hurting: bool,
+    /// Whether `collapsed` or `hurting` differs from what the previous sample reported.
+    pub changed: bool,
     /// What this sample alone says.
     pub collapsed_now: bool,
     pub hurting_now: bool,
@@ -190,6 +192,8 @@ pub struct GroupVerdict {
 struct GroupState {
     collapsed: Latch,
     hurting: Latch,
+    /// The (collapsed, hurting) pair last reported, to tell callers what changed.
+    reported: (bool, bool),
 }
 
 #[derive(Debug, Clone, Default)]
@@ -236,7 +240,7 @@ impl CollapseDetector {
             .map(|p| snap.at.saturating_sub(p.at).as_secs_f64())
             .filter(|dt| *dt > 0.0);
         let mut verdicts = Vec::with_capacity(groups.len());
-        let mut seen = BTreeMap::new();
+        let mut seen = std::collections::BTreeSet::new();
         for group in groups {
             let evidence = self.evidence(&group, &current, elapsed);
             let collapsed_now = self.collapsed_now(&group, &evidence);
@@ -249,10 +253,14 @@ impl CollapseDetector {
                 .hurting
                 .update(hurting_now, &self.hurting.hysteresis(), snap.timestamp);
             let collapsed = state.collapsed.active;
-            seen.insert(group.key.clone(), ());
+            let hurting = collapsed && state.hurting.active;
+            let changed = state.reported != (collapsed, hurting);
+            state.reported = (collapsed, hurting);
+            seen.insert(group.key.clone());
             verdicts.push(GroupVerdict {
                 collapsed,
-                hurting: collapsed && state.hurting.active,
+                hurting,
+                changed,
                 collapsed_now,
                 hurting_now,
                 collapsed_since: state.collapsed.since.filter(|_| collapsed),
@@ -265,7 +273,7 @@ impl CollapseDetector {
             });
         }
         // A device that went away takes its state with it.
-        self.state.retain(|k, _| seen.contains_key(k));
+        self.state.retain(|k, _| seen.contains(k));
         self.previous = Some(current);
         verdicts
     }

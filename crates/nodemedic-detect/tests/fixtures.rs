@@ -334,6 +334,7 @@ fn oscillating_placement_never_flips_the_verdict() {
     }
     // Sustained collapse turns it on after raise_after (3) samples, and clears after 3.
     let mut changes = Vec::new();
+    let mut transitions = Vec::new();
     for i in 0..10u64 {
         let mut s = if i < 5 {
             collapsed.clone()
@@ -341,8 +342,16 @@ fn oscillating_placement_never_flips_the_verdict() {
             balanced.clone()
         };
         s.at = Duration::from_secs(1000 + i * 5);
-        changes.push(group(&d.observe(&s), "virtio2").collapsed);
+        let v = d.observe(&s);
+        changes.push(group(&v, "virtio2").collapsed);
+        transitions.push(group(&v, "virtio2").changed);
     }
+    let flips: Vec<usize> = (0..10).filter(|i| transitions[*i]).collect();
+    assert_eq!(
+        flips,
+        vec![2, 7],
+        "`changed` marks exactly the two transitions"
+    );
     assert_eq!(
         changes,
         vec![false, false, true, true, true, true, true, false, false, false]

@@ -226,6 +226,8 @@ impl Reporter {
         }
         if self.cfg.events {
             let mut events = Vec::new();
+            // Transitions are tracked here rather than taken from `GroupVerdict::changed`:
+            // the reporter reads samples through a watch channel and may skip some.
             let mut now_state = BTreeMap::new();
             for v in verdicts {
                 let state = (v.collapsed, v.hurting);

@@ -13,6 +13,17 @@ pub enum Mode {
     On,
 }
 
+impl Mode {
+    /// The spelling used in the config file and in metrics labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Off => "off",
+            Mode::DryRun => "dry-run",
+            Mode::On => "on",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RemediationConfig {

@@ -1,6 +1,5 @@
 //! `nodemedic run`: sample on an interval, detect, serve.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -127,7 +126,6 @@ async fn sample_loop(
     let engine = Arc::new(Mutex::new(engine));
     let mut ticker = tokio::time::interval(shared.config.sample_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut previous: BTreeMap<String, (bool, bool)> = BTreeMap::new();
     loop {
         ticker.tick().await;
         let e = engine.clone();
@@ -140,7 +138,7 @@ async fn sample_loop(
             tracing::error!("sampling failed unexpectedly (a bug); retrying next interval");
             continue;
         };
-        log_changes(&sample, &mut previous);
+        log_changes(&sample);
         let sample = Arc::new(sample);
         remediator.send_replace(Some(sample.clone()));
         if let Ok(mut latest) = shared.latest.write() {
@@ -153,31 +151,21 @@ async fn sample_loop(
 }
 
 /// One structured log line per verdict change, so the journal tells the story on its own.
-fn log_changes(sample: &Sample, previous: &mut BTreeMap<String, (bool, bool)>) {
-    let mut now = BTreeMap::new();
-    for v in &sample.verdicts {
-        let state = (v.collapsed, v.hurting);
-        let before = previous
-            .get(&v.group.key)
-            .copied()
-            .unwrap_or((false, false));
-        if state != before {
-            let g = &v.group;
-            tracing::warn!(
-                group = %g.name,
-                collapsed = v.collapsed,
-                hurting = v.hurting,
-                irqs = g.irqs.len(),
-                effective_cpus = %g.effective_cpus,
-                eligible_cpus = g.eligible_cpus.len(),
-                hottest_cpu = ?v.evidence.hottest_cpu,
-                hottest_share = ?v.evidence.hottest_share,
-                "IRQ verdict changed"
-            );
-        }
-        now.insert(v.group.key.clone(), state);
+fn log_changes(sample: &Sample) {
+    for v in sample.verdicts.iter().filter(|v| v.changed) {
+        let g = &v.group;
+        tracing::warn!(
+            group = %g.name,
+            collapsed = v.collapsed,
+            hurting = v.hurting,
+            irqs = g.irqs.len(),
+            effective_cpus = %g.effective_cpus,
+            eligible_cpus = g.eligible_cpus.len(),
+            hottest_cpu = ?v.evidence.hottest_cpu,
+            hottest_share = ?v.evidence.hottest_share,
+            "IRQ verdict changed"
+        );
     }
-    *previous = now;
 }
 
 fn latest(shared: &Shared) -> Option<Arc<Sample>> {
@@ -192,7 +180,7 @@ async fn metrics(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Respo
         .as_ref()
         .map(|r| r.counts.iter().map(|(k, v)| (k.clone(), *v)).collect())
         .unwrap_or_default();
-    let mode = mode_str(shared.config.remediation.mode);
+    let mode = shared.config.remediation.mode.as_str();
     let input = ExportInput {
         snapshot: sample.as_ref().map(|s| &s.snapshot),
         verdicts: sample
@@ -230,14 +218,6 @@ struct StatusBody<'a> {
     findings: Vec<nodemedic_detect::Finding>,
     remediation: serde_json::Value,
     kubernetes: KubeStatus,
-}
-
-fn mode_str(m: nodemedic_remedy::Mode) -> &'static str {
-    match m {
-        nodemedic_remedy::Mode::Off => "off",
-        nodemedic_remedy::Mode::DryRun => "dry-run",
-        nodemedic_remedy::Mode::On => "on",
-    }
 }
 
 async fn status(State(shared): State<Arc<Shared>>) -> Response {
