@@ -1,6 +1,9 @@
 //! `nodemedic check`: a one-shot diagnosis for an SRE at a terminal.
 
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
+
+use nodemedic_kernel::interrupts::Interrupts;
 
 use nodemedic_collect::CollectorStatus;
 use nodemedic_detect::{Finding, Severity};
@@ -112,37 +115,22 @@ pub fn build_report(first: &Sample, second: &Sample) -> CheckReport {
     let topo = snap.topology.clone().unwrap_or_default();
     let mut per_cpu = Vec::new();
     if let Some(ints) = &snap.interrupts {
+        // The rate counts only IRQs present in both samples, so that an IRQ appearing between
+        // them does not count its whole history as one interval's work.
         let before = first.snapshot.interrupts.as_ref();
-        for (col, cpu) in ints.cpus.iter().enumerate() {
-            let sum = |i: &nodemedic_kernel::interrupts::Interrupts,
-                       irq_filter: Option<&[u32]>|
-             -> Option<u64> {
-                let c = i.cpus.iter().position(|c| c == cpu)?;
-                Some(
-                    i.irqs
-                        .iter()
-                        .filter(|l| irq_filter.is_none_or(|f| f.contains(&l.irq)))
-                        .filter_map(|l| l.counts.get(c))
-                        .sum(),
-                )
-            };
-            let now: u64 = ints.irqs.iter().filter_map(|l| l.counts.get(col)).sum();
-            // Rate over the IRQs present in both samples, so that an IRQ appearing between
-            // them does not count its whole history as one second's work.
-            let common: Vec<u32> = before
-                .map(|b| {
-                    ints.irqs
-                        .iter()
-                        .map(|l| l.irq)
-                        .filter(|irq| b.irqs.iter().any(|x| x.irq == *irq))
-                        .collect()
-                })
-                .unwrap_or_default();
+        let irqs_of = |i: &Interrupts| i.irqs.iter().map(|l| l.irq).collect::<HashSet<u32>>();
+        let now_irqs = irqs_of(ints);
+        let then_irqs = before.map(irqs_of).unwrap_or_default();
+        let then_sums = before.map(|b| cpu_sums(b, Some(&now_irqs)));
+        let now_sums = cpu_sums(ints, Some(&then_irqs));
+        let totals = cpu_sums(ints, None);
+        for cpu in &ints.cpus {
+            let now = totals.get(cpu).copied().unwrap_or(0);
             let rate = match (
-                before.and_then(|b| sum(b, Some(&common))),
-                sum(ints, Some(&common)),
+                then_sums.as_ref().and_then(|t| t.get(cpu)),
+                now_sums.get(cpu),
             ) {
-                (Some(b), Some(n)) => n.saturating_sub(b) as f64 / dt,
+                (Some(b), Some(n)) => n.saturating_sub(*b) as f64 / dt,
                 _ => 0.0,
             };
             let net_rx = match (&first.snapshot.softirqs, &snap.softirqs) {
@@ -198,6 +186,22 @@ pub fn build_report(first: &Sample, second: &Sample) -> CheckReport {
         findings,
         collectors: second.collectors.clone(),
     }
+}
+
+/// Device interrupts per CPU, summed over the IRQs in `keep` (all when `None`).
+fn cpu_sums(i: &Interrupts, keep: Option<&HashSet<u32>>) -> HashMap<u32, u64> {
+    let mut sums: HashMap<u32, u64> = HashMap::with_capacity(i.cpus.len());
+    for line in i
+        .irqs
+        .iter()
+        .filter(|l| keep.is_none_or(|k| k.contains(&l.irq)))
+    {
+        for (cpu, count) in i.per_cpu(&line.counts) {
+            let sum = sums.entry(cpu).or_default();
+            *sum = sum.saturating_add(count);
+        }
+    }
+    sums
 }
 
 const BAR_WIDTH: usize = 40;
