@@ -1,5 +1,4 @@
-use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use std::path::{Path, PathBuf};
 
 /// Reading a kernel file failed. Always carries the path.
@@ -20,7 +19,7 @@ impl ReadError {
         matches!(self, ReadError::Missing(_))
     }
 
-    pub(crate) fn parse(path: &Path, message: impl std::fmt::Display) -> Self {
+    pub fn parse(path: &Path, message: impl std::fmt::Display) -> Self {
         ReadError::Parse {
             path: path.to_path_buf(),
             message: message.to_string(),
@@ -28,42 +27,25 @@ impl ReadError {
     }
 }
 
-fn classify(path: &Path, e: io::Error) -> ReadError {
-    match e.kind() {
-        io::ErrorKind::NotFound => ReadError::Missing(path.to_path_buf()),
-        io::ErrorKind::PermissionDenied => ReadError::PermissionDenied(path.to_path_buf()),
-        _ if e.raw_os_error() == Some(19) => ReadError::Missing(path.to_path_buf()), // ENODEV
-        _ => ReadError::Io {
-            path: path.to_path_buf(),
-            source: e,
-        },
+impl ReadError {
+    /// Classifies an I/O error on `path`: a vanished file (`ENOENT`, or `ENODEV` from a
+    /// freed IRQ or removed device) is [`ReadError::Missing`].
+    pub fn from_io(path: &Path, e: io::Error) -> ReadError {
+        match e.kind() {
+            io::ErrorKind::NotFound => ReadError::Missing(path.to_path_buf()),
+            io::ErrorKind::PermissionDenied => ReadError::PermissionDenied(path.to_path_buf()),
+            _ if e.raw_os_error() == Some(19) => ReadError::Missing(path.to_path_buf()), // ENODEV
+            _ => ReadError::Io {
+                path: path.to_path_buf(),
+                source: e,
+            },
+        }
     }
 }
 
-/// Reads a whole file into `buf` (cleared first), reusing its allocation.
-pub(crate) fn read_into(path: &Path, buf: &mut String) -> Result<(), ReadError> {
-    buf.clear();
-    let mut f = File::open(path).map_err(|e| classify(path, e))?;
-    f.read_to_string(buf).map_err(|e| match e.kind() {
-        io::ErrorKind::InvalidData => ReadError::parse(path, "contents are not UTF-8"),
-        _ => classify(path, e),
-    })?;
-    Ok(())
-}
-
-pub(crate) fn read(path: &Path) -> Result<String, ReadError> {
-    let mut s = String::new();
-    read_into(path, &mut s)?;
-    Ok(s)
-}
-
-/// Reads an optional file: `Ok(None)` when it does not exist.
-pub(crate) fn read_optional(path: &Path) -> Result<Option<String>, ReadError> {
-    match read(path) {
-        Ok(s) => Ok(Some(s)),
-        Err(e) if e.is_missing() => Ok(None),
-        Err(e) => Err(e),
-    }
+/// Lists a directory, with the error classified like a file read's.
+pub(crate) fn read_dir(path: &Path) -> Result<std::fs::ReadDir, ReadError> {
+    std::fs::read_dir(path).map_err(|e| ReadError::from_io(path, e))
 }
 
 /// The last component of a symlink's target (`.../drivers/mlx5_core` → `mlx5_core`).

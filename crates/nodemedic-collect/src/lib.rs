@@ -7,6 +7,7 @@
 //! `effective_affinity`, no `nohz_full`, no irqbalance config) is "no data", not a failure.
 
 mod fsread;
+mod reader;
 pub mod sources;
 mod status;
 
@@ -16,6 +17,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use fsread::ReadError;
 use nodemedic_kernel::Snapshot;
+pub use reader::Reader;
 pub use status::{CollectorState, CollectorStatus};
 
 /// Where the kernel's files are. Every reader resolves paths under these roots so that tests
@@ -69,12 +71,26 @@ pub enum CollectError {
     Other(String),
 }
 
+/// What a collector reads with: where the files are, the read layer, and whether this sample
+/// is a rescan.
+pub struct Ctx<'a> {
+    pub paths: &'a Paths,
+    pub reader: &'a Reader,
+    /// True on the first sample and then once per rescan interval. Data that rarely changes
+    /// (CPU topology, PCI devices, configuration files) need only be re-read then; a collector
+    /// that caches it must still put it in every snapshot.
+    pub rescan: bool,
+}
+
 /// One source of kernel data.
 pub trait Collector: Send + Sync {
     /// Stable name, used in metrics labels, config and status.
     fn name(&self) -> &'static str;
-    fn collect(&self, paths: &Paths, snapshot: &mut Snapshot) -> Result<Collected, CollectError>;
+    fn collect(&self, ctx: &Ctx<'_>, snapshot: &mut Snapshot) -> Result<Collected, CollectError>;
 }
+
+/// How often rarely-changing sources are re-read when nothing else is said.
+pub const DEFAULT_RESCAN_INTERVAL: Duration = Duration::from_secs(60);
 
 /// One collector's outcome in one sample.
 #[derive(Debug)]
@@ -84,28 +100,45 @@ pub struct CollectorRun {
     pub outcome: Result<Collected, CollectError>,
 }
 
-/// The collectors of a daemon, run in order (later ones may use what earlier ones read).
+/// The collectors of a daemon, run in order (later ones may use what earlier ones read),
+/// with the read layer they share.
 pub struct CollectorSet {
     collectors: Vec<Box<dyn Collector>>,
+    reader: Reader,
+    rescan_interval: Duration,
+    last_rescan: Option<Duration>,
 }
 
 impl CollectorSet {
     /// Every collector this crate provides, in dependency order.
     pub fn all() -> Self {
+        Self::new(sources::all())
+    }
+
+    pub fn new(collectors: Vec<Box<dyn Collector>>) -> Self {
         Self {
-            collectors: sources::all(),
+            collectors,
+            reader: Reader::new(),
+            rescan_interval: DEFAULT_RESCAN_INTERVAL,
+            last_rescan: None,
         }
     }
 
+    /// Adds a collector after the others (a source that lives in another crate).
+    pub fn with(mut self, collector: Box<dyn Collector>) -> Self {
+        self.collectors.push(collector);
+        self
+    }
+
+    pub fn with_rescan_interval(mut self, interval: Duration) -> Self {
+        self.rescan_interval = interval;
+        self
+    }
+
     /// Keeps only the collectors for which `enabled(name)` is true.
-    pub fn filtered(self, enabled: impl Fn(&str) -> bool) -> Self {
-        Self {
-            collectors: self
-                .collectors
-                .into_iter()
-                .filter(|c| enabled(c.name()))
-                .collect(),
-        }
+    pub fn filtered(mut self, enabled: impl Fn(&str) -> bool) -> Self {
+        self.collectors.retain(|c| enabled(c.name()));
+        self
     }
 
     pub fn names(&self) -> Vec<&'static str> {
@@ -114,7 +147,20 @@ impl CollectorSet {
 
     /// Runs every collector once and returns the snapshot and each collector's outcome.
     /// A panicking collector (a bug) is caught and reported as failed.
-    pub fn sample(&self, paths: &Paths, at: Duration) -> (Snapshot, Vec<CollectorRun>) {
+    ///
+    /// `at` is the sample's monotonic time; it also decides whether this sample is a rescan.
+    pub fn sample(&mut self, paths: &Paths, at: Duration) -> (Snapshot, Vec<CollectorRun>) {
+        let rescan = self
+            .last_rescan
+            .is_none_or(|last| at < last || at - last >= self.rescan_interval);
+        if rescan {
+            self.last_rescan = Some(at);
+        }
+        let ctx = Ctx {
+            paths,
+            reader: &self.reader,
+            rescan,
+        };
         let mut snapshot = Snapshot {
             at,
             timestamp: SystemTime::now()
@@ -126,18 +172,17 @@ impl CollectorSet {
         let mut runs = Vec::with_capacity(self.collectors.len());
         for collector in &self.collectors {
             let start = Instant::now();
-            let outcome =
-                catch_unwind(AssertUnwindSafe(|| collector.collect(paths, &mut snapshot)))
-                    .unwrap_or_else(|panic| {
-                        let msg = panic
-                            .downcast_ref::<&str>()
-                            .map(|s| s.to_string())
-                            .or_else(|| panic.downcast_ref::<String>().cloned())
-                            .unwrap_or_else(|| "unknown panic".into());
-                        Err(CollectError::Other(format!(
-                            "collector panicked (bug): {msg}"
-                        )))
-                    });
+            let outcome = catch_unwind(AssertUnwindSafe(|| collector.collect(&ctx, &mut snapshot)))
+                .unwrap_or_else(|panic| {
+                    let msg = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "unknown panic".into());
+                    Err(CollectError::Other(format!(
+                        "collector panicked (bug): {msg}"
+                    )))
+                });
             runs.push(CollectorRun {
                 name: collector.name(),
                 duration: start.elapsed(),

@@ -357,3 +357,69 @@ fn oscillating_placement_never_flips_the_verdict() {
         vec![false, false, true, true, true, true, true, false, false, false]
     );
 }
+
+/// A copy of a fixture tree that a test may damage.
+fn scratch_copy(name: &str) -> (tempfile::TempDir, Paths) {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures")
+        .join(name);
+    // `cp -a` keeps the sysfs symlinks the collectors follow.
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&src)
+        .arg(tmp.path().join("root"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let paths = Paths::under(tmp.path().join("root"));
+    (tmp, paths)
+}
+
+#[test]
+fn a_corrupt_affinity_file_loses_only_its_own_irq_mask() {
+    let (_tmp, paths) = scratch_copy("8cpu-collapsed");
+    let (clean, _) = CollectorSet::all().sample(&paths, Duration::ZERO);
+    // IRQs 4 and 12 sort before the NIC's queues (27-34) and belong to no NIC.
+    for irq in [4, 12] {
+        std::fs::write(
+            paths.procfs.join(format!("irq/{irq}/effective_affinity")),
+            "zz,qq\n",
+        )
+        .unwrap();
+    }
+    let (snap, runs) = CollectorSet::all().sample(&paths, Duration::ZERO);
+    let aff = runs
+        .iter()
+        .find(|r| r.name == "irq_affinity")
+        .unwrap()
+        .outcome
+        .as_ref()
+        .unwrap();
+    for irq in [4, 12] {
+        assert!(
+            aff.warnings
+                .iter()
+                .any(|w| w.contains(&format!("irq/{irq}/effective_affinity"))),
+            "the warning names the file: {:?}",
+            aff.warnings
+        );
+        let a = &snap.affinity[&irq];
+        assert_eq!(a.smp, clean.affinity[&irq].smp, "smp_affinity is kept");
+        assert_eq!(a.effective, None, "the corrupt mask is dropped");
+    }
+    assert!(
+        !aff.warnings.iter().any(|w| w.contains("vanished")),
+        "no other IRQ is lost: {:?}",
+        aff.warnings
+    );
+    for (irq, a) in &clean.affinity {
+        if *irq != 4 && *irq != 12 {
+            assert_eq!(snap.affinity.get(irq), Some(a), "IRQ {irq} unchanged");
+        }
+    }
+    let v = immediate().observe(&snap);
+    let nic = group(&v, "virtio2");
+    assert!(nic.collapsed, "the collapse is still reported");
+    assert_eq!(nic.group.effective_cpus.to_list_string(), "4-5");
+}

@@ -1,0 +1,22 @@
+use nodemedic_kernel::{softirqs, Snapshot};
+
+use super::skipped_warnings;
+use crate::{CollectError, Collected, Collector, Ctx, ReadError};
+
+/// `/proc/softirqs`.
+pub struct SoftirqsCollector;
+
+impl Collector for SoftirqsCollector {
+    fn name(&self) -> &'static str {
+        "softirqs"
+    }
+
+    fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
+        let path = ctx.paths.procfs.join("softirqs");
+        let parsed =
+            softirqs::parse(&ctx.reader.read(&path)?).map_err(|e| ReadError::parse(&path, e))?;
+        let warnings = skipped_warnings(&path, &parsed.skipped);
+        snap.softirqs = Some(parsed);
+        Ok(Collected { warnings })
+    }
+}

@@ -1,0 +1,44 @@
+use nodemedic_kernel::{softnet, Snapshot};
+
+use super::skipped_warnings;
+use crate::{CollectError, Collected, Collector, Ctx, ReadError};
+
+/// `/proc/net/softnet_stat`.
+pub struct SoftnetCollector;
+
+impl Collector for SoftnetCollector {
+    fn name(&self) -> &'static str {
+        "softnet"
+    }
+
+    fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
+        let path = ctx.paths.procfs.join("net/softnet_stat");
+        let text = ctx.reader.read(&path)?;
+        let parsed = softnet::parse(&text);
+        let mut warnings = skipped_warnings(&path, &parsed.skipped);
+        if parsed.rows.is_empty() && !text.trim().is_empty() {
+            return Err(ReadError::parse(&path, "no usable rows").into());
+        }
+        let online: Vec<u32> = match &snap.topology {
+            Some(t) => t.online.iter().collect(),
+            None => {
+                if parsed.rows.iter().any(|r| r.cpu.is_none()) {
+                    warnings.push(
+                        "topology unknown: softnet rows without a CPU column mapped to CPUs 0..n"
+                            .into(),
+                    );
+                }
+                (0..parsed.rows.len() as u32).collect()
+            }
+        };
+        let (placed, unplaced) = softnet::assign_cpus(&parsed.rows, &online);
+        if unplaced > 0 {
+            warnings.push(format!(
+                "{}: {unplaced} row(s) more than online CPUs, not attributed",
+                path.display()
+            ));
+        }
+        snap.softnet = Some(placed);
+        Ok(Collected { warnings })
+    }
+}

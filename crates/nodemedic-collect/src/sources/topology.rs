@@ -1,0 +1,63 @@
+use std::collections::BTreeMap;
+
+use nodemedic_kernel::snapshot::Topology;
+use nodemedic_kernel::{CpuSet, Snapshot};
+
+use super::cpuset_file;
+use crate::{CollectError, Collected, Collector, Ctx, ReadError};
+
+/// Online, isolated and `nohz_full` CPUs and NUMA nodes, from sysfs.
+pub struct TopologyCollector;
+
+impl Collector for TopologyCollector {
+    fn name(&self) -> &'static str {
+        "topology"
+    }
+
+    fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
+        let cpu = ctx.paths.sysfs.join("devices/system/cpu");
+        let online_path = cpu.join("online");
+        let online = CpuSet::parse_list(&ctx.reader.read(&online_path)?)
+            .map_err(|e| ReadError::parse(&online_path, e))?;
+        let mut out = Collected::default();
+        let mut optional = |name: &str| match cpuset_file(ctx.reader, &cpu.join(name), false) {
+            Ok(set) => set,
+            Err(e) => {
+                out.warnings.push(e.to_string());
+                None
+            }
+        };
+        let possible = optional("possible");
+        let isolated = optional("isolated").unwrap_or_default();
+        let nohz_full = optional("nohz_full").unwrap_or_default();
+        let mut numa_nodes = BTreeMap::new();
+        let node_dir = ctx.paths.sysfs.join("devices/system/node");
+        if let Ok(entries) = std::fs::read_dir(&node_dir) {
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                let Some(id) = name
+                    .to_str()
+                    .and_then(|n| n.strip_prefix("node"))
+                    .and_then(|n| n.parse::<u32>().ok())
+                else {
+                    continue;
+                };
+                match cpuset_file(ctx.reader, &entry.path().join("cpulist"), false) {
+                    Ok(Some(cpus)) => {
+                        numa_nodes.insert(id, cpus);
+                    }
+                    Ok(None) => {}
+                    Err(e) => out.warnings.push(e.to_string()),
+                }
+            }
+        }
+        snap.topology = Some(Topology {
+            online,
+            possible,
+            isolated,
+            nohz_full,
+            numa_nodes,
+        });
+        Ok(out)
+    }
+}
