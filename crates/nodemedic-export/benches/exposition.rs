@@ -62,7 +62,7 @@ fn main() {
     );
 
     // ---- 1+2: collect and detect ----
-    let set = CollectorSet::all();
+    let mut set = CollectorSet::all();
     let mut detector = CollapseDetector::new(CollapseConfig::default(), HurtingConfig::default());
     let (snap0, _) = set.sample(&paths, Duration::ZERO); // warm-up (page cache, allocator)
     let _ = detector.observe(&snap0);

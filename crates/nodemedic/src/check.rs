@@ -11,8 +11,8 @@ use serde::Serialize;
 
 use crate::cli::{CheckArgs, OutputFormat};
 use crate::config::Config;
-use crate::engine::{Engine, Sample};
 use crate::report::{shown_groups, GroupReport};
+use nodemedic_engine::{Engine, EngineConfig, Sample};
 
 pub const EXIT_HEALTHY: u8 = 0;
 pub const EXIT_FINDINGS: u8 = 1;
@@ -62,7 +62,11 @@ pub fn run(config: &Config, args: &CheckArgs) -> anyhow::Result<u8> {
     // Two samples: collapsed means "in both", hurting is judged on the rate between them.
     (collapse.raise_after, collapse.clear_after) = (2, 1);
     (hurting.raise_after, hurting.clear_after) = (1, 1);
-    let mut engine = Engine::with_detector(config, collapse, hurting);
+    let mut engine = Engine::new(EngineConfig {
+        collapse,
+        hurting,
+        ..config.engine_config()
+    });
     let first = engine.sample();
     if let Some(reason) = fatal(&first) {
         eprintln!("nodemedic check: cannot run: {reason}");

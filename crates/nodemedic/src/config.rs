@@ -1,6 +1,7 @@
 //! The configuration file: serde structs with defaults, unknown keys rejected, and an explicit
 //! validation step with messages that say which setting is wrong.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -8,6 +9,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use nodemedic_collect::Paths;
 use nodemedic_detect::{CollapseConfig, HurtingConfig};
+use nodemedic_engine::EngineConfig;
 use nodemedic_export::MetricsOptions;
 use nodemedic_kube::KubeConfig;
 use nodemedic_remedy::RemediationConfig;
@@ -101,17 +103,21 @@ impl Default for CollectorsConfig {
 }
 
 impl CollectorsConfig {
-    pub fn enabled(&self, name: &str) -> bool {
-        match name {
-            "topology" => self.topology,
-            "interrupts" => self.interrupts,
-            "irq_affinity" => self.irq_affinity,
-            "pci_devices" => self.pci_devices,
-            "softirqs" => self.softirqs,
-            "softnet" => self.softnet,
-            "irqbalance_config" => self.irqbalance_config,
-            _ => true,
-        }
+    /// The names of the collectors switched off.
+    pub fn disabled(&self) -> BTreeSet<String> {
+        [
+            ("topology", self.topology),
+            ("interrupts", self.interrupts),
+            ("irq_affinity", self.irq_affinity),
+            ("pci_devices", self.pci_devices),
+            ("softirqs", self.softirqs),
+            ("softnet", self.softnet),
+            ("irqbalance_config", self.irqbalance_config),
+        ]
+        .into_iter()
+        .filter(|(_, on)| !on)
+        .map(|(name, _)| name.to_string())
+        .collect()
     }
 }
 
@@ -187,6 +193,17 @@ impl Config {
         }
         if let Some(addr) = g.listen_address {
             self.web.listen_address = addr;
+        }
+    }
+
+    /// What the sampling pipeline needs from this configuration.
+    pub fn engine_config(&self) -> EngineConfig {
+        EngineConfig {
+            paths: self.resolved_paths(),
+            disabled_collectors: self.collectors.disabled(),
+            collapse: self.detector.collapse.clone(),
+            hurting: self.detector.hurting.clone(),
+            ..EngineConfig::default()
         }
     }
 

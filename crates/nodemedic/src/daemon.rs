@@ -13,10 +13,10 @@ use nodemedic_export::{render, ExportInput, Format, RemediationExport};
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::engine::{Engine, Sample};
 use crate::kube_task::{KubeStatus, SharedKube};
 use crate::remediator::{PauseFlag, RemedyState, SharedRemedy};
 use crate::report::{shown_groups, GroupReport};
+use nodemedic_engine::{Engine, Sample};
 
 struct Shared {
     config: Config,
@@ -41,7 +41,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding {addr}"))?;
-    let engine = Engine::new(&config);
+    let engine = Engine::new(config.engine_config());
     tracing::info!(
         listen = %listener.local_addr().unwrap_or(addr),
         procfs = %engine.paths().procfs.display(),

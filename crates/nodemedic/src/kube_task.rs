@@ -9,8 +9,8 @@ use nodemedic_remedy::Decision;
 use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 
-use crate::engine::Sample;
 use crate::remediator::{PauseFlag, PAUSE_OFF, PAUSE_ON};
+use nodemedic_engine::Sample;
 
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct KubeStatus {

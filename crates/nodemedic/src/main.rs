@@ -4,7 +4,6 @@ mod check;
 mod cli;
 mod config;
 mod daemon;
-mod engine;
 mod kube_task;
 mod process;
 mod remediator;

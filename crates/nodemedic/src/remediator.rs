@@ -15,7 +15,7 @@ use nodemedic_remedy::{Decision, Mode, Policy, RemediationConfig};
 use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::engine::Sample;
+use nodemedic_engine::Sample;
 
 /// What the rest of the daemon can see of the remediator.
 #[derive(Debug, Default, Serialize)]
