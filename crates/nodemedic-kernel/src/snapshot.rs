@@ -2,6 +2,7 @@
 //! Collectors fill it, detectors and outputs read it.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -30,6 +31,11 @@ pub struct Snapshot {
     /// softnet_stat rows placed on their CPUs.
     pub softnet: Option<Vec<(u32, SoftnetRow)>>,
     pub irqbalance: Option<IrqbalanceConfig>,
+    /// This node's pods by UID, from the Kubernetes API rather than the kernel: it lets
+    /// per-cgroup series and findings name `namespace`/`pod`/`container`. `None` when names
+    /// are not resolved (not in Kubernetes, switched off, or the first list has not arrived).
+    /// Shared, not copied, between samples: it changes only when a pod does.
+    pub pods: Option<Arc<BTreeMap<String, PodIdentity>>>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -98,6 +104,26 @@ pub struct IrqbalanceConfig {
     pub banned_cpus: CpuSet,
 }
 
+/// A pod's names, for the pod-level cgroups that carry only its UID.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PodIdentity {
+    pub namespace: String,
+    pub name: String,
+    /// Container ID as it appears in cgroup names (the runtime's `containerd://` or
+    /// `cri-o://` prefix removed) → container name.
+    pub containers: BTreeMap<String, String>,
+}
+
+impl Snapshot {
+    /// The names of the pod with this UID, when known. Accepts the UID as the API gives it
+    /// (`dashes`) or as the systemd cgroup driver writes it (`under_scores`).
+    pub fn pod(&self, uid: &str) -> Option<&PodIdentity> {
+        let pods = self.pods.as_ref()?;
+        pods.get(uid)
+            .or_else(|| pods.get(uid.replace('_', "-").as_str()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,5 +160,20 @@ mod tests {
         assert!(pending.move_pending());
         assert_eq!(pending.delivery_cpus().unwrap().to_list_string(), "1");
         assert_eq!(IrqAffinity::default().delivery_cpus(), None);
+    }
+
+    #[test]
+    fn pods_are_found_by_api_or_systemd_uid_spelling() {
+        let mut snap = Snapshot::default();
+        assert_eq!(snap.pod("a-b"), None, "no names resolved");
+        let id = PodIdentity {
+            namespace: "ns".into(),
+            name: "web-0".into(),
+            containers: BTreeMap::from([("c0ffee".into(), "app".into())]),
+        };
+        snap.pods = Some(Arc::new(BTreeMap::from([("1a2b-3c".to_string(), id)])));
+        assert_eq!(snap.pod("1a2b-3c").map(|p| p.name.as_str()), Some("web-0"));
+        assert_eq!(snap.pod("1a2b_3c").map(|p| p.name.as_str()), Some("web-0"));
+        assert_eq!(snap.pod("ffff"), None);
     }
 }
