@@ -10,6 +10,7 @@
 //! Kubernetes it is never constructed.
 
 mod events;
+mod pods;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -23,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 pub use events::EventLimiter;
+pub use pods::{watch_pods, PodDirectory, PodNamesCollector};
 
 pub const CONDITION_TYPE: &str = "IRQAffinityCollapsed";
 pub const LABEL: &str = "nodemedic.io/irq-collapsed";
@@ -55,6 +57,9 @@ pub struct KubeConfig {
     /// Most Events per minute; identical Events within `event_dedup_seconds` are dropped.
     pub events_per_minute: u32,
     pub event_dedup_seconds: u64,
+    /// Resolve pod UIDs and container IDs in cgroup series to namespace/pod/container names,
+    /// from one watch of this node's pods (needs "pods list, watch").
+    pub pod_names: bool,
 }
 
 impl Default for KubeConfig {
@@ -67,13 +72,14 @@ impl Default for KubeConfig {
             events_namespace: "default".into(),
             events_per_minute: 10,
             event_dedup_seconds: 600,
+            pod_names: true,
         }
     }
 }
 
 impl KubeConfig {
-    /// The node name when reporting is on, `None` when it is off (with the reason).
-    pub fn resolve(&self) -> Result<Option<String>, String> {
+    /// The node name when reporting is on, `None` when it is off.
+    pub fn resolve(&self) -> Result<Option<String>, KubeConfigError> {
         let name = self
             .node_name
             .clone()
@@ -82,15 +88,19 @@ impl KubeConfig {
         match (self.enabled, name) {
             (Enabled::Never, _) => Ok(None),
             (Enabled::Always, Some(n)) => Ok(Some(n)),
-            (Enabled::Always, None) => Err(
-                "kubernetes.enabled = \"always\" needs kubernetes.node_name or NODE_NAME".into(),
-            ),
+            (Enabled::Always, None) => Err(KubeConfigError::NodeNameMissing),
             (Enabled::Auto, Some(n)) if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() => {
                 Ok(Some(n))
             }
             (Enabled::Auto, _) => Ok(None),
         }
     }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KubeConfigError {
+    #[error("kubernetes.enabled = \"always\" needs kubernetes.node_name or NODE_NAME")]
+    NodeNameMissing,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -41,7 +41,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding {addr}"))?;
-    let engine = Engine::new(config.engine_config());
+    let engine = Engine::with_extra(config.engine_config(), kube_sources(&config));
     tracing::info!(
         listen = %listener.local_addr().unwrap_or(addr),
         procfs = %engine.paths().procfs.display(),
@@ -96,6 +96,20 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     kube_task.abort();
     tracing::info!("nodemedic stopped");
     Ok(())
+}
+
+/// Collectors fed from the Kubernetes API, when nodemedic runs in Kubernetes: this node's
+/// pod names, from one watch started here.
+fn kube_sources(config: &Config) -> Vec<Box<dyn nodemedic_collect::Collector>> {
+    let Ok(Some(node)) = config.kubernetes.resolve() else {
+        return Vec::new();
+    };
+    if !config.kubernetes.pod_names {
+        return Vec::new();
+    }
+    let dir = nodemedic_kube::PodDirectory::new();
+    tokio::spawn(nodemedic_kube::watch_pods(node, dir.clone()));
+    vec![Box::new(nodemedic_kube::PodNamesCollector::new(dir))]
 }
 
 async fn shutdown_signal() {
@@ -214,6 +228,8 @@ struct StatusBody<'a> {
     last_sample_timestamp: Option<f64>,
     last_sample_duration_seconds: Option<f64>,
     collectors: &'a [nodemedic_collect::CollectorStatus],
+    /// How many of this node's pods have names resolved (absent outside Kubernetes).
+    pods_named: Option<usize>,
     groups: Vec<GroupReport>,
     findings: Vec<nodemedic_detect::Finding>,
     remediation: serde_json::Value,
@@ -245,6 +261,10 @@ async fn status(State(shared): State<Arc<Shared>>) -> Response {
             .as_ref()
             .map(|s| s.collectors.as_slice())
             .unwrap_or(&[]),
+        pods_named: sample
+            .as_ref()
+            .and_then(|s| s.snapshot.pods.as_ref())
+            .map(|p| p.len()),
         groups: sample
             .as_ref()
             .map(|s| shown_groups(&s.verdicts))

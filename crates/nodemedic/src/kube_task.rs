@@ -52,7 +52,7 @@ pub async fn run(
             tracing::error!(error = %e, "kubernetes reporting misconfigured");
             set(&status, |s| {
                 s.state = "failed".into();
-                s.reason = Some(e);
+                s.reason = Some(e.to_string());
             });
             while decisions.recv().await.is_some() {}
             return;

@@ -172,6 +172,28 @@ fn poll<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Result<T, Strin
     }
 }
 
+/// A pod bound to `node` (no kubelet runs, so it stays Pending).
+fn create_pod(cluster: &Cluster, namespace: &str, name: &str, node: &str) {
+    // The ServiceAccount admission plugin wants the namespace's default account, which no
+    // controller-manager creates here.
+    let _ = cluster.kubectl_as(
+        &cluster.kubeconfig(),
+        &["create", "namespace", namespace],
+        None,
+    );
+    let _ = cluster.kubectl_as(
+        &cluster.kubeconfig(),
+        &["create", "serviceaccount", "default", "-n", namespace],
+        None,
+    );
+    let pod = format!(
+        r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"{namespace}"}},"spec":{{"nodeName":"{node}","automountServiceAccountToken":false,"containers":[{{"name":"app","image":"registry.invalid/app"}}]}}}}"#
+    );
+    let (ok, _, err) =
+        cluster.kubectl_as(&cluster.kubeconfig(), &["create", "-f", "-"], Some(&pod));
+    assert!(ok, "creating pod {namespace}/{name}: {err}");
+}
+
 fn start_nodemedic(kubeconfig: &Path) -> Server {
     let tree = fixture_dir("8cpu-collapsed");
     let config = format!(
@@ -261,8 +283,8 @@ fn condition_label_events_rbac_and_pause_on_a_real_apiserver() {
     });
     for forbidden in [
         vec!["delete", "node", NODE],
-        vec!["get", "pods", "-A"],
         vec!["get", "secrets", "-n", "kube-system"],
+        vec!["get", "configmaps", "-A"],
     ] {
         let (ok, _, err) = cluster.kubectl_as(&sa, &forbidden, None);
         assert!(
@@ -270,8 +292,36 @@ fn condition_label_events_rbac_and_pause_on_a_real_apiserver() {
             "{forbidden:?} must be forbidden: {err}"
         );
     }
-    let (_, out, _) = cluster.kubectl_as(&sa, &["auth", "can-i", "list", "nodes"], None);
-    assert_eq!(out.trim(), "no");
+    let can = |verb: &str, what: &str| {
+        let (_, out, _) = cluster.kubectl_as(&sa, &["auth", "can-i", verb, what, "-A"], None);
+        out.trim().to_string()
+    };
+    assert_eq!(can("list", "nodes"), "no");
+    // Pod names: list and watch, nothing else on pods.
+    assert_eq!(
+        (can("list", "pods"), can("watch", "pods")),
+        ("yes".into(), "yes".into())
+    );
+    for verb in ["get", "delete", "create", "patch"] {
+        assert_eq!(can(verb, "pods"), "no", "{verb} pods");
+    }
+    assert_eq!(can("get", "pods/log"), "no");
+
+    // A pod bound to this node, with a started container, and one on another node.
+    for (name, node) in [("web-0", NODE), ("elsewhere-0", "another-node")] {
+        create_pod(&cluster, "shop", name, node);
+    }
+    cluster.kubectl(&[
+        "patch",
+        "pod",
+        "web-0",
+        "-n",
+        "shop",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"containerStatuses":[{"name":"app","containerID":"containerd://c0ffee","image":"registry.invalid/app","imageID":"","ready":true,"restartCount":0}]}}"#,
+    ]);
 
     // Paused by annotation from the start: detection and reporting run, decisions do not.
     let mut s = start_nodemedic(&sa);
@@ -307,7 +357,25 @@ fn condition_label_events_rbac_and_pause_on_a_real_apiserver() {
             Err(format!("{r:?}"))
         }
     });
+    // One watch resolved this node's pod, and only it.
+    s.poll("this node's pod names", Duration::from_secs(30), |s| {
+        let st = status(s);
+        if st["pods_named"] == 1 {
+            Ok(())
+        } else {
+            Err(format!("{} {}", st["pods_named"], st["collectors"]))
+        }
+    });
     let st = status(&s);
+    let pods = st["collectors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "kube_pods")
+        .cloned()
+        .unwrap();
+    assert_eq!(pods["state"], "active", "{pods}");
+    assert_eq!(pods["warnings"], serde_json::json!([]), "{pods}");
     assert_eq!(st["kubernetes"]["state"], "active", "{}", st["kubernetes"]);
     assert_eq!(st["kubernetes"]["paused_by_annotation"], true);
     assert_eq!(st["remediation"]["paused"], true);
