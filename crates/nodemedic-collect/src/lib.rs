@@ -174,13 +174,9 @@ impl CollectorSet {
             let start = Instant::now();
             let outcome = catch_unwind(AssertUnwindSafe(|| collector.collect(&ctx, &mut snapshot)))
                 .unwrap_or_else(|panic| {
-                    let msg = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "unknown panic".into());
                     Err(CollectError::Other(format!(
-                        "collector panicked (bug): {msg}"
+                        "collector panicked (bug): {}",
+                        panic_message(panic.as_ref())
                     )))
                 });
             runs.push(CollectorRun {
@@ -191,6 +187,15 @@ impl CollectorSet {
         }
         (snapshot, runs)
     }
+}
+
+/// The text of a caught panic's payload.
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
 }
 
 /// Monotonic time since the first call, for [`Snapshot::at`].

@@ -2,12 +2,13 @@
 //! detectors → findings. It does no output and takes no action; the daemon exports and
 //! remediates from its [`Sample`]s, `check` prints them.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
 use nodemedic_collect::{
-    monotonic_now, Collector, CollectorSet, CollectorState, CollectorStatus, Paths,
-    DEFAULT_RESCAN_INTERVAL,
+    monotonic_now, panic_message, Collector, CollectorRun, CollectorSet, CollectorState,
+    CollectorStatus, Paths, DEFAULT_RESCAN_INTERVAL,
 };
 use nodemedic_detect::collapse::findings as collapse_findings;
 use nodemedic_detect::{
@@ -45,6 +46,9 @@ pub struct Engine {
     paths: Paths,
     detector: CollapseDetector,
     samples: u64,
+    /// Each collector's failure reason in the previous sample, so that a collector that keeps
+    /// failing is logged when its state changes, not every sample.
+    failing: HashMap<&'static str, String>,
 }
 
 /// Everything one sample produced.
@@ -89,6 +93,7 @@ impl Engine {
             paths: config.paths,
             detector: CollapseDetector::new(config.collapse, config.hurting),
             samples: 0,
+            failing: HashMap::new(),
         }
     }
 
@@ -96,19 +101,49 @@ impl Engine {
         &self.paths
     }
 
+    fn log_state_changes(&mut self, runs: &[CollectorRun]) {
+        for run in runs {
+            match &run.outcome {
+                Err(e) => {
+                    let reason = e.to_string();
+                    if self.failing.get(run.name) != Some(&reason) {
+                        tracing::warn!(collector = run.name, error = %reason, "collector failed");
+                        self.failing.insert(run.name, reason);
+                    }
+                }
+                Ok(_) => {
+                    if self.failing.remove(run.name).is_some() {
+                        tracing::info!(collector = run.name, "collector recovered");
+                    }
+                }
+            }
+        }
+    }
+
     pub fn sample(&mut self) -> Sample {
         let start = Instant::now();
         let (snapshot, runs) = self.collectors.sample(&self.paths, monotonic_now());
         let mut collectors: Vec<CollectorStatus> =
             runs.iter().map(CollectorStatus::from_run).collect();
-        for run in &runs {
-            if let Err(e) = &run.outcome {
-                tracing::warn!(collector = run.name, error = %e, "collector failed");
-            }
-        }
+        self.log_state_changes(&runs);
         collectors.extend(self.disabled.iter().cloned());
-        let verdicts = self.detector.observe(&snapshot);
+        // A detector bug must cost one sample's verdicts, not the daemon: the state machine
+        // is left as the panic left it and the next sample goes on from there.
+        let (verdicts, detector_panic) =
+            match catch_unwind(AssertUnwindSafe(|| self.detector.observe(&snapshot))) {
+                Ok(v) => (v, None),
+                Err(panic) => (Vec::new(), Some(panic_message(panic.as_ref()))),
+            };
         let mut findings = collapse_findings(&verdicts);
+        if let Some(msg) = detector_panic {
+            tracing::error!(detector = "irq_collapse", panic = %msg, "detector panicked (bug)");
+            findings.push(Finding {
+                kind: "detector_failed".into(),
+                severity: Severity::Warning,
+                subject: "irq_collapse".into(),
+                message: format!("the IRQ collapse detector panicked (a bug): {msg}"),
+            });
+        }
         for c in &collectors {
             if let CollectorState::Failed { reason } = &c.state {
                 findings.push(Finding {
@@ -128,5 +163,71 @@ impl Engine {
             duration: start.elapsed(),
             samples_total: self.samples,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+
+    use std::path::PathBuf;
+
+    use nodemedic_collect::{CollectError, Collected, Ctx};
+
+    use super::*;
+
+    /// A collector with a bug.
+    struct Panics;
+
+    impl Collector for Panics {
+        fn name(&self) -> &'static str {
+            "panics"
+        }
+        fn collect(&self, _: &Ctx<'_>, _: &mut Snapshot) -> Result<Collected, CollectError> {
+            panic!("index out of bounds")
+        }
+    }
+
+    #[test]
+    fn a_panicking_collector_costs_only_itself_sample_after_sample() {
+        let root =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/8cpu-collapsed");
+        let config = EngineConfig {
+            paths: Paths::under(root),
+            collapse: CollapseConfig {
+                raise_after: 2,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let mut engine = Engine::with_extra(config, vec![Box::new(Panics)]);
+        for n in 1..=2 {
+            let s = engine.sample();
+            let bad = s.collectors.iter().find(|c| c.name == "panics").unwrap();
+            assert!(
+                matches!(&bad.state, CollectorState::Failed { reason } if reason.contains("index out of bounds")),
+                "{bad:?}"
+            );
+            assert!(s
+                .collectors
+                .iter()
+                .filter(|c| c.name != "panics")
+                .all(|c| c.is_success()));
+            assert!(s
+                .findings
+                .iter()
+                .any(|f| f.kind == "collector_failed" && f.subject == "panics"));
+            let nic = s
+                .verdicts
+                .iter()
+                .find(|v| v.group.name == "virtio2")
+                .unwrap();
+            assert_eq!(nic.collapsed, n == 2, "hysteresis still counts samples");
+            assert_eq!(s.samples_total, n);
+        }
+        assert!(
+            engine.failing.contains_key("panics"),
+            "logged once, remembered"
+        );
     }
 }

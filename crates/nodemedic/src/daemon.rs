@@ -143,9 +143,11 @@ async fn sample_loop(
     loop {
         ticker.tick().await;
         let e = engine.clone();
-        let sample = tokio::task::spawn_blocking(move || match e.lock() {
-            Ok(mut engine) => Some(engine.sample()),
-            Err(_) => None,
+        // A panic that escaped the engine poisons its lock; the engine is still usable (its
+        // collectors and detectors contain their own panics), so take it back.
+        let sample = tokio::task::spawn_blocking(move || {
+            let mut engine = e.lock().unwrap_or_else(|p| p.into_inner());
+            Some(engine.sample())
         })
         .await;
         let Ok(Some(sample)) = sample else {
