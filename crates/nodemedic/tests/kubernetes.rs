@@ -1,7 +1,10 @@
-//! Kubernetes reporting against a real kube-apiserver (tests/k8s: v1.33 on etcd, loopback
-//! only). nodemedic runs with a ServiceAccount token bound to exactly the ClusterRoles shipped
-//! in deploy/kubernetes/rbac.yaml: the condition, label and Events land; a verb outside the
-//! role is forbidden; the pause annotation stops remediation decisions.
+//! Kubernetes against a real kube-apiserver (tests/k8s: v1.33 on etcd, loopback only).
+//! - The shipped manifests (deploy/kubernetes/nodemedic.yaml, the Helm chart rendered) apply,
+//!   and Pod Security admission admits their pod in the namespace as labelled and rejects it
+//!   under "baseline".
+//! - nodemedic runs with a ServiceAccount token bound to exactly the ClusterRole shipped
+//!   there: the condition, label and Events land; a verb outside the role is forbidden; pod
+//!   names resolve from one watch; the pause annotation stops remediation decisions.
 
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
 
@@ -15,6 +18,9 @@ use common::{fixture_dir, start_server, workspace_root, Server};
 use serde_json::Value;
 
 const NODE: &str = "nm-test-node";
+/// The namespace of deploy/kubernetes/nodemedic.yaml.
+const NAMESPACE: &str = "nodemedic";
+const MANIFESTS: &str = "deploy/kubernetes/nodemedic.yaml";
 
 struct Cluster {
     dir: tempfile::TempDir,
@@ -113,6 +119,13 @@ impl Cluster {
         out
     }
 
+    /// Applies the shipped manifests for real (no kubelet runs, so the DaemonSet stays inert).
+    fn apply_manifests(&self) {
+        let path = workspace_root().join(MANIFESTS);
+        let path = path.to_str().unwrap();
+        self.kubectl(&["apply", "--server-side", "-f", path]);
+    }
+
     fn node(&self) -> Value {
         serde_json::from_str(&self.kubectl(&["get", "node", NODE, "-o", "json"])).unwrap()
     }
@@ -143,7 +156,7 @@ impl Cluster {
             "token",
             "nodemedic",
             "-n",
-            "kube-system",
+            NAMESPACE,
             "--duration",
             "1h",
         ]);
@@ -245,15 +258,16 @@ fn dry_runs(s: &Server) -> usize {
 #[test]
 fn condition_label_events_rbac_and_pause_on_a_real_apiserver() {
     let cluster = Cluster::start();
+    cluster.apply_manifests();
+    // Labelling the node is opt-in (the chart's features.nodeLabel adds "patch" on nodes);
+    // this test sets kubernetes.label = true, so it grants that one verb more.
     cluster.kubectl(&[
-        "apply",
-        "-f",
-        workspace_root()
-            .join("deploy/kubernetes/rbac.yaml")
-            .to_str()
-            .unwrap(),
+        "create",
+        "clusterrole",
+        "nodemedic-label",
+        "--verb=patch",
+        "--resource=nodes",
     ]);
-    // The label role is opt-in: bind it, as the README tells users who set label = true.
     cluster.kubectl(&[
         "create",
         "clusterrolebinding",
@@ -261,7 +275,7 @@ fn condition_label_events_rbac_and_pause_on_a_real_apiserver() {
         "--clusterrole",
         "nodemedic-label",
         "--serviceaccount",
-        "kube-system:nodemedic",
+        &format!("{NAMESPACE}:nodemedic"),
     ]);
     let node = format!(
         "{{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"metadata\":{{\"name\":\"{NODE}\",\"annotations\":{{\"nodemedic.io/pause\":\"true\"}}}}}}"
@@ -430,4 +444,95 @@ fn condition_label_events_rbac_and_pause_on_a_real_apiserver() {
         .filter(|r| *r == "IRQCollapsed")
         .count();
     assert_eq!(collapsed_events, 1);
+}
+
+/// The DaemonSet's pod, as its controller would create it, in `namespace`.
+fn daemonset_pod(cluster: &Cluster, namespace: &str) -> String {
+    let ds: Value = serde_json::from_str(&cluster.kubectl(&[
+        "get",
+        "daemonset",
+        "nodemedic",
+        "-n",
+        NAMESPACE,
+        "-o",
+        "json",
+    ]))
+    .unwrap();
+    let mut template = ds["spec"]["template"].clone();
+    template["metadata"]["name"] = Value::from("nodemedic-psa-probe");
+    template["metadata"]["namespace"] = Value::from(namespace);
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": template["metadata"],
+        "spec": template["spec"],
+    })
+    .to_string()
+}
+
+#[test]
+fn shipped_manifests_apply_and_pod_security_admits_them_only_as_labelled() {
+    let cluster = Cluster::start();
+    cluster.apply_manifests();
+    // Applying again, as a server-side dry run, changes nothing and is accepted.
+    let path = workspace_root().join(MANIFESTS);
+    let out = cluster.kubectl(&[
+        "apply",
+        "--server-side",
+        "--dry-run=server",
+        "-f",
+        path.to_str().unwrap(),
+    ]);
+    for kind in [
+        "namespace/",
+        "daemonset.apps/",
+        "clusterrole.rbac",
+        "serviceaccount/",
+        "service/",
+        "configmap/",
+    ] {
+        assert!(out.contains(kind), "{kind} missing from: {out}");
+    }
+    let ns: Value =
+        serde_json::from_str(&cluster.kubectl(&["get", "namespace", NAMESPACE, "-o", "json"]))
+            .unwrap();
+    let level = ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"].clone();
+    assert_eq!(level, "privileged", "{ns}");
+
+    // The pod the DaemonSet would create: admitted where the chart put it...
+    let pod = daemonset_pod(&cluster, NAMESPACE);
+    let (ok, _, err) = cluster.kubectl_as(
+        &cluster.kubeconfig(),
+        &["create", "--dry-run=server", "-f", "-"],
+        Some(&pod),
+    );
+    assert!(ok, "the pod is rejected in its own namespace: {err}");
+    // ...and rejected under "baseline", for its hostPath volumes and added capabilities.
+    cluster.kubectl(&["create", "namespace", "baseline-only"]);
+    // The ServiceAccount admission plugin runs first; give it the account so that the
+    // answer comes from Pod Security.
+    cluster.kubectl(&[
+        "create",
+        "serviceaccount",
+        "nodemedic",
+        "-n",
+        "baseline-only",
+    ]);
+    cluster.kubectl(&[
+        "label",
+        "namespace",
+        "baseline-only",
+        "pod-security.kubernetes.io/enforce=baseline",
+    ]);
+    let pod = daemonset_pod(&cluster, "baseline-only");
+    let (ok, _, err) = cluster.kubectl_as(
+        &cluster.kubeconfig(),
+        &["create", "--dry-run=server", "-f", "-"],
+        Some(&pod),
+    );
+    assert!(!ok, "baseline admitted a pod with host mounts");
+    assert!(
+        err.contains("violates PodSecurity \"baseline:latest\"") && err.contains("hostPath"),
+        "{err}"
+    );
 }
