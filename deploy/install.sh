@@ -11,7 +11,8 @@ run=1
 
 # shellcheck source=deploy/bootstrap.sh
 . deploy/bootstrap.sh
-ensure_packages build-essential pkg-config ca-certificates curl
+# clang + libbpf-dev: build.rs compiles the eBPF probes (ebpf/*.bpf.c) from source.
+ensure_packages build-essential pkg-config ca-certificates curl clang libbpf-dev
 ensure_rust
 
 cargo build --release --locked -p nodemedic

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 
 # shellcheck source=deploy/bootstrap.sh
 . deploy/bootstrap.sh
-ensure_packages build-essential pkg-config ca-certificates curl python3 prometheus
+ensure_packages build-essential pkg-config ca-certificates curl python3 prometheus clang libbpf-dev
 ensure_rust
 
 echo "== fixtures match their generator"

@@ -91,6 +91,9 @@ mkdir -p "$ROOT" "$CACHE/debs"
 # linux-image-amd64 pulls initramfs-tools, whose hook builds /boot/initrd.img-* in the chroot.
 INCLUDE=systemd-sysv,systemd,udev,dbus,irqbalance,linux-image-amd64,initramfs-tools,kmod
 INCLUDE=$INCLUDE,iproute2,procps,ethtool,pciutils,util-linux,zstd
+# The eBPF probe test cross-checks nodemedic against Debian's bpftrace and reads BPF run stats
+# with bpftool; curl scrapes /metrics.
+INCLUDE=$INCLUDE,bpftrace,bpftool,curl
 log "debootstrap $SUITE (variant minbase) -> $ROOT"
 debootstrap --variant=minbase --include="$INCLUDE" --cache-dir="$CACHE/debs" \
     "$SUITE" "$ROOT" "$mirror" >"$BUILD/debootstrap.log" 2>&1 || {

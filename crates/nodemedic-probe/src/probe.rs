@@ -1,0 +1,547 @@
+//! Loading, attaching and reading the perf-event probes with aya.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::io;
+use std::os::fd::OwnedFd;
+
+use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
+use aya::programs::{FEntry, KProbe};
+use aya::{Btf, Ebpf, EbpfLoader};
+
+use crate::abi::{CpuCounts, OwnerCounts, RawCpuCounts, RawOwner};
+use crate::host;
+
+/// The object built from `ebpf/perf_wakeup.bpf.c` by build.rs.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/perf_wakeup.bpf.o"));
+
+/// How to hook the kernel functions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AttachMode {
+    /// fentry (BTF trampolines, cheapest) and, if that fails, kprobes.
+    #[default]
+    Auto,
+    Fentry,
+    Kprobe,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Fentry,
+    Kprobe,
+}
+
+impl Method {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Method::Fentry => "fentry",
+            Method::Kprobe => "kprobe",
+        }
+    }
+}
+
+impl fmt::Display for Method {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A kernel function the probes hook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hook {
+    pub function: &'static str,
+    /// A required hook that cannot attach fails the whole probe set; an optional one (the
+    /// rarely used backward ring buffer path) only shows as down.
+    pub required: bool,
+}
+
+pub const HOOKS: &[Hook] = &[
+    Hook {
+        function: "perf_event_output",
+        required: true,
+    },
+    Hook {
+        function: "perf_event_output_forward",
+        required: true,
+    },
+    Hook {
+        function: "perf_event_output_backward",
+        required: false,
+    },
+    Hook {
+        function: "perf_event_wakeup",
+        required: true,
+    },
+];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeOptions {
+    pub attach: AttachMode,
+    /// Capacity of the per-owner map; owners beyond it are counted as untracked.
+    pub max_owners: u32,
+    /// Ring buffer size in bytes (a power of two, at least one page).
+    pub ring_buffer_bytes: u32,
+    /// Queued ring buffer bytes that make the kernel wake the reader (else it waits for the
+    /// reader's timer).
+    pub ring_buffer_wakeup_bytes: u32,
+    /// Per-CPU wakeups in one second that make the kernel report a storm start; 0 = off.
+    pub storm_wakeups_per_cpu: u64,
+    /// Ask the kernel to count the probes' run time (BPF_ENABLE_STATS, held only while the
+    /// probes are loaded; the `kernel.bpf_stats_enabled` sysctl is never written).
+    pub bpf_stats: bool,
+}
+
+impl Default for ProbeOptions {
+    fn default() -> Self {
+        Self {
+            attach: AttachMode::Auto,
+            max_owners: 1024,
+            ring_buffer_bytes: 16 * 1024,
+            ring_buffer_wakeup_bytes: 4 * 1024,
+            storm_wakeups_per_cpu: 1000,
+            bpf_stats: false,
+        }
+    }
+}
+
+/// Why the probes are not running. Display gives the one-line reason shown in the log, on
+/// `/status` and in `nodemedic check`.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error(
+        "kernel BTF is missing ({path}): the probes read struct perf_event through BTF CO-RE \
+         and need a kernel built with CONFIG_DEBUG_INFO_BTF=y"
+    )]
+    NoBtf { path: &'static str },
+    #[error(
+        "permission denied {what}: this process lacks {missing} (grant CAP_BPF and CAP_PERFMON, \
+         or CAP_SYS_ADMIN on kernels before 5.8)"
+    )]
+    Permission { what: String, missing: String },
+    #[error(
+        "permission denied {what}: kernel {kernel} (< 5.11) charges BPF maps to RLIMIT_MEMLOCK \
+         and the limit is {limit}; raise it (systemd: LimitMEMLOCK=infinity)"
+    )]
+    Memlock {
+        what: String,
+        kernel: String,
+        limit: String,
+    },
+    #[error("the kernel's verifier rejected {program}: {log}")]
+    Verifier { program: String, log: String },
+    #[error("cannot attach {function}: {detail}")]
+    Attach { function: String, detail: String },
+    #[error("{what}: {detail}")]
+    Other { what: String, detail: String },
+}
+
+/// Every message in an error's source chain, joined: aya's top-level messages leave the
+/// errno in the source.
+pub fn error_chain(err: &(dyn StdError + 'static)) -> String {
+    let mut parts = vec![err.to_string()];
+    let mut cur = err.source();
+    while let Some(e) = cur {
+        let s = e.to_string();
+        if !parts.iter().any(|p| p.contains(&s)) {
+            parts.push(s);
+        }
+        cur = e.source();
+    }
+    parts.join(": ")
+}
+
+fn io_error_in<'a>(err: &'a (dyn StdError + 'static)) -> Option<&'a io::Error> {
+    let mut cur = Some(err);
+    while let Some(e) = cur {
+        if let Some(io) = e.downcast_ref::<io::Error>() {
+            return Some(io);
+        }
+        cur = e.source();
+    }
+    None
+}
+
+/// The last lines of a verifier log: the rejection reason is at the end.
+fn log_tail(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+    let start = lines.len().saturating_sub(3);
+    lines[start..].join(" | ")
+}
+
+/// Names the cause of a failed load: permission problems are told apart by this process's
+/// capabilities and, on kernels before 5.11, its memlock limit.
+fn classify(what: String, err: &(dyn StdError + 'static)) -> ProbeError {
+    if let Some(aya::programs::ProgramError::LoadError {
+        verifier_log,
+        io_error,
+    }) = err.downcast_ref::<aya::programs::ProgramError>()
+    {
+        let log = verifier_log.to_string();
+        if io_error.raw_os_error() != Some(libc_eperm()) && !log.trim().is_empty() {
+            return ProbeError::Verifier {
+                program: what,
+                log: log_tail(&log),
+            };
+        }
+    }
+    // aya's LoadError prints an empty "Verifier output:" when the kernel refused before
+    // verifying; the errno is the whole story then.
+    let detail = match err.downcast_ref::<aya::programs::ProgramError>() {
+        Some(aya::programs::ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        }) if verifier_log.to_string().trim().is_empty() => {
+            format!("BPF_PROG_LOAD: {io_error}")
+        }
+        _ => error_chain(err),
+    };
+    if io_error_in(err).and_then(io::Error::raw_os_error) == Some(libc_eperm()) {
+        if let Some(missing) = host::own_missing_caps().filter(|m| !m.is_empty()) {
+            return ProbeError::Permission {
+                what,
+                missing: missing.join(" and "),
+            };
+        }
+        if let Some((maj, min)) = host::kernel_version() {
+            if (maj, min) < (5, 11) {
+                let limit = match host::own_memlock_soft() {
+                    Some(Some(b)) => format!("{} KiB", b / 1024),
+                    Some(None) => "unlimited".to_owned(),
+                    None => "unknown".to_owned(),
+                };
+                return ProbeError::Memlock {
+                    what,
+                    kernel: host::kernel_release().unwrap_or_default(),
+                    limit,
+                };
+            }
+        }
+    }
+    ProbeError::Other { what, detail }
+}
+
+fn libc_eperm() -> i32 {
+    io::Error::from(io::ErrorKind::PermissionDenied)
+        .raw_os_error()
+        .unwrap_or(1)
+}
+
+/// One hook's state after loading.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookStatus {
+    pub function: &'static str,
+    /// How it is attached, or None with the reason it is not.
+    pub method: Option<Method>,
+    pub error: Option<String>,
+}
+
+/// Kernel-measured cost of one program (BPF stats).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ProgramStats {
+    pub run_count: u64,
+    pub run_time_ns: u64,
+}
+
+/// Everything read from the maps in one sample.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Readings {
+    /// Indexed by CPU number (possible CPUs).
+    pub per_cpu: Vec<CpuCounts>,
+    pub owners: Vec<OwnerCounts>,
+    /// Per hooked function, when BPF stats are on.
+    pub programs: Vec<(&'static str, ProgramStats)>,
+}
+
+impl Readings {
+    pub fn totals(&self) -> CpuCounts {
+        let mut t = CpuCounts::default();
+        for c in &self.per_cpu {
+            t.add(c);
+        }
+        t
+    }
+}
+
+/// The loaded and attached probes. Dropping it detaches and unloads them.
+pub struct PerfProbes {
+    ebpf: Ebpf,
+    cpu_counts: PerCpuArray<MapData, RawCpuCounts>,
+    owners: HashMap<MapData, u32, RawOwner>,
+    ring: Option<RingBuf<MapData>>,
+    hooks: Vec<HookStatus>,
+    method: Method,
+    /// Holding this fd keeps the kernel's run-time accounting on (BPF_ENABLE_STATS).
+    _stats: Option<OwnedFd>,
+    stats_error: Option<String>,
+}
+
+impl fmt::Debug for PerfProbes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PerfProbes")
+            .field("method", &self.method)
+            .field("hooks", &self.hooks)
+            .finish_non_exhaustive()
+    }
+}
+
+fn program_name(method: Method, function: &str) -> String {
+    format!("{}_{function}", method.as_str())
+}
+
+impl PerfProbes {
+    /// Loads the object, then attaches every hook with fentry or kprobes as `opts.attach`
+    /// says. Errors name one cause (see [`ProbeError`]).
+    pub fn load(opts: &ProbeOptions) -> Result<Self, ProbeError> {
+        if !host::has_kernel_btf() {
+            return Err(ProbeError::NoBtf {
+                path: host::KERNEL_BTF,
+            });
+        }
+        let btf = Btf::from_sys_fs().map_err(|e| ProbeError::Other {
+            what: format!("reading {}", host::KERNEL_BTF),
+            detail: error_chain(&e),
+        })?;
+        let mut ebpf = EbpfLoader::new()
+            .btf(Some(&btf))
+            .override_global(
+                "storm_wakeups_per_cpu_sec",
+                &opts.storm_wakeups_per_cpu,
+                true,
+            )
+            .override_global(
+                "ringbuf_wakeup_bytes",
+                &u64::from(opts.ring_buffer_wakeup_bytes),
+                true,
+            )
+            .map_max_entries("owners", opts.max_owners.max(1))
+            .map_max_entries("events", opts.ring_buffer_bytes)
+            .load(OBJECT)
+            .map_err(|e| classify("loading the BPF object (creating its maps)".to_owned(), &e))?;
+
+        // Run-time accounting, before attaching so the first calls count too.
+        let (stats, stats_error) = if opts.bpf_stats {
+            match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
+                Ok(fd) => (Some(fd), None),
+                Err(e) => (None, Some(error_chain(&e))),
+            }
+        } else {
+            (None, None)
+        };
+
+        let (method, hooks) = match opts.attach {
+            AttachMode::Fentry => (Method::Fentry, attach_all(&mut ebpf, &btf, Method::Fentry)?),
+            AttachMode::Kprobe => (Method::Kprobe, attach_all(&mut ebpf, &btf, Method::Kprobe)?),
+            AttachMode::Auto => match attach_all(&mut ebpf, &btf, Method::Fentry) {
+                Ok(h) => (Method::Fentry, h),
+                Err(fentry_err) => match attach_all(&mut ebpf, &btf, Method::Kprobe) {
+                    Ok(h) => {
+                        tracing::info!(error = %fentry_err, "fentry unavailable, probes attached as kprobes");
+                        (Method::Kprobe, h)
+                    }
+                    Err(kprobe_err) => {
+                        return Err(ProbeError::Attach {
+                            function: "perf-event probes".to_owned(),
+                            detail: format!("fentry: {fentry_err}; kprobe: {kprobe_err}"),
+                        })
+                    }
+                },
+            },
+        };
+
+        let cpu_counts = take_map(&mut ebpf, "cpu_counts")
+            .and_then(|m| PerCpuArray::try_from(m).map_err(|e| map_err("cpu_counts", &e)))?;
+        let owners = take_map(&mut ebpf, "owners")
+            .and_then(|m| HashMap::try_from(m).map_err(|e| map_err("owners", &e)))?;
+        let ring = take_map(&mut ebpf, "events")
+            .and_then(|m| RingBuf::try_from(m).map_err(|e| map_err("events", &e)))?;
+        Ok(Self {
+            ebpf,
+            cpu_counts,
+            owners,
+            ring: Some(ring),
+            hooks,
+            method,
+            _stats: stats,
+            stats_error,
+        })
+    }
+
+    pub fn method(&self) -> Method {
+        self.method
+    }
+
+    pub fn hooks(&self) -> &[HookStatus] {
+        &self.hooks
+    }
+
+    /// Why BPF stats were asked for but are off (BPF_ENABLE_STATS needs 5.8).
+    pub fn stats_error(&self) -> Option<&str> {
+        self.stats_error.as_deref()
+    }
+
+    /// The ring buffer, once: the reader task owns it.
+    pub fn take_ring_buffer(&mut self) -> Option<RingBuf<MapData>> {
+        self.ring.take()
+    }
+
+    /// Reads all counters: one per-CPU array lookup and one pass over the owner map.
+    pub fn read(&self) -> Result<Readings, ProbeError> {
+        let per_cpu = self
+            .cpu_counts
+            .get(&0, 0)
+            .map_err(|e| map_err("cpu_counts", &e))?
+            .iter()
+            .map(CpuCounts::from_raw)
+            .collect();
+        let mut owners = Vec::new();
+        for item in self.owners.iter() {
+            match item {
+                Ok((tgid, raw)) => owners.push(OwnerCounts::from_raw(tgid, &raw)),
+                // An owner deleted between get_next_key and lookup: skip it.
+                Err(aya::maps::MapError::KeyNotFound) => continue,
+                Err(e) => return Err(map_err("owners", &e)),
+            }
+        }
+        let mut programs = Vec::new();
+        for hook in &self.hooks {
+            let Some(method) = hook.method else { continue };
+            let name = program_name(method, hook.function);
+            if let Some(p) = self.ebpf.program(&name) {
+                if let Ok(info) = p.info() {
+                    programs.push((
+                        hook.function,
+                        ProgramStats {
+                            run_count: info.run_count(),
+                            run_time_ns: u64::try_from(info.run_time().as_nanos())
+                                .unwrap_or(u64::MAX),
+                        },
+                    ));
+                }
+            }
+        }
+        Ok(Readings {
+            per_cpu,
+            owners,
+            programs,
+        })
+    }
+
+    /// Forgets owners the caller knows have exited, so the bounded map keeps room for new
+    /// ones. Returns how many were removed.
+    pub fn forget_owners(&mut self, tgids: &[u32]) -> usize {
+        tgids
+            .iter()
+            .filter(|t| self.owners.remove(t).is_ok())
+            .count()
+    }
+}
+
+fn map_err(name: &str, e: &aya::maps::MapError) -> ProbeError {
+    ProbeError::Other {
+        what: format!("map {name}"),
+        detail: error_chain(e),
+    }
+}
+
+fn take_map(ebpf: &mut Ebpf, name: &str) -> Result<aya::maps::Map, ProbeError> {
+    ebpf.take_map(name).ok_or_else(|| ProbeError::Other {
+        what: format!("map {name}"),
+        detail: "missing from the BPF object".to_owned(),
+    })
+}
+
+/// Loads and attaches one program per hook with `method`. A required hook failing fails the
+/// set (the caller may retry with the other method; aya detaches what was attached when the
+/// programs are unloaded).
+fn attach_all(ebpf: &mut Ebpf, btf: &Btf, method: Method) -> Result<Vec<HookStatus>, ProbeError> {
+    let mut statuses = Vec::new();
+    let mut loaded: Vec<String> = Vec::new();
+    for hook in HOOKS {
+        let name = program_name(method, hook.function);
+        match attach_one(ebpf, btf, method, hook.function, &name) {
+            Ok(()) => {
+                loaded.push(name);
+                statuses.push(HookStatus {
+                    function: hook.function,
+                    method: Some(method),
+                    error: None,
+                });
+            }
+            Err(e) if !hook.required => {
+                tracing::warn!(function = hook.function, %method, error = %e, "optional probe not attached");
+                statuses.push(HookStatus {
+                    function: hook.function,
+                    method: None,
+                    error: Some(e.to_string()),
+                });
+            }
+            Err(e) => {
+                for n in &loaded {
+                    unload(ebpf, method, n);
+                }
+                unload(ebpf, method, &name);
+                return Err(e);
+            }
+        }
+    }
+    Ok(statuses)
+}
+
+fn unload(ebpf: &mut Ebpf, method: Method, name: &str) {
+    let Some(p) = ebpf.program_mut(name) else {
+        return;
+    };
+    let r = match method {
+        Method::Fentry => <&mut FEntry>::try_from(p).map(|p| p.unload()),
+        Method::Kprobe => <&mut KProbe>::try_from(p).map(|p| p.unload()),
+    };
+    if let Ok(Err(e)) = r {
+        tracing::debug!(program = name, error = %e, "unload after a failed attach");
+    }
+}
+
+fn attach_one(
+    ebpf: &mut Ebpf,
+    btf: &Btf,
+    method: Method,
+    function: &str,
+    name: &str,
+) -> Result<(), ProbeError> {
+    let prog = ebpf.program_mut(name).ok_or_else(|| ProbeError::Other {
+        what: format!("program {name}"),
+        detail: "missing from the BPF object".to_owned(),
+    })?;
+    match method {
+        Method::Fentry => {
+            let p: &mut FEntry = prog
+                .try_into()
+                .map_err(|e| classify(format!("program {name}"), &e))?;
+            p.load(function, btf)
+                .map_err(|e| classify(format!("loading {name}"), &e))?;
+            p.attach().map_err(|e| ProbeError::Attach {
+                function: format!("fentry {function}"),
+                detail: error_chain(&e),
+            })?;
+        }
+        Method::Kprobe => {
+            let p: &mut KProbe = prog
+                .try_into()
+                .map_err(|e| classify(format!("program {name}"), &e))?;
+            p.load()
+                .map_err(|e| classify(format!("loading {name}"), &e))?;
+            p.attach(function, 0).map_err(|e| {
+                let mut detail = error_chain(&e);
+                if detail.contains("devices/kprobe/type") {
+                    detail.push_str(
+                        " (this kernel has no kprobe PMU: CONFIG_KPROBES/CONFIG_KPROBE_EVENTS off)",
+                    );
+                }
+                ProbeError::Attach {
+                    function: format!("kprobe {function}"),
+                    detail,
+                }
+            })?;
+        }
+    }
+    Ok(())
+}
