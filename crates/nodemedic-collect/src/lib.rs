@@ -10,6 +10,8 @@ mod fsread;
 mod reader;
 pub mod sources;
 mod status;
+#[allow(unsafe_code)]
+mod sys;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
@@ -17,7 +19,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use fsread::ReadError;
 use nodemedic_kernel::Snapshot;
-pub use reader::Reader;
+pub use reader::{Backend, Reader, ReaderConfig, ReaderStatus, DEFAULT_MAX_OPEN_FILES};
 pub use status::{CollectorState, CollectorStatus};
 
 /// Where the kernel's files are. Every reader resolves paths under these roots so that tests
@@ -135,6 +137,17 @@ impl CollectorSet {
         self
     }
 
+    /// Replaces the read layer (backend, fd bound).
+    pub fn with_reader(mut self, reader: Reader) -> Self {
+        self.reader = reader;
+        self
+    }
+
+    /// What the read layer is doing (backend, kept-open files, fallbacks).
+    pub fn reader_status(&self) -> ReaderStatus {
+        self.reader.status()
+    }
+
     /// Keeps only the collectors for which `enabled(name)` is true.
     pub fn filtered(mut self, enabled: impl Fn(&str) -> bool) -> Self {
         self.collectors.retain(|c| enabled(c.name()));
@@ -156,6 +169,7 @@ impl CollectorSet {
         if rescan {
             self.last_rescan = Some(at);
         }
+        self.reader.begin_sample(rescan);
         let ctx = Ctx {
             paths,
             reader: &self.reader,

@@ -1,0 +1,322 @@
+//! The read layer on this machine's real kernel files: kept-open fds see new values, drop
+//! removed files, respect their bound, and io_uring falls back cleanly when the sysctl or a
+//! seccomp filter forbids it.
+//!
+//! Needs root (writes `/proc/irq/*/smp_affinity`, creates cgroups under the v2 mount at
+//! `/sys/fs/cgroup/unified`, flips `kernel.io_uring_disabled`) and python3-seccomp (installed
+//! by tests/run-all.sh). Everything changed is restored, also when an assertion fails.
+
+#![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+
+use nodemedic_collect::{Backend, Reader, ReaderConfig};
+
+/// Tests that flip `kernel.io_uring_disabled` or count io_uring fallbacks must not overlap.
+static URING_SYSCTL: Mutex<()> = Mutex::new(());
+
+fn reader(backend: Backend, max_open_files: usize) -> Reader {
+    Reader::with_config(ReaderConfig {
+        backend,
+        max_open_files,
+    })
+}
+
+/// Restores an IRQ's affinity on drop.
+struct RestoreMask(PathBuf, String);
+impl Drop for RestoreMask {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.0, &self.1);
+    }
+}
+
+/// An IRQ whose `smp_affinity` accepts a write of its own mask (kernel-managed IRQs refuse).
+fn writable_irq() -> Option<(PathBuf, String)> {
+    let mut irqs: Vec<u32> = std::fs::read_dir("/proc/irq")
+        .ok()?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    irqs.sort_unstable();
+    irqs.into_iter().find_map(|irq| {
+        let p = PathBuf::from(format!("/proc/irq/{irq}/smp_affinity"));
+        let mask = std::fs::read_to_string(&p).ok()?;
+        std::fs::write(&p, mask.trim()).ok()?;
+        Some((p, mask.trim().to_string()))
+    })
+}
+
+#[test]
+fn kept_open_pread_sees_a_new_smp_affinity() {
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    assert_ne!(online.trim(), "0", "needs at least two CPUs");
+    let (path, orig) = writable_irq().expect("no IRQ with a writable smp_affinity (needs root)");
+    let _restore = RestoreMask(path.clone(), orig);
+    let r = reader(Backend::Pread, 16);
+    std::fs::write(&path, "1").unwrap();
+    assert_eq!(r.read(&path).unwrap().trim(), "1");
+    assert_eq!(r.status().open_files, 1, "the fd is kept after the first read");
+    std::fs::write(&path, "2").unwrap();
+    assert_eq!(r.read(&path).unwrap().trim(), "2", "pread at 0 regenerates the file");
+    std::fs::write(&path, "1").unwrap();
+    assert_eq!(r.read(&path).unwrap().trim(), "1");
+    let st = r.status();
+    assert_eq!((st.open_files, st.dropped_files_total), (1, 0), "{st:?}");
+}
+
+#[test]
+fn kept_open_pread_sees_proc_interrupts_move() {
+    // /proc/interrupts counts timer interrupts (LOC) at least every few ms on an idle CPU.
+    let r = reader(Backend::Pread, 16);
+    let p = Path::new("/proc/interrupts");
+    let first = r.read(p).unwrap();
+    let mut changed = false;
+    for _ in 0..100 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        if r.read(p).unwrap() != first {
+            changed = true;
+            break;
+        }
+    }
+    assert!(changed, "/proc/interrupts never changed through the kept fd");
+    assert_eq!(r.status().open_files, 1);
+    assert!(first.contains("CPU0"), "{first}");
+}
+
+/// A cgroup directory removed on drop.
+struct Cgroup(PathBuf);
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+#[test]
+fn removed_cgroup_drops_its_fd_and_reads_as_missing() {
+    let root = Path::new("/sys/fs/cgroup/unified");
+    assert!(
+        root.join("cgroup.controllers").exists(),
+        "needs the cgroup v2 mount at {}",
+        root.display()
+    );
+    let cg = Cgroup(root.join(format!("nodemedic-reader-test-{}", std::process::id())));
+    std::fs::create_dir(&cg.0).expect("mkdir a cgroup (needs root)");
+    let stat = cg.0.join("cpu.stat");
+    let r = reader(Backend::Pread, 16);
+    assert!(r.read(&stat).unwrap().contains("usage_usec"));
+    assert_eq!(r.status().open_files, 1);
+    std::fs::remove_dir(&cg.0).unwrap();
+    let err = r.read(&stat).unwrap_err();
+    assert!(err.is_missing(), "{err}");
+    assert!(err.to_string().contains("cpu.stat"), "{err}");
+    let st = r.status();
+    assert_eq!((st.open_files, st.dropped_files_total), (0, 1), "{st:?}");
+    assert_eq!(r.read_optional(&stat).unwrap(), None);
+}
+
+#[test]
+fn fd_bound_falls_back_to_open_read_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths: Vec<PathBuf> = (0..5)
+        .map(|i| {
+            let p = dir.path().join(format!("f{i}"));
+            std::fs::write(&p, format!("value {i}\n")).unwrap();
+            p
+        })
+        .collect();
+    let r = reader(Backend::Pread, 2);
+    for round in 0..2 {
+        for (i, p) in paths.iter().enumerate() {
+            assert_eq!(r.read(p).unwrap(), format!("value {i}\n"), "round {round}");
+        }
+    }
+    let st = r.status();
+    assert_eq!(st.open_files, 2, "{st:?}");
+    assert_eq!(st.max_open_files, 2);
+    assert_eq!(st.over_limit_reads_total, 6, "3 files over the bound, twice: {st:?}");
+    // A kept regular file replaced by a rename is reopened, not read stale.
+    let tmp = dir.path().join("new");
+    std::fs::write(&tmp, "replaced\n").unwrap();
+    std::fs::rename(&tmp, &paths[0]).unwrap();
+    assert_eq!(r.read(&paths[0]).unwrap(), "replaced\n");
+    // Rewritten in place: the kept fd sees it.
+    std::fs::write(&paths[1], "rewritten, and longer than before\n").unwrap();
+    assert_eq!(r.read(&paths[1]).unwrap(), "rewritten, and longer than before\n");
+}
+
+#[test]
+fn files_not_read_between_rescans_are_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a");
+    let b = dir.path().join("b");
+    std::fs::write(&a, "a").unwrap();
+    std::fs::write(&b, "b").unwrap();
+    let r = reader(Backend::Pread, 16);
+    r.begin_sample(true);
+    r.read(&a).unwrap();
+    r.read(&b).unwrap();
+    r.begin_sample(false);
+    r.read(&a).unwrap();
+    r.begin_sample(true);
+    // b was read during the previous rescan interval: it stays open.
+    assert_eq!(r.status().open_files, 2);
+    r.read(&a).unwrap();
+    r.begin_sample(true);
+    assert_eq!(r.status().open_files, 1, "b was not read since the last rescan");
+}
+
+#[test]
+fn large_proc_files_are_read_whole() {
+    // Larger than the first buffer: the read grows until the file ends.
+    let r = reader(Backend::Pread, 16);
+    let p = Path::new("/proc/self/maps");
+    let via_reader = r.read(p).unwrap();
+    assert!(via_reader.len() > 512, "{}", via_reader.len());
+    assert!(via_reader.ends_with('\n'));
+    let again = r.read(p).unwrap();
+    assert_eq!(via_reader.lines().count(), again.lines().count());
+}
+
+fn irq_affinity_files() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc/irq").unwrap().flatten() {
+        if e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()).is_some() {
+            out.push(e.path().join("smp_affinity"));
+            out.push(e.path().join("effective_affinity"));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn io_uring_batch_reads_what_pread_reads() {
+    let _g = URING_SYSCTL.lock().unwrap_or_else(|p| p.into_inner());
+    let files = irq_affinity_files();
+    assert!(files.len() >= 4, "{files:?}");
+    let uring = reader(Backend::IoUring, 4096);
+    assert_eq!(
+        uring.backend(),
+        Backend::IoUring,
+        "io_uring should work on this kernel: {:?}",
+        uring.status().fallback_reason
+    );
+    let plain = reader(Backend::Pread, 4096);
+    for _ in 0..2 {
+        let mut a = Vec::new();
+        uring.read_batch(&files, |i, r| a.push((i, r.map(str::to_owned).map_err(|e| e.to_string()))));
+        let mut b = Vec::new();
+        plain.read_batch(&files, |i, r| b.push((i, r.map(str::to_owned).map_err(|e| e.to_string()))));
+        assert_eq!(a, b);
+        assert!(a.iter().all(|(_, r)| r.is_ok()), "{a:?}");
+    }
+    assert_eq!(uring.status().open_files, files.len());
+}
+
+/// Sets `kernel.io_uring_disabled` and restores it on drop.
+struct Sysctl(String);
+impl Sysctl {
+    const PATH: &'static str = "/proc/sys/kernel/io_uring_disabled";
+    fn set(v: &str) -> Self {
+        let old = std::fs::read_to_string(Self::PATH).expect("kernel.io_uring_disabled exists");
+        std::fs::write(Self::PATH, v).expect("writing kernel.io_uring_disabled (needs root)");
+        Sysctl(old.trim().to_string())
+    }
+}
+impl Drop for Sysctl {
+    fn drop(&mut self) {
+        let _ = std::fs::write(Self::PATH, &self.0);
+    }
+}
+
+#[test]
+fn io_uring_disabled_sysctl_falls_back_to_pread() {
+    let _g = URING_SYSCTL.lock().unwrap_or_else(|p| p.into_inner());
+    let files = irq_affinity_files();
+    let r = {
+        let _off = Sysctl::set("2");
+        reader(Backend::IoUring, 4096)
+    };
+    assert_eq!(r.backend(), Backend::Pread);
+    let reason = r.status().fallback_reason.unwrap_or_default();
+    assert!(
+        reason.contains("kernel.io_uring_disabled = 2"),
+        "reason: {reason}"
+    );
+    let mut ok = 0;
+    r.read_batch(&files, |_, res| ok += usize::from(res.is_ok()));
+    assert_eq!(ok, files.len(), "the pread fallback still reads every file");
+}
+
+/// Child half of the seccomp test: prints the reader's backend and fallback reason.
+#[test]
+fn seccomp_child_report() {
+    if std::env::var_os("NODEMEDIC_SECCOMP_CHILD").is_none() {
+        return;
+    }
+    let r = reader(Backend::IoUring, 64);
+    let st = r.status();
+    let mut ok = 0;
+    r.read_batch(&["/proc/interrupts", "/proc/softirqs"], |_, res| {
+        ok += usize::from(res.is_ok())
+    });
+    println!(
+        "CHILD backend={} reads_ok={ok} reason={}",
+        st.backend,
+        st.fallback_reason.unwrap_or_default()
+    );
+}
+
+/// Runs this test binary's `seccomp_child_report` under a seccomp filter (libseccomp's
+/// Python binding) that answers `io_uring_setup` with `errno`, as a container runtime's
+/// RuntimeDefault profile does (EPERM) or a kernel without io_uring would (ENOSYS).
+fn child_under_seccomp(errno: &str) -> String {
+    let _g = URING_SYSCTL.lock().unwrap_or_else(|p| p.into_inner());
+    let exe = std::env::current_exe().unwrap();
+    let script = format!(
+        "import errno, os, sys, seccomp\n\
+         f = seccomp.SyscallFilter(defaction=seccomp.ALLOW)\n\
+         f.add_rule(seccomp.ERRNO(errno.{errno}), 'io_uring_setup')\n\
+         f.load()\n\
+         os.execv(sys.argv[1], sys.argv[1:])\n"
+    );
+    // Debian's interpreter: python3-seccomp installs into its dist-packages, which a python3
+    // earlier on PATH (pyenv, a venv) does not see.
+    let out = Command::new("/usr/bin/python3")
+        .args(["-c", &script])
+        .arg(&exe)
+        .args(["--exact", "seccomp_child_report", "--nocapture", "--test-threads=1"])
+        .env("NODEMEDIC_SECCOMP_CHILD", "1")
+        .output()
+        .expect("python3");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "child failed (is python3-seccomp installed?): {stdout}\n{stderr}"
+    );
+    stdout
+        .lines()
+        .find_map(|l| l.find("CHILD ").map(|at| &l[at..]))
+        .unwrap_or_else(|| panic!("no report from the child: {stdout}\n{stderr}"))
+        .to_string()
+}
+
+#[test]
+fn seccomp_denying_io_uring_falls_back_to_pread() {
+    let report = child_under_seccomp("EPERM");
+    assert!(report.contains("backend=pread"), "{report}");
+    assert!(report.contains("reads_ok=2"), "{report}");
+    assert!(report.contains("seccomp"), "{report}");
+}
+
+#[test]
+fn kernel_without_io_uring_falls_back_to_pread() {
+    // A kernel built without io_uring answers io_uring_setup with ENOSYS.
+    let report = child_under_seccomp("ENOSYS");
+    assert!(report.contains("backend=pread"), "{report}");
+    assert!(report.contains("reads_ok=2"), "{report}");
+    assert!(report.contains("ENOSYS"), "{report}");
+}
