@@ -57,9 +57,17 @@ fn kept_open_pread_sees_a_new_smp_affinity() {
     let r = reader(Backend::Pread, 16);
     std::fs::write(&path, "1").unwrap();
     assert_eq!(r.read(&path).unwrap().trim(), "1");
-    assert_eq!(r.status().open_files, 1, "the fd is kept after the first read");
+    assert_eq!(
+        r.status().open_files,
+        1,
+        "the fd is kept after the first read"
+    );
     std::fs::write(&path, "2").unwrap();
-    assert_eq!(r.read(&path).unwrap().trim(), "2", "pread at 0 regenerates the file");
+    assert_eq!(
+        r.read(&path).unwrap().trim(),
+        "2",
+        "pread at 0 regenerates the file"
+    );
     std::fs::write(&path, "1").unwrap();
     assert_eq!(r.read(&path).unwrap().trim(), "1");
     let st = r.status();
@@ -80,7 +88,10 @@ fn kept_open_pread_sees_proc_interrupts_move() {
             break;
         }
     }
-    assert!(changed, "/proc/interrupts never changed through the kept fd");
+    assert!(
+        changed,
+        "/proc/interrupts never changed through the kept fd"
+    );
     assert_eq!(r.status().open_files, 1);
     assert!(first.contains("CPU0"), "{first}");
 }
@@ -135,7 +146,10 @@ fn fd_bound_falls_back_to_open_read_close() {
     let st = r.status();
     assert_eq!(st.open_files, 2, "{st:?}");
     assert_eq!(st.max_open_files, 2);
-    assert_eq!(st.over_limit_reads_total, 6, "3 files over the bound, twice: {st:?}");
+    assert_eq!(
+        st.over_limit_reads_total, 6,
+        "3 files over the bound, twice: {st:?}"
+    );
     // A kept regular file replaced by a rename is reopened, not read stale.
     let tmp = dir.path().join("new");
     std::fs::write(&tmp, "replaced\n").unwrap();
@@ -143,7 +157,10 @@ fn fd_bound_falls_back_to_open_read_close() {
     assert_eq!(r.read(&paths[0]).unwrap(), "replaced\n");
     // Rewritten in place: the kept fd sees it.
     std::fs::write(&paths[1], "rewritten, and longer than before\n").unwrap();
-    assert_eq!(r.read(&paths[1]).unwrap(), "rewritten, and longer than before\n");
+    assert_eq!(
+        r.read(&paths[1]).unwrap(),
+        "rewritten, and longer than before\n"
+    );
 }
 
 #[test]
@@ -164,7 +181,11 @@ fn files_not_read_between_rescans_are_closed() {
     assert_eq!(r.status().open_files, 2);
     r.read(&a).unwrap();
     r.begin_sample(true);
-    assert_eq!(r.status().open_files, 1, "b was not read since the last rescan");
+    assert_eq!(
+        r.status().open_files,
+        1,
+        "b was not read since the last rescan"
+    );
 }
 
 #[test]
@@ -182,7 +203,11 @@ fn large_proc_files_are_read_whole() {
 fn irq_affinity_files() -> Vec<PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc/irq").unwrap().flatten() {
-        if e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()).is_some() {
+        if e.file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+            .is_some()
+        {
             out.push(e.path().join("smp_affinity"));
             out.push(e.path().join("effective_affinity"));
         }
@@ -206,9 +231,13 @@ fn io_uring_batch_reads_what_pread_reads() {
     let plain = reader(Backend::Pread, 4096);
     for _ in 0..2 {
         let mut a = Vec::new();
-        uring.read_batch(&files, |i, r| a.push((i, r.map(str::to_owned).map_err(|e| e.to_string()))));
+        uring.read_batch(&files, |i, r| {
+            a.push((i, r.map(str::to_owned).map_err(|e| e.to_string())))
+        });
         let mut b = Vec::new();
-        plain.read_batch(&files, |i, r| b.push((i, r.map(str::to_owned).map_err(|e| e.to_string()))));
+        plain.read_batch(&files, |i, r| {
+            b.push((i, r.map(str::to_owned).map_err(|e| e.to_string())))
+        });
         assert_eq!(a, b);
         assert!(a.iter().all(|(_, r)| r.is_ok()), "{a:?}");
     }
@@ -287,7 +316,12 @@ fn child_under_seccomp(errno: &str) -> String {
     let out = Command::new("/usr/bin/python3")
         .args(["-c", &script])
         .arg(&exe)
-        .args(["--exact", "seccomp_child_report", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "seccomp_child_report",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("NODEMEDIC_SECCOMP_CHILD", "1")
         .output()
         .expect("python3");

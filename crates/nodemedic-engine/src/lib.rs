@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use nodemedic_collect::{
     monotonic_now, panic_message, Collector, CollectorRun, CollectorSet, CollectorState,
-    CollectorStatus, Paths, DEFAULT_RESCAN_INTERVAL,
+    CollectorStatus, Paths, Reader, ReaderConfig, ReaderStatus, DEFAULT_RESCAN_INTERVAL,
 };
 use nodemedic_detect::collapse::findings as collapse_findings;
 use nodemedic_detect::{
@@ -24,6 +24,8 @@ pub struct EngineConfig {
     pub disabled_collectors: BTreeSet<String>,
     /// How often rarely-changing sources (topology, PCI devices) are re-read.
     pub rescan_interval: Duration,
+    /// The read layer's backend and fd bound.
+    pub reader: ReaderConfig,
     pub collapse: CollapseConfig,
     pub hurting: HurtingConfig,
 }
@@ -34,6 +36,7 @@ impl Default for EngineConfig {
             paths: Paths::default(),
             disabled_collectors: BTreeSet::new(),
             rescan_interval: DEFAULT_RESCAN_INTERVAL,
+            reader: ReaderConfig::default(),
             collapse: CollapseConfig::default(),
             hurting: HurtingConfig::default(),
         }
@@ -60,6 +63,8 @@ pub struct Sample {
     pub findings: Vec<Finding>,
     pub duration: Duration,
     pub samples_total: u64,
+    /// The read layer after this sample (backend, kept-open files, fallbacks).
+    pub reader: ReaderStatus,
 }
 
 impl Engine {
@@ -88,7 +93,8 @@ impl Engine {
         Self {
             collectors: all
                 .filtered(|n| !off.contains(n))
-                .with_rescan_interval(config.rescan_interval),
+                .with_rescan_interval(config.rescan_interval)
+                .with_reader(Reader::with_config(config.reader)),
             disabled,
             paths: config.paths,
             detector: CollapseDetector::new(config.collapse, config.hurting),
@@ -162,6 +168,7 @@ impl Engine {
             findings,
             duration: start.elapsed(),
             samples_total: self.samples,
+            reader: self.collectors.reader_status(),
         }
     }
 }

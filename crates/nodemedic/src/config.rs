@@ -32,6 +32,7 @@ pub struct Config {
     pub metrics: MetricsOptions,
     pub remediation: RemediationConfig,
     pub kubernetes: KubeConfig,
+    pub reader: ReaderSection,
 }
 
 impl Default for Config {
@@ -45,6 +46,32 @@ impl Default for Config {
             metrics: MetricsOptions::default(),
             remediation: RemediationConfig::default(),
             kubernetes: KubeConfig::default(),
+            reader: ReaderSection::default(),
+        }
+    }
+}
+
+/// How kernel files are read (the read layer shared by every collector).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReaderSection {
+    /// `pread` (kept-open fds), `io_uring` (kept-open fds, batched reads; falls back to
+    /// `pread` when unavailable) or `open` (open + read + close every time).
+    pub backend: nodemedic_collect::Backend,
+    /// Most files kept open at once; further files are opened, read and closed each time.
+    pub max_open_files: usize,
+    /// How often rarely-changing data (topology, PCI devices, IRQ NUMA nodes, irqbalance's
+    /// configuration, the list of IRQs) is re-read, and unused files are closed.
+    #[serde(with = "humantime_serde")]
+    pub rescan_interval: Duration,
+}
+
+impl Default for ReaderSection {
+    fn default() -> Self {
+        Self {
+            backend: nodemedic_collect::Backend::default(),
+            max_open_files: nodemedic_collect::DEFAULT_MAX_OPEN_FILES,
+            rescan_interval: nodemedic_collect::DEFAULT_RESCAN_INTERVAL,
         }
     }
 }
@@ -168,6 +195,12 @@ impl Config {
         self.kubernetes
             .resolve()
             .map_err(|e| anyhow::anyhow!("kubernetes: {e}"))?;
+        if self.reader.rescan_interval < Duration::from_secs(1) {
+            bail!(
+                "reader.rescan_interval must be at least 1s, got {}",
+                humantime::format_duration(self.reader.rescan_interval)
+            );
+        }
         if !self.collectors.interrupts {
             bail!("collectors.interrupts cannot be disabled: every IRQ verdict depends on it");
         }
@@ -203,7 +236,11 @@ impl Config {
             disabled_collectors: self.collectors.disabled(),
             collapse: self.detector.collapse.clone(),
             hurting: self.detector.hurting.clone(),
-            ..EngineConfig::default()
+            rescan_interval: self.reader.rescan_interval,
+            reader: nodemedic_collect::ReaderConfig {
+                backend: self.reader.backend,
+                max_open_files: self.reader.max_open_files,
+            },
         }
     }
 

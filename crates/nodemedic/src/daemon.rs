@@ -232,6 +232,8 @@ struct StatusBody<'a> {
     collectors: &'a [nodemedic_collect::CollectorStatus],
     /// How many of this node's pods have names resolved (absent outside Kubernetes).
     pods_named: Option<usize>,
+    /// The read layer: backend (and why io_uring fell back), kept-open files, fallbacks.
+    reader: Option<&'a nodemedic_collect::ReaderStatus>,
     groups: Vec<GroupReport>,
     findings: Vec<nodemedic_detect::Finding>,
     remediation: serde_json::Value,
@@ -267,6 +269,7 @@ async fn status(State(shared): State<Arc<Shared>>) -> Response {
             .as_ref()
             .and_then(|s| s.snapshot.pods.as_ref())
             .map(|p| p.len()),
+        reader: sample.as_ref().map(|s| &s.reader),
         groups: sample
             .as_ref()
             .map(|s| shown_groups(&s.verdicts))

@@ -254,6 +254,7 @@ mod tests {
                 findings: Vec::new(),
                 duration: Duration::ZERO,
                 samples_total: i + 1,
+                reader: Default::default(),
             })));
             tokio::time::sleep(Duration::from_secs(5)).await;
             while erx.try_recv().is_ok() {}

@@ -13,11 +13,17 @@ use crate::{CollectError, Collected, Collector, Ctx, ReadError, Reader};
 /// An IRQ descriptor's NUMA node is fixed when it is allocated, so `node` is read once per
 /// IRQ and remembered while the IRQ exists: a third fewer file reads every sample.
 ///
+/// The list of IRQ directories is read on rescans; in between, the IRQs that were listed
+/// plus any new one that `/proc/interrupts` shows are read, and an IRQ whose directory
+/// vanished is forgotten.
+///
 /// Each file stands alone: a corrupt or unreadable `effective_affinity` loses that IRQ's
 /// effective mask (its delivery falls back to `smp_affinity`) and nothing else.
 #[derive(Default)]
 pub struct IrqAffinityCollector {
     nodes: Mutex<HashMap<u32, Option<i32>>>,
+    /// IRQ numbers listed at the last rescan (sorted).
+    listed: Mutex<Vec<u32>>,
 }
 
 impl Collector for IrqAffinityCollector {
@@ -27,18 +33,33 @@ impl Collector for IrqAffinityCollector {
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
         let dir = ctx.paths.procfs.join("irq");
-        let mut irqs: Vec<u32> = read_dir(&dir)?
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse().ok())
-            .collect();
-        irqs.sort_unstable();
+        let mut listed = self.listed.lock().unwrap_or_else(|p| p.into_inner());
+        if ctx.rescan || listed.is_empty() {
+            *listed = read_dir(&dir)?
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .collect();
+            listed.sort_unstable();
+        } else if let Some(ints) = &snap.interrupts {
+            let before = listed.len();
+            for line in &ints.irqs {
+                if listed.binary_search(&line.irq).is_err() {
+                    listed.push(line.irq);
+                }
+            }
+            if listed.len() > before {
+                listed.sort_unstable();
+            }
+        }
+        let irqs: &[u32] = &listed;
         let mut out = Collected::default();
         let mut buf = String::with_capacity(128);
         let mut vanished = 0usize;
         let mut errors = Vec::new();
         let mut nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
         nodes.retain(|irq, _| irqs.binary_search(irq).is_ok());
-        for irq in &irqs {
+        let mut gone = Vec::new();
+        for irq in irqs {
             let irq_dir = dir.join(irq.to_string());
             let known_node = nodes.get(irq).copied();
             match read_irq(ctx.reader, &irq_dir, &mut buf, known_node, &mut errors) {
@@ -48,9 +69,13 @@ impl Collector for IrqAffinityCollector {
                 }
                 IrqRead::Unusable => {}
                 // The IRQ was freed between listing the directory and reading it.
-                IrqRead::Vanished => vanished += 1,
+                IrqRead::Vanished => {
+                    vanished += 1;
+                    gone.push(*irq);
+                }
             }
         }
+        listed.retain(|irq| !gone.contains(irq));
         if vanished > 0 {
             out.warnings.push(format!(
                 "{vanished} IRQ(s) vanished between listing {} and reading them",

@@ -9,6 +9,7 @@ mod softnet;
 mod topology;
 
 use std::path::Path;
+use std::sync::Mutex;
 
 use nodemedic_kernel::CpuSet;
 
@@ -20,19 +21,54 @@ pub use softirqs::SoftirqsCollector;
 pub use softnet::SoftnetCollector;
 pub use topology::TopologyCollector;
 
-use crate::{Collector, ReadError, Reader};
+use crate::{CollectError, Collector, ReadError, Reader};
+
+/// What a collector read at the last rescan (and the warnings it gave), put into every
+/// snapshot until the next rescan. A failed read is not cached: it is retried next sample.
+struct RescanCache<T>(Mutex<Option<(T, Vec<String>)>>);
+
+impl<T> Default for RescanCache<T> {
+    fn default() -> Self {
+        Self(Mutex::new(None))
+    }
+}
+
+impl<T: Clone> RescanCache<T> {
+    /// `f` of the cached value, if any.
+    fn peek<R>(&self, f: impl FnOnce(&T) -> R) -> Option<R> {
+        let cached = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        cached.as_ref().map(|(v, _)| f(v))
+    }
+
+    /// The cached value, or `read()`'s when `fresh` is true or nothing is cached.
+    fn get(
+        &self,
+        fresh: bool,
+        read: impl FnOnce() -> Result<(T, Vec<String>), CollectError>,
+    ) -> Result<(T, Vec<String>), CollectError> {
+        let mut cached = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if !fresh {
+            if let Some(v) = cached.as_ref() {
+                return Ok(v.clone());
+            }
+        }
+        let v = read()?;
+        *cached = Some(v.clone());
+        Ok(v)
+    }
+}
 
 /// Every collector, in dependency order: later ones use what earlier ones put in the
 /// snapshot (softnet places its rows on the online CPUs, PCI devices follow the IRQs).
 pub fn all() -> Vec<Box<dyn Collector>> {
     vec![
-        Box::new(TopologyCollector),
+        Box::new(TopologyCollector::default()),
         Box::new(InterruptsCollector),
         Box::new(IrqAffinityCollector::default()),
-        Box::new(PciDevicesCollector),
+        Box::new(PciDevicesCollector::default()),
         Box::new(SoftirqsCollector),
         Box::new(SoftnetCollector),
-        Box::new(IrqbalanceConfigCollector),
+        Box::new(IrqbalanceConfigCollector::default()),
     ]
 }
 

@@ -1,5 +1,6 @@
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::sync::Mutex;
 
 use nodemedic_kernel::snapshot::PciDevice;
 use nodemedic_kernel::{device, Snapshot};
@@ -11,7 +12,22 @@ use crate::{CollectError, Collected, Collector, Ctx};
 /// The PCI devices that own interrupts (driver, NUMA node, local CPUs) and the network
 /// interfaces backed by PCI devices. Reads only devices named in `/proc/interrupts`, so its
 /// cost follows the number of interrupting devices, not the size of the PCI tree.
-pub struct PciDevicesCollector;
+///
+/// sysfs is read on rescans, and when `/proc/interrupts` names a device not read yet (a
+/// driver bound since); every other sample reuses what was read.
+#[derive(Default)]
+pub struct PciDevicesCollector {
+    cache: Mutex<Option<PciRead>>,
+}
+
+#[derive(Clone)]
+struct PciRead {
+    netdevs: BTreeMap<String, String>,
+    devices: BTreeMap<String, PciDevice>,
+    /// Every address looked up, found or not.
+    looked_up: BTreeSet<String>,
+    warnings: Vec<String>,
+}
 
 impl Collector for PciDevicesCollector {
     fn name(&self) -> &'static str {
@@ -19,56 +35,82 @@ impl Collector for PciDevicesCollector {
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
-        let mut out = Collected::default();
-        if let Ok(entries) = std::fs::read_dir(ctx.paths.sysfs.join("class/net")) {
-            for entry in entries.flatten() {
-                if let Some(addr) = pci_address_behind(&entry.path().join("device")) {
-                    snap.netdevs
-                        .insert(entry.file_name().to_string_lossy().into_owned(), addr);
-                }
-            }
-        }
-        let mut addrs = BTreeSet::new();
+        let mut irq_addrs = BTreeSet::new();
         if let Some(ints) = &snap.interrupts {
             for irq in &ints.irqs {
                 if let Some(pci) =
                     device::classify(&irq.chip, irq.hwirq.as_deref(), &irq.actions).pci
                 {
-                    addrs.insert(pci);
+                    irq_addrs.insert(pci);
                 }
             }
         }
-        addrs.extend(snap.netdevs.values().cloned());
-        let devices = ctx.paths.sysfs.join("bus/pci/devices");
-        for addr in addrs {
-            let dir = devices.join(&addr);
-            if !dir.exists() {
-                continue;
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let reusable = cache
+            .as_ref()
+            .filter(|c| !ctx.rescan && irq_addrs.is_subset(&c.looked_up));
+        let read = match reusable {
+            Some(c) => c.clone(),
+            None => {
+                let r = read_sysfs(ctx, irq_addrs);
+                *cache = Some(r.clone());
+                r
             }
-            let numa_node = match ctx.reader.read_optional(&dir.join("numa_node")) {
-                Ok(v) => v
-                    .and_then(|s| s.trim().parse::<i64>().ok())
-                    .and_then(|n| u32::try_from(n).ok()),
-                Err(e) => {
-                    out.warnings.push(e.to_string());
-                    None
-                }
-            };
-            let local_cpus = cpuset_file(ctx.reader, &dir.join("local_cpulist"), false)
-                .unwrap_or_else(|e| {
-                    out.warnings.push(e.to_string());
-                    None
-                });
-            snap.pci_devices.insert(
-                addr,
-                PciDevice {
-                    driver: link_name(&dir.join("driver")),
-                    numa_node,
-                    local_cpus,
-                },
-            );
+        };
+        snap.netdevs = read.netdevs;
+        snap.pci_devices = read.devices;
+        Ok(Collected {
+            warnings: read.warnings,
+        })
+    }
+}
+
+fn read_sysfs(ctx: &Ctx<'_>, mut addrs: BTreeSet<String>) -> PciRead {
+    let mut out = Collected::default();
+    let mut netdevs = BTreeMap::new();
+    let mut found = BTreeMap::new();
+    if let Ok(entries) = std::fs::read_dir(ctx.paths.sysfs.join("class/net")) {
+        for entry in entries.flatten() {
+            if let Some(addr) = pci_address_behind(&entry.path().join("device")) {
+                netdevs.insert(entry.file_name().to_string_lossy().into_owned(), addr);
+            }
         }
-        Ok(out)
+    }
+    addrs.extend(netdevs.values().cloned());
+    let devices = ctx.paths.sysfs.join("bus/pci/devices");
+    for addr in &addrs {
+        let dir = devices.join(addr);
+        if !dir.exists() {
+            continue;
+        }
+        let numa_node = match ctx.reader.read_optional(&dir.join("numa_node")) {
+            Ok(v) => v
+                .and_then(|s| s.trim().parse::<i64>().ok())
+                .and_then(|n| u32::try_from(n).ok()),
+            Err(e) => {
+                out.warnings.push(e.to_string());
+                None
+            }
+        };
+        let local_cpus =
+            cpuset_file(ctx.reader, &dir.join("local_cpulist"), false).unwrap_or_else(|e| {
+                out.warnings.push(e.to_string());
+                None
+            });
+        found.insert(
+            addr.clone(),
+            PciDevice {
+                driver: link_name(&dir.join("driver")),
+                numa_node,
+                local_cpus,
+            },
+        );
+    }
+    PciRead {
+        netdevs,
+        devices: found,
+        looked_up: addrs,
+        warnings: out.warnings,
     }
 }
 

@@ -3,11 +3,17 @@ use std::collections::BTreeMap;
 use nodemedic_kernel::snapshot::Topology;
 use nodemedic_kernel::{CpuSet, Snapshot};
 
-use super::cpuset_file;
+use super::{cpuset_file, RescanCache};
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 
 /// Online, isolated and `nohz_full` CPUs and NUMA nodes, from sysfs.
-pub struct TopologyCollector;
+///
+/// Only `online` is read every sample (CPU hotplug must show at once); the rest is read on
+/// rescans and when the online set changes.
+#[derive(Default)]
+pub struct TopologyCollector {
+    cache: RescanCache<Topology>,
+}
 
 impl Collector for TopologyCollector {
     fn name(&self) -> &'static str {
@@ -19,45 +25,55 @@ impl Collector for TopologyCollector {
         let online_path = cpu.join("online");
         let online = CpuSet::parse_list(&ctx.reader.read(&online_path)?)
             .map_err(|e| ReadError::parse(&online_path, e))?;
-        let mut out = Collected::default();
-        let mut optional = |name: &str| match cpuset_file(ctx.reader, &cpu.join(name), false) {
-            Ok(set) => set,
-            Err(e) => {
-                out.warnings.push(e.to_string());
-                None
-            }
-        };
-        let possible = optional("possible");
-        let isolated = optional("isolated").unwrap_or_default();
-        let nohz_full = optional("nohz_full").unwrap_or_default();
-        let mut numa_nodes = BTreeMap::new();
-        let node_dir = ctx.paths.sysfs.join("devices/system/node");
-        if let Ok(entries) = std::fs::read_dir(&node_dir) {
-            for entry in entries.flatten() {
-                let name = entry.file_name();
-                let Some(id) = name
-                    .to_str()
-                    .and_then(|n| n.strip_prefix("node"))
-                    .and_then(|n| n.parse::<u32>().ok())
-                else {
-                    continue;
-                };
-                match cpuset_file(ctx.reader, &entry.path().join("cpulist"), false) {
-                    Ok(Some(cpus)) => {
-                        numa_nodes.insert(id, cpus);
-                    }
-                    Ok(None) => {}
-                    Err(e) => out.warnings.push(e.to_string()),
+        let hotplugged = self.cache.peek(|t| t.online != online).unwrap_or(true);
+        let (topology, warnings) = self.cache.get(ctx.rescan || hotplugged, || {
+            Ok(read_rest(ctx, &cpu, online))
+        })?;
+        snap.topology = Some(topology);
+        Ok(Collected { warnings })
+    }
+}
+
+/// Everything but `online`, which the caller read.
+fn read_rest(ctx: &Ctx<'_>, cpu: &std::path::Path, online: CpuSet) -> (Topology, Vec<String>) {
+    let mut out = Collected::default();
+    let mut optional = |name: &str| match cpuset_file(ctx.reader, &cpu.join(name), false) {
+        Ok(set) => set,
+        Err(e) => {
+            out.warnings.push(e.to_string());
+            None
+        }
+    };
+    let possible = optional("possible");
+    let isolated = optional("isolated").unwrap_or_default();
+    let nohz_full = optional("nohz_full").unwrap_or_default();
+    let mut numa_nodes = BTreeMap::new();
+    let node_dir = ctx.paths.sysfs.join("devices/system/node");
+    if let Ok(entries) = std::fs::read_dir(&node_dir) {
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(id) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("node"))
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            match cpuset_file(ctx.reader, &entry.path().join("cpulist"), false) {
+                Ok(Some(cpus)) => {
+                    numa_nodes.insert(id, cpus);
                 }
+                Ok(None) => {}
+                Err(e) => out.warnings.push(e.to_string()),
             }
         }
-        snap.topology = Some(Topology {
-            online,
-            possible,
-            isolated,
-            nohz_full,
-            numa_nodes,
-        });
-        Ok(out)
     }
+    let topology = Topology {
+        online,
+        possible,
+        isolated,
+        nohz_full,
+        numa_nodes,
+    };
+    (topology, out.warnings)
 }

@@ -1,0 +1,126 @@
+//! Rarely-changing data is re-read on the rescan interval, not every sample, and every
+//! snapshot is still complete. Runs on a copy of a fixture tree that the test edits.
+
+#![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use nodemedic_collect::{CollectorSet, Paths};
+use nodemedic_kernel::{CpuSet, Snapshot};
+
+fn copy_fixture(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures")
+        .join(name);
+    let tmp = tempfile::tempdir().unwrap();
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(&src)
+        .arg(tmp.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let root = tmp.path().join(name);
+    (tmp, root)
+}
+
+fn sample(set: &mut CollectorSet, paths: &Paths, secs: u64) -> Snapshot {
+    let (snap, runs) = set.sample(paths, Duration::from_secs(secs));
+    for r in &runs {
+        assert!(r.outcome.is_ok(), "{}: {:?}", r.name, r.outcome);
+    }
+    snap
+}
+
+#[test]
+fn rarely_changing_sources_follow_the_rescan_interval() {
+    let (_tmp, root) = copy_fixture("8cpu-balanced");
+    let paths = Paths::under(&root);
+    let cpu = root.join("sys/devices/system/cpu");
+    let pci = root.join("sys/bus/pci/devices/0000:00:03.0/numa_node");
+    let mut set = CollectorSet::all().with_rescan_interval(Duration::from_secs(60));
+
+    let first = sample(&mut set, &paths, 100);
+    let topo = first.topology.clone().unwrap();
+    assert_eq!(topo.online, CpuSet::parse_list("0-7").unwrap());
+    assert!(topo.isolated.is_empty());
+    let node_before = first.pci_devices["0000:00:03.0"].numa_node;
+    assert_ne!(node_before, Some(1));
+    let irqs_before: Vec<u32> = first.affinity.keys().copied().collect();
+
+    std::fs::write(cpu.join("isolated"), "2-3\n").unwrap();
+    std::fs::write(&pci, "1\n").unwrap();
+    let between = sample(&mut set, &paths, 101);
+    assert!(
+        between.topology.as_ref().unwrap().isolated.is_empty(),
+        "isolated is cached until the next rescan"
+    );
+    assert_eq!(between.pci_devices["0000:00:03.0"].numa_node, node_before);
+    // The snapshot is complete between rescans.
+    assert_eq!(between.pci_devices.len(), first.pci_devices.len());
+    assert_eq!(between.netdevs, first.netdevs);
+    assert_eq!(
+        between.affinity.keys().copied().collect::<Vec<_>>(),
+        irqs_before
+    );
+    assert!(between.irqbalance.is_some());
+
+    let rescanned = sample(&mut set, &paths, 160);
+    assert_eq!(
+        rescanned.topology.as_ref().unwrap().isolated,
+        CpuSet::parse_list("2-3").unwrap()
+    );
+    assert_eq!(rescanned.pci_devices["0000:00:03.0"].numa_node, Some(1));
+
+    // CPU hotplug shows at once, with the rest of the topology re-read.
+    std::fs::write(cpu.join("online"), "0-6\n").unwrap();
+    std::fs::write(cpu.join("isolated"), "4\n").unwrap();
+    let hotplug = sample(&mut set, &paths, 161);
+    let t = hotplug.topology.unwrap();
+    assert_eq!(t.online, CpuSet::parse_list("0-6").unwrap());
+    assert_eq!(t.isolated, CpuSet::parse_list("4").unwrap());
+}
+
+#[test]
+fn irqs_appearing_or_vanishing_between_rescans_are_followed() {
+    let (_tmp, root) = copy_fixture("8cpu-balanced");
+    let paths = Paths::under(&root);
+    let mut set = CollectorSet::all().with_rescan_interval(Duration::from_secs(60));
+    let first = sample(&mut set, &paths, 100);
+    assert!(first.affinity.contains_key(&8));
+    assert!(!first.affinity.contains_key(&99));
+
+    // IRQ 99 is allocated (new directory, new line) and IRQ 8 freed, before the next rescan.
+    let ints_path = root.join("proc/interrupts");
+    let ints = std::fs::read_to_string(&ints_path).unwrap();
+    let line8 = ints
+        .lines()
+        .find(|l| l.trim_start().starts_with("8:"))
+        .unwrap()
+        .to_string();
+    let line99 = line8.replacen("  8:", " 99:", 1);
+    let edited: String = ints
+        .lines()
+        .map(|l| {
+            if l == line8 {
+                line99.clone()
+            } else {
+                l.to_string()
+            }
+        })
+        .map(|l| l + "\n")
+        .collect();
+    std::fs::write(&ints_path, edited).unwrap();
+    let irq = root.join("proc/irq");
+    std::fs::create_dir(irq.join("99")).unwrap();
+    std::fs::write(irq.join("99/smp_affinity"), "04\n").unwrap();
+    std::fs::write(irq.join("99/effective_affinity"), "04\n").unwrap();
+    std::fs::remove_dir_all(irq.join("8")).unwrap();
+
+    let next = sample(&mut set, &paths, 101);
+    assert!(!next.affinity.contains_key(&8), "freed IRQ 8 is gone");
+    let a99 = &next.affinity[&99];
+    assert_eq!(a99.smp, Some(CpuSet::parse_list("2").unwrap()));
+}
