@@ -6,6 +6,7 @@
 //! the others still run. A kernel feature that does not exist on this machine (no
 //! `effective_affinity`, no `nohz_full`, no irqbalance config) is "no data", not a failure.
 
+pub mod commit_probe;
 mod fsread;
 mod reader;
 pub mod sources;
@@ -17,6 +18,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+pub use commit_probe::{CommitProbe, CommitProbeCollector, CommitProbeConfig};
 pub use fsread::ReadError;
 use nodemedic_kernel::Snapshot;
 pub use reader::{Backend, Reader, ReaderConfig, ReaderStatus, DEFAULT_MAX_OPEN_FILES};

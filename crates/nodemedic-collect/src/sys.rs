@@ -198,7 +198,6 @@ impl Ring {
 
     /// Writes `data` at `offset` of `file` and then fdatasyncs it, as one linked pair of
     /// submissions. Returns once both completed.
-    #[allow(dead_code)] // the disk commit probe's; lands with it
     pub fn write_then_fdatasync(
         &mut self,
         file: &File,

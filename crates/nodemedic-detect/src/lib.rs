@@ -2,11 +2,13 @@
 //! snapshots and returns verdicts, so it can be driven by fixtures and a paused clock alike.
 
 pub mod collapse;
+pub mod commit_latency;
 pub mod finding;
 pub mod groups;
 pub mod hysteresis;
 
 pub use collapse::{CollapseConfig, CollapseDetector, GroupVerdict, HurtingConfig};
+pub use commit_latency::{CommitLatencyConfig, CommitLatencyDetector, CommitVerdict};
 pub use finding::{Finding, Severity};
 pub use groups::DeviceGroup;
 pub use hysteresis::{Hysteresis, Latch};

@@ -10,10 +10,13 @@ use nodemedic_collect::{
     monotonic_now, panic_message, Collector, CollectorRun, CollectorSet, CollectorState,
     CollectorStatus, Paths, Reader, ReaderConfig, ReaderStatus, DEFAULT_RESCAN_INTERVAL,
 };
+use nodemedic_collect::{CommitProbeCollector, CommitProbeConfig};
 use nodemedic_detect::collapse::findings as collapse_findings;
+use nodemedic_detect::commit_latency::findings as commit_findings;
 use nodemedic_detect::{
     CollapseConfig, CollapseDetector, Finding, GroupVerdict, HurtingConfig, Severity,
 };
+use nodemedic_detect::{CommitLatencyConfig, CommitLatencyDetector, CommitVerdict};
 use nodemedic_kernel::Snapshot;
 
 /// What the pipeline needs to know, independent of how the binary's configuration is shaped.
@@ -28,6 +31,9 @@ pub struct EngineConfig {
     pub reader: ReaderConfig,
     pub collapse: CollapseConfig,
     pub hurting: HurtingConfig,
+    /// The disk commit latency probe (off when `None`) and its detector.
+    pub commit_probe: Option<CommitProbeConfig>,
+    pub commit_latency: CommitLatencyConfig,
 }
 
 impl Default for EngineConfig {
@@ -39,6 +45,8 @@ impl Default for EngineConfig {
             reader: ReaderConfig::default(),
             collapse: CollapseConfig::default(),
             hurting: HurtingConfig::default(),
+            commit_probe: None,
+            commit_latency: CommitLatencyConfig::default(),
         }
     }
 }
@@ -48,6 +56,7 @@ pub struct Engine {
     disabled: Vec<CollectorStatus>,
     paths: Paths,
     detector: CollapseDetector,
+    commit_detector: CommitLatencyDetector,
     samples: u64,
     /// Each collector's failure reason in the previous sample, so that a collector that keeps
     /// failing is logged when its state changes, not every sample.
@@ -60,6 +69,8 @@ pub struct Sample {
     pub snapshot: Snapshot,
     pub collectors: Vec<CollectorStatus>,
     pub verdicts: Vec<GroupVerdict>,
+    /// The disk commit detector's verdict, when the probe is enabled.
+    pub commit: Option<CommitVerdict>,
     pub findings: Vec<Finding>,
     pub duration: Duration,
     pub samples_total: u64,
@@ -90,7 +101,12 @@ impl Engine {
             .map(|n| CollectorStatus::disabled(n, "disabled in configuration"))
             .collect();
         let off = config.disabled_collectors;
+        let all = match &config.commit_probe {
+            Some(probe) => all.with(Box::new(CommitProbeCollector::start(probe))),
+            None => all,
+        };
         Self {
+            commit_detector: CommitLatencyDetector::new(config.commit_latency),
             collectors: all
                 .filtered(|n| !off.contains(n))
                 .with_rescan_interval(config.rescan_interval)
@@ -150,6 +166,14 @@ impl Engine {
                 message: format!("the IRQ collapse detector panicked (a bug): {msg}"),
             });
         }
+        let commit = self.commit_detector.observe(&snapshot);
+        if let Some(v) = commit.as_ref().filter(|v| v.changed) {
+            tracing::warn!(directory = %v.directory, slow = v.slow, p99_seconds = ?v.p99_seconds, commits = v.commits, "disk commit verdict changed");
+        }
+        findings.extend(commit_findings(
+            commit.as_ref(),
+            self.commit_detector.config(),
+        ));
         for c in &collectors {
             if let CollectorState::Failed { reason } = &c.state {
                 findings.push(Finding {
@@ -165,6 +189,7 @@ impl Engine {
             snapshot,
             collectors,
             verdicts,
+            commit,
             findings,
             duration: start.elapsed(),
             samples_total: self.samples,

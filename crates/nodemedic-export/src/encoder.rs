@@ -42,6 +42,8 @@ pub enum Kind {
     /// A constant-1 series whose labels carry information; its name ends in `_info`. A gauge
     /// in the text format, OpenMetrics' `info` type otherwise.
     Info,
+    /// Samples `_bucket{le}`, `_sum` and `_count`, written with [`Encoder::sample_suffixed`].
+    Histogram,
 }
 
 pub struct Encoder {
@@ -72,11 +74,12 @@ impl Encoder {
             (Kind::Info, Format::Text) => (format!("{name}_info"), "gauge"),
             (Kind::Info, Format::OpenMetrics) => (name.to_string(), "info"),
             (Kind::Gauge, _) => (name.to_string(), "gauge"),
+            (Kind::Histogram, _) => (name.to_string(), "histogram"),
         };
         self.sample_name = match kind {
             Kind::Counter => format!("{name}_total"),
             Kind::Info => format!("{name}_info"),
-            Kind::Gauge => name.to_string(),
+            Kind::Gauge | Kind::Histogram => name.to_string(),
         };
         let _ = writeln!(self.out, "# HELP {meta_name} {}", escape_help(help));
         let _ = writeln!(self.out, "# TYPE {meta_name} {kind_str}");
@@ -84,7 +87,13 @@ impl Encoder {
 
     /// Writes one sample of the current family.
     pub fn sample(&mut self, labels: &[(&str, &str)], value: f64) {
+        self.sample_suffixed("", labels, value);
+    }
+
+    /// Writes one sample named the family's name plus `suffix` (`_bucket`, `_sum`, `_count`).
+    pub fn sample_suffixed(&mut self, suffix: &str, labels: &[(&str, &str)], value: f64) {
         self.out.push_str(&self.sample_name);
+        self.out.push_str(suffix);
         if !labels.is_empty() {
             self.out.push('{');
             for (i, (k, v)) in labels.iter().enumerate() {

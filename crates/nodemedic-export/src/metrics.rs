@@ -70,6 +70,7 @@ pub fn render(input: &ExportInput<'_>, opts: &MetricsOptions, format: Format) ->
         interrupts(&mut e, snap, input.verdicts, opts);
         softirqs(&mut e, snap, opts);
         softnet(&mut e, snap);
+        disk_commit(&mut e, snap);
     }
     groups(&mut e, input.verdicts);
     if let Some(r) = &input.remediation {
@@ -415,4 +416,32 @@ fn remediation(e: &mut Encoder, r: &RemediationExport<'_>) {
         );
         e.sample(&[], ts);
     }
+}
+
+fn disk_commit(e: &mut Encoder, snap: &Snapshot) {
+    let Some(c) = &snap.disk_commit else {
+        return;
+    };
+    e.family(
+        "nodemedic_disk_commit_duration_seconds",
+        Kind::Histogram,
+        "Latency of a 2,300-byte write + fdatasync in the probe's directory (etcd's wal_fsync buckets).",
+    );
+    let labels = [("directory", c.directory.as_str())];
+    for (bound, n) in nodemedic_kernel::snapshot::WAL_FSYNC_BUCKETS
+        .iter()
+        .zip(c.buckets.iter())
+    {
+        let le = bound.to_string();
+        e.sample_suffixed("_bucket", &[labels[0], ("le", &le)], *n as f64);
+    }
+    e.sample_suffixed("_bucket", &[labels[0], ("le", "+Inf")], c.count as f64);
+    e.sample_suffixed("_sum", &labels, c.sum_seconds);
+    e.sample_suffixed("_count", &labels, c.count as f64);
+    e.family(
+        "nodemedic_disk_commit_errors",
+        Kind::Counter,
+        "Probe writes or fdatasyncs that failed (see /status for the last error).",
+    );
+    e.sample(&labels, c.errors as f64);
 }

@@ -36,6 +36,47 @@ pub struct Snapshot {
     /// are not resolved (not in Kubernetes, switched off, or the first list has not arrived).
     /// Shared, not copied, between samples: it changes only when a pod does.
     pub pods: Option<Arc<BTreeMap<String, PodIdentity>>>,
+    /// The disk commit latency probe's histogram, when the probe is enabled.
+    pub disk_commit: Option<CommitLatency>,
+}
+
+/// etcd's `wal_fsync_duration_seconds` buckets: 1 ms doubling to 8.192 s
+/// (`prometheus.ExponentialBuckets(0.001, 2, 14)`), so the two histograms compare bucket by
+/// bucket.
+pub const WAL_FSYNC_BUCKETS: [f64; 14] = [
+    0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048, 4.096,
+    8.192,
+];
+
+/// Latency of write + `fdatasync` of a WAL-entry-sized block, cumulative since the probe
+/// started (a Prometheus histogram).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct CommitLatency {
+    /// The directory written to.
+    pub directory: String,
+    /// How the probe writes: `io_uring` or `syscalls` (when io_uring is unavailable).
+    pub backend: String,
+    /// Commits at or under each bound of [`WAL_FSYNC_BUCKETS`] (cumulative, as Prometheus).
+    pub buckets: [u64; 14],
+    pub count: u64,
+    pub sum_seconds: f64,
+    /// Writes or syncs that failed (not counted in the histogram).
+    pub errors: u64,
+    /// The last failure, if any.
+    pub last_error: Option<String>,
+}
+
+impl CommitLatency {
+    /// Records one commit that took `seconds`.
+    pub fn observe(&mut self, seconds: f64) {
+        for (bound, n) in WAL_FSYNC_BUCKETS.iter().zip(self.buckets.iter_mut()) {
+            if seconds <= *bound {
+                *n += 1;
+            }
+        }
+        self.count += 1;
+        self.sum_seconds += seconds;
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]

@@ -33,6 +33,7 @@ pub struct Config {
     pub remediation: RemediationConfig,
     pub kubernetes: KubeConfig,
     pub reader: ReaderSection,
+    pub disk_probe: DiskProbeSection,
 }
 
 impl Default for Config {
@@ -47,6 +48,35 @@ impl Default for Config {
             remediation: RemediationConfig::default(),
             kubernetes: KubeConfig::default(),
             reader: ReaderSection::default(),
+            disk_probe: DiskProbeSection::default(),
+        }
+    }
+}
+
+/// The disk commit latency probe (off by default): a 2,300-byte write + fdatasync every
+/// `interval` in `directory`, as etcd's WAL commits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DiskProbeSection {
+    pub enabled: bool,
+    pub directory: PathBuf,
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+    /// The probe's file never grows past this many bytes (writes wrap around).
+    pub max_file_bytes: u64,
+    /// Linked write + fsync through io_uring when available; plain syscalls otherwise.
+    pub io_uring: bool,
+}
+
+impl Default for DiskProbeSection {
+    fn default() -> Self {
+        let d = nodemedic_collect::CommitProbeConfig::default();
+        Self {
+            enabled: false,
+            directory: d.directory,
+            interval: d.interval,
+            max_file_bytes: d.max_file_bytes,
+            io_uring: d.io_uring,
         }
     }
 }
@@ -153,6 +183,7 @@ impl CollectorsConfig {
 pub struct DetectorConfig {
     pub collapse: CollapseConfig,
     pub hurting: HurtingConfig,
+    pub disk_commit: nodemedic_detect::CommitLatencyConfig,
 }
 
 impl Config {
@@ -195,6 +226,20 @@ impl Config {
         self.kubernetes
             .resolve()
             .map_err(|e| anyhow::anyhow!("kubernetes: {e}"))?;
+        if self.disk_probe.interval < Duration::from_millis(100) {
+            bail!(
+                "disk_probe.interval must be at least 100ms, got {}",
+                humantime::format_duration(self.disk_probe.interval)
+            );
+        }
+        let block = nodemedic_collect::commit_probe::DEFAULT_BLOCK_BYTES as u64;
+        if self.disk_probe.max_file_bytes < block {
+            bail!("disk_probe.max_file_bytes must be at least {block} (one block)");
+        }
+        let dc = &self.detector.disk_commit;
+        if dc.window.is_zero() || dc.p99_threshold.is_zero() {
+            bail!("detector.disk_commit: window and p99_threshold must be positive");
+        }
         if self.reader.rescan_interval < Duration::from_secs(1) {
             bail!(
                 "reader.rescan_interval must be at least 1s, got {}",
@@ -241,6 +286,17 @@ impl Config {
                 backend: self.reader.backend,
                 max_open_files: self.reader.max_open_files,
             },
+            commit_probe: self
+                .disk_probe
+                .enabled
+                .then(|| nodemedic_collect::CommitProbeConfig {
+                    directory: self.disk_probe.directory.clone(),
+                    interval: self.disk_probe.interval,
+                    block_bytes: nodemedic_collect::commit_probe::DEFAULT_BLOCK_BYTES,
+                    max_file_bytes: self.disk_probe.max_file_bytes,
+                    io_uring: self.disk_probe.io_uring,
+                }),
+            commit_latency: self.detector.disk_commit.clone(),
         }
     }
 

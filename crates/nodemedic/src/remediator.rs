@@ -251,6 +251,7 @@ mod tests {
                 snapshot: snap,
                 collectors: Vec::new(),
                 verdicts,
+                commit: None,
                 findings: Vec::new(),
                 duration: Duration::ZERO,
                 samples_total: i + 1,

@@ -371,3 +371,73 @@ fn exposition_aarch64() {
 fn exposition_8cpu_offline() {
     exposition("8cpu-offline", &[]);
 }
+
+/// The disk commit probe, enabled, on a real directory: its histogram is exposed with etcd's
+/// buckets, passes promtool, and its file is removed when the daemon stops on SIGTERM.
+#[test]
+fn disk_commit_probe_histogram() {
+    let probe_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let config = format!(
+        "{FAST_CONFIG}\n[disk_probe]\nenabled = true\ndirectory = \"{}\"\ninterval = \"100ms\"\n",
+        probe_dir.path().display()
+    );
+    let mut server = start_nodemedic("8cpu-collapsed", &config);
+    server.poll("commits in /metrics", DEADLINE, |s| {
+        let r = http_get(s.addr(), "/metrics", &[])?;
+        let count = sample_lines(&r.body)
+            .find(|l| metric_name(l) == "nodemedic_disk_commit_duration_seconds_count")
+            .and_then(|l| l.rsplit_once(' '))
+            .and_then(|(_, v)| v.parse::<f64>().ok())
+            .ok_or("no nodemedic_disk_commit_duration_seconds_count")?;
+        if count >= 3.0 {
+            Ok(())
+        } else {
+            Err(format!("{count} commits"))
+        }
+    });
+    let raw = server.get("/metrics").body;
+    let dir = probe_dir.path().display().to_string();
+    let buckets: Vec<&str> = raw
+        .lines()
+        .filter(|l| l.starts_with("nodemedic_disk_commit_duration_seconds_bucket{"))
+        .collect();
+    assert_eq!(buckets.len(), 15, "14 etcd buckets and +Inf: {buckets:?}");
+    assert!(
+        buckets[0].starts_with(&format!(
+            "nodemedic_disk_commit_duration_seconds_bucket{{directory=\"{dir}\",le=\"0.001\"}}"
+        )),
+        "{}",
+        buckets[0]
+    );
+    assert!(buckets[13].contains("le=\"8.192\""), "{}", buckets[13]);
+    assert!(raw.contains("# TYPE nodemedic_disk_commit_duration_seconds histogram"));
+    promtool_check("disk_commit", &raw);
+    let status: serde_json::Value = serde_json::from_str(&server.get("/status").body).unwrap();
+    let collector = status["collectors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "disk_commit")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(collector["state"], "active", "{collector}");
+
+    let files: Vec<_> = std::fs::read_dir(probe_dir.path())
+        .unwrap()
+        .flatten()
+        .collect();
+    assert_eq!(files.len(), 1, "one probe file while running");
+    let pid = server.pid();
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = server.wait_exit(DEADLINE);
+    assert!(status.is_some(), "nodemedic did not exit on SIGTERM");
+    assert_eq!(
+        std::fs::read_dir(probe_dir.path()).unwrap().count(),
+        0,
+        "the probe removes its file when the daemon stops"
+    );
+}

@@ -1,0 +1,246 @@
+//! The disk commit latency probe: how long a WAL-entry-sized write plus `fdatasync` takes in
+//! a directory, measured the way etcd's WAL commits. etcd-backed control planes time out
+//! ("request timed out", leader elections) when its WAL fsync p99 passes ~10 ms; this shows
+//! it on any node, with or without etcd, before that happens.
+//!
+//! A thread writes one block every `interval` (the rate bound) into one file that never
+//! grows past `max_file_bytes` (the byte bound: writes wrap to offset 0), then fdatasyncs it.
+//! With io_uring the write and the sync are one linked submission (`IORING_OP_WRITE` then
+//! `IORING_OP_FSYNC` with `IORING_FSYNC_DATASYNC`); without it, plain `pwrite` +
+//! `fdatasync`. The file is removed when the probe stops. The collector
+//! ([`CommitProbeCollector`]) copies the histogram into each snapshot; it never waits for
+//! the disk.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nodemedic_kernel::snapshot::CommitLatency;
+use nodemedic_kernel::Snapshot;
+
+use crate::{sys, CollectError, Collected, Collector, Ctx};
+
+/// An etcd WAL entry's typical size.
+pub const DEFAULT_BLOCK_BYTES: usize = 2300;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitProbeConfig {
+    /// Where to write: the filesystem whose commit latency matters (etcd's data dir).
+    pub directory: PathBuf,
+    /// Time between commits.
+    pub interval: Duration,
+    /// Bytes per commit.
+    pub block_bytes: usize,
+    /// The probe's file never grows past this.
+    pub max_file_bytes: u64,
+    /// Use io_uring when available (else plain syscalls).
+    pub io_uring: bool,
+}
+
+impl Default for CommitProbeConfig {
+    fn default() -> Self {
+        Self {
+            directory: PathBuf::from("/var/lib/nodemedic"),
+            interval: Duration::from_secs(1),
+            block_bytes: DEFAULT_BLOCK_BYTES,
+            max_file_bytes: 1 << 20,
+            io_uring: true,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("{}: cannot create the probe file: {source}", .path.display())]
+    Create { path: PathBuf, source: io::Error },
+    #[error("block_bytes ({block}) must be between 1 and max_file_bytes ({max})")]
+    Bounds { block: usize, max: u64 },
+    #[error("cannot start the probe thread: {0}")]
+    Thread(io::Error),
+}
+
+/// A running probe. Dropping it stops the thread and removes the file.
+pub struct CommitProbe {
+    latest: Arc<Mutex<CommitLatency>>,
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+    path: PathBuf,
+}
+
+/// The probe file's name in the directory; one per process, so two daemons never share one.
+fn file_name() -> String {
+    format!(".nodemedic-commit-probe.{}", std::process::id())
+}
+
+/// How commits are written.
+enum Writer {
+    Uring(Box<sys::Ring>),
+    Syscalls,
+}
+
+impl Writer {
+    fn new(io_uring: bool) -> (Writer, Option<String>) {
+        if !io_uring {
+            return (Writer::Syscalls, None);
+        }
+        match sys::Ring::new() {
+            Ok(r) => (Writer::Uring(Box::new(r)), None),
+            Err(reason) => (Writer::Syscalls, Some(reason)),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Writer::Uring(_) => "io_uring",
+            Writer::Syscalls => "syscalls",
+        }
+    }
+
+    fn commit(&mut self, file: &File, block: &[u8], offset: u64) -> io::Result<()> {
+        match self {
+            Writer::Uring(ring) => ring.write_then_fdatasync(file, block, offset),
+            Writer::Syscalls => {
+                file.write_all_at(block, offset)?;
+                file.sync_data()
+            }
+        }
+    }
+}
+
+impl CommitProbe {
+    /// Creates the probe file and starts committing to it.
+    pub fn start(config: &CommitProbeConfig) -> Result<CommitProbe, ProbeError> {
+        if config.block_bytes == 0 || config.block_bytes as u64 > config.max_file_bytes {
+            return Err(ProbeError::Bounds {
+                block: config.block_bytes,
+                max: config.max_file_bytes,
+            });
+        }
+        let path = config.directory.join(file_name());
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(|source| ProbeError::Create {
+                path: path.clone(),
+                source,
+            })?;
+        let (mut writer, fallback) = Writer::new(config.io_uring);
+        if let Some(reason) = &fallback {
+            tracing::warn!(%reason, "commit probe: io_uring unavailable, using write + fdatasync");
+        }
+        let latest = Arc::new(Mutex::new(CommitLatency {
+            directory: config.directory.display().to_string(),
+            backend: writer.name().to_string(),
+            ..CommitLatency::default()
+        }));
+        let (stop_tx, stop_rx) = mpsc::channel::<()>();
+        let shared = Arc::clone(&latest);
+        let cfg = config.clone();
+        let thread = std::thread::Builder::new()
+            .name("commit-probe".into())
+            .spawn(move || {
+                // Not all zeros: a filesystem could skip or compress a zero block.
+                let block: Vec<u8> = (0..cfg.block_bytes).map(|i| (i % 251) as u8).collect();
+                let slots = (cfg.max_file_bytes / cfg.block_bytes as u64).max(1);
+                let mut slot = 0u64;
+                loop {
+                    let offset = slot * cfg.block_bytes as u64;
+                    slot = (slot + 1) % slots;
+                    let start = Instant::now();
+                    let result = writer.commit(&file, &block, offset);
+                    let took = start.elapsed().as_secs_f64();
+                    {
+                        let mut l = shared.lock().unwrap_or_else(|p| p.into_inner());
+                        match result {
+                            Ok(()) => l.observe(took),
+                            Err(e) => {
+                                l.errors += 1;
+                                l.last_error = Some(e.to_string());
+                            }
+                        }
+                    }
+                    match stop_rx.recv_timeout(cfg.interval) {
+                        Err(RecvTimeoutError::Timeout) => {}
+                        _ => return,
+                    }
+                }
+            })
+            .map_err(ProbeError::Thread)?;
+        Ok(CommitProbe {
+            latest,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+            path,
+        })
+    }
+
+    /// The histogram so far.
+    pub fn latest(&self) -> CommitLatency {
+        self.latest
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The probe's file (removed when the probe is dropped).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for CommitProbe {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if let Err(e) = std::fs::remove_file(&self.path) {
+            if e.kind() != io::ErrorKind::NotFound {
+                tracing::warn!(path = %self.path.display(), error = %e, "commit probe: cannot remove its file");
+            }
+        }
+    }
+}
+
+/// Puts the probe's histogram into every snapshot. A probe that could not start fails this
+/// collector with its reason.
+pub struct CommitProbeCollector {
+    probe: Result<CommitProbe, String>,
+}
+
+impl CommitProbeCollector {
+    pub fn start(config: &CommitProbeConfig) -> Self {
+        Self {
+            probe: CommitProbe::start(config).map_err(|e| e.to_string()),
+        }
+    }
+}
+
+impl Collector for CommitProbeCollector {
+    fn name(&self) -> &'static str {
+        "disk_commit"
+    }
+
+    fn collect(&self, _ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
+        let probe = self
+            .probe
+            .as_ref()
+            .map_err(|e| CollectError::Other(e.clone()))?;
+        let latest = probe.latest();
+        let mut out = Collected::default();
+        if let Some(e) = &latest.last_error {
+            out.warnings
+                .push(format!("{} failed commit(s), last: {e}", latest.errors));
+        }
+        snap.disk_commit = Some(latest);
+        Ok(out)
+    }
+}

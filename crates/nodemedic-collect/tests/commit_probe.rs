@@ -1,0 +1,111 @@
+//! The disk commit probe on a real directory: it writes and fdatasyncs, stays within its byte
+//! bound, fills the histogram, falls back to plain syscalls without io_uring, and removes its
+//! file when stopped. No timings are asserted, only that commits happened and were counted.
+
+#![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
+
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use nodemedic_collect::{CommitProbe, CommitProbeConfig};
+use nodemedic_kernel::snapshot::CommitLatency;
+
+/// The sysctl test turns io_uring off for the whole machine: no other test here may set up
+/// a ring meanwhile.
+static URING: Mutex<()> = Mutex::new(());
+fn uring_lock() -> MutexGuard<'static, ()> {
+    URING.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn config(dir: &Path, io_uring: bool) -> CommitProbeConfig {
+    CommitProbeConfig {
+        directory: dir.to_path_buf(),
+        interval: Duration::from_millis(20),
+        block_bytes: 2300,
+        max_file_bytes: 3 * 2300,
+        io_uring,
+    }
+}
+
+/// Waits (up to a minute: the disk may be busy) until the probe has `n` commits.
+fn wait_for(probe: &CommitProbe, n: u64) -> CommitLatency {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let l = probe.latest();
+        if l.count >= n || Instant::now() > deadline {
+            return l;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn check_histogram(l: &CommitLatency) {
+    assert!(l.buckets.windows(2).all(|w| w[0] <= w[1]), "{l:?}");
+    assert!(l.buckets[13] <= l.count);
+    assert!(l.sum_seconds > 0.0);
+    assert_eq!(l.errors, 0, "{:?}", l.last_error);
+}
+
+#[test]
+fn probe_commits_within_its_bound_and_cleans_up() {
+    let _g = uring_lock();
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let probe = CommitProbe::start(&config(dir.path(), true)).unwrap();
+    let path = probe.path().to_path_buf();
+    assert!(path.starts_with(dir.path()));
+    let l = wait_for(&probe, 6);
+    assert!(l.count >= 6, "{l:?}");
+    assert_eq!(l.backend, "io_uring");
+    assert_eq!(l.directory, dir.path().display().to_string());
+    check_histogram(&l);
+    // Six commits of 2,300 bytes into a file bounded at three blocks: it wrapped around.
+    let len = std::fs::metadata(&path).unwrap().len();
+    assert_eq!(len, 3 * 2300);
+    let data = std::fs::read(&path).unwrap();
+    assert_eq!(data[1], 1, "the block's pattern was written");
+    drop(probe);
+    assert!(!path.exists(), "the probe removes its file");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn probe_without_io_uring_uses_write_and_fdatasync() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let probe = CommitProbe::start(&config(dir.path(), false)).unwrap();
+    let l = wait_for(&probe, 3);
+    assert!(l.count >= 3, "{l:?}");
+    assert_eq!(l.backend, "syscalls");
+    check_histogram(&l);
+}
+
+#[test]
+fn probe_falls_back_when_the_sysctl_disables_io_uring() {
+    let _g = uring_lock();
+    const SYSCTL: &str = "/proc/sys/kernel/io_uring_disabled";
+    let old = std::fs::read_to_string(SYSCTL).unwrap();
+    struct Restore(String);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let _ = std::fs::write(SYSCTL, self.0.trim());
+        }
+    }
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let probe = {
+        let _restore = Restore(old);
+        std::fs::write(SYSCTL, "2").expect("writing kernel.io_uring_disabled (needs root)");
+        CommitProbe::start(&config(dir.path(), true)).unwrap()
+    };
+    let l = wait_for(&probe, 2);
+    assert_eq!(l.backend, "syscalls");
+    assert!(l.count >= 2, "{l:?}");
+}
+
+#[test]
+fn unwritable_directory_is_a_clear_error() {
+    let err = match CommitProbe::start(&config(Path::new("/proc/nodemedic-no-such-dir"), true)) {
+        Ok(_) => panic!("started in a directory that does not exist"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("/proc/nodemedic-no-such-dir"), "{err}");
+}
