@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds and installs nodemedic on a Debian/Ubuntu machine (as root), then runs it with the
-# default configuration: as a systemd service when systemd is running, else in the foreground.
+# Builds nodemedic's Debian package on a Debian/Ubuntu machine (as root), installs it, and
+# runs it with the default configuration: as a systemd service when systemd is running
+# (`systemctl enable --now nodemedic`), else in the foreground.
 #   deploy/install.sh            install and run
 #   deploy/install.sh --no-run   install only
 set -euo pipefail
@@ -15,18 +16,13 @@ run=1
 ensure_packages build-essential pkg-config ca-certificates curl clang libbpf-dev
 ensure_rust
 
-cargo build --release --locked -p nodemedic
-install -m 0755 target/release/nodemedic /usr/local/bin/nodemedic
-install -d /etc/nodemedic /usr/local/share/doc/nodemedic
-[ -f /etc/nodemedic/nodemedic.toml ] || install -m 0644 deploy/nodemedic.toml /etc/nodemedic/nodemedic.toml
-install -m 0644 README.md /usr/local/share/doc/nodemedic/README.md
+deb=$(bash deploy/debian/build-deb.sh)
+dpkg -i "$deb"
 nodemedic --config /etc/nodemedic/nodemedic.toml config >/dev/null
-echo "installed /usr/local/bin/nodemedic ($(nodemedic --version)), config /etc/nodemedic/nodemedic.toml"
+echo "installed $deb: /usr/bin/nodemedic ($(nodemedic --version)), config /etc/nodemedic/nodemedic.toml, man nodemedic"
 
 [ "$run" = 1 ] || exit 0
 if [ -d /run/systemd/system ]; then
-    install -m 0644 deploy/nodemedic.service /etc/systemd/system/nodemedic.service
-    systemctl daemon-reload
     systemctl enable --now nodemedic.service
     systemctl --no-pager status nodemedic.service || true
     echo "nodemedic is running: curl -s localhost:9847/metrics; nodemedic check"

@@ -31,8 +31,8 @@ echo "== cargo test"
 # 2-core machine with everything else at once.
 cargo test --workspace --locked -- --test-threads="${TEST_THREADS:-2}"
 
-echo "== real kernel, systemd, D-Bus and irqbalance in a QEMU VM"
-bash tests/vm/nodemedic-e2e.sh target/debug/nodemedic
+echo "== real kernel, systemd, D-Bus and irqbalance in a QEMU VM (nodemedic from its .deb)"
+bash tests/vm/nodemedic-e2e.sh
 
 echo "== bounded fuzzing"
 bash tests/fuzz.sh

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Guest side of the end-to-end remediation test (runs as root in the VM, from /mnt/host).
-# Installs nodemedic with deploy/nodemedic.service, replays the incident (irqbalance stuck,
-# every NIC queue IRQ on CPU 0) and checks that nodemedic detects it, restarts irqbalance over
-# D-Bus once, verifies the re-spread, and takes no second action during the cooldown.
+# Guest side of the end-to-end test (runs as root in the VM, from /mnt/host).
+# Installs nodemedic from its Debian package (`dpkg -i`, then `systemctl enable --now`), checks
+# the hardened Type=notify unit (systemd-analyze verify, readiness through sd_notify, the
+# exposure level), replays the incident (irqbalance stuck, every NIC queue IRQ on CPU 0) and
+# checks that nodemedic detects it, restarts irqbalance over D-Bus once with the hardening
+# on, verifies the re-spread, and takes no second action during the cooldown; finally a
+# sampler made to hang is restarted by systemd's watchdog.
 set -uo pipefail
 H=/mnt/host
 pass=0
@@ -51,11 +54,11 @@ audit_count() { # action result -> number of audit log lines
         grep -c "action=$1 .*result=$2"
 }
 
-install -m 0755 "$H/nodemedic" /usr/local/bin/nodemedic
-install -d /etc/nodemedic
+check deb_installs dpkg -i "$H/nodemedic.deb"
+check deb_files bash -c "[ -x /usr/bin/nodemedic ] && [ -f /etc/nodemedic/nodemedic.toml ] && [ -f /usr/share/man/man1/nodemedic.1.gz ] && [ -f /usr/lib/systemd/system/nodemedic.service ]"
+check unit_verifies bash -c "out=\$(systemd-analyze verify /usr/lib/systemd/system/nodemedic.service 2>&1); echo \"\$out\"; [ -z \"\$out\" ]"
+# The test's faster windows over the packaged (conffile) configuration.
 install -m 0644 "$H/nodemedic.toml" /etc/nodemedic/nodemedic.toml
-install -m 0644 "$H/nodemedic.service" /etc/systemd/system/nodemedic.service
-systemctl daemon-reload
 check irqbalance_active systemctl -q is-active irqbalance
 echo "irqbalance $(irqbalance --version 2>&1 | head -n1)"
 
@@ -80,9 +83,14 @@ distinct() {
     for irq in "${IRQS[@]}"; do cat "/proc/irq/$irq/smp_affinity_list"; done | sort -u | wc -l
 }
 
-systemctl start nodemedic
-check nodemedic_started wait_for 60 "nodemedic /healthz" bash -c "$(declare -f http_get); http_get /healthz | grep -q ok"
+# Type=notify: `enable --now` returns once nodemedic said READY=1, i.e. once it serves.
+check enable_now systemctl enable --now nodemedic
 check unit_active systemctl -q is-active nodemedic
+check notify_status bash -c "systemctl show -p StatusText --value nodemedic | tee /dev/stderr | grep -Eq 'serving on|samples'"
+check nodemedic_started wait_for 60 "nodemedic /healthz" bash -c "$(declare -f http_get); http_get /healthz | grep -q ok"
+exposure=$(systemd-analyze security nodemedic 2>/dev/null | tail -n 1)
+echo "systemd-analyze security: $exposure"
+check exposure_ok_or_better bash -c "echo '$exposure' | grep -Eq 'Overall exposure level for nodemedic.service: [0-9.]+ (OK|SAFE)'"
 check no_collapse_at_start wait_for 30 "a sample with no collapse" \
     bash -c "$(declare -f http_get); http_get /metrics | grep -q '^nodemedic_samples_total [1-9]' && ! http_get /metrics | grep -q 'nodemedic_irq_collapsed{.*} 1'"
 
@@ -113,4 +121,23 @@ check one_action_in_cooldown [ "$(audit_count irqbalance_restart done)" -eq 1 ]
 check metrics_count bash -c "$(declare -f http_get); http_get /metrics | grep -q 'nodemedic_remediation_actions_total{action=\"irqbalance_restart\",result=\"done\"} 1'"
 systemctl kill -s CONT irqbalance || true
 echo "irqbalance pid now $(pidof irqbalance)"
+
+echo "== a wedged sampler: the endpoint still answers, the watchdog restarts the service"
+restarts_before=$(systemctl show -p NRestarts --value nodemedic)
+install -d /etc/systemd/system/nodemedic.service.d
+cat >/etc/systemd/system/nodemedic.service.d/hang.conf <<'UNIT'
+[Service]
+ExecStart=
+ExecStart=/usr/bin/nodemedic run --config /etc/nodemedic/nodemedic.toml --fault.hang-sampler-after 3
+WatchdogSec=6s
+UNIT
+systemctl daemon-reload
+systemctl restart nodemedic
+check hung_but_serving wait_for 20 "the fault-injected hang" bash -c "journalctl -u nodemedic -o cat --no-pager | grep -q 'the sampler hangs now'"
+check watchdog_restarts wait_for 60 "a watchdog restart" bash -c "[ \$(systemctl show -p NRestarts --value nodemedic) -gt $restarts_before ]"
+check watchdog_logged bash -c "journalctl -u nodemedic --no-pager | grep -q 'Watchdog timeout'"
+rm -r /etc/systemd/system/nodemedic.service.d
+systemctl daemon-reload
+systemctl restart nodemedic
+check healthy_again wait_for 30 "a healthy service again" systemctl -q is-active nodemedic
 finish

@@ -55,6 +55,9 @@ pub enum Command {
     Check(CheckArgs),
     /// Validate a configuration file and print the effective configuration as TOML.
     Config,
+    /// Print the man page (roff) generated from these definitions; used to build packages.
+    #[command(hide = true)]
+    Man,
 }
 
 #[derive(Debug, Args)]
@@ -62,6 +65,10 @@ pub struct RunArgs {
     /// Time between samples (overrides sample_interval in the config), e.g. 5s, 500ms.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub sample_interval: Option<Duration>,
+    /// Fault injection for tests: after this many samples the sampler hangs for good (the
+    /// endpoint keeps serving), as a wedged sampler would; systemd's watchdog must notice.
+    #[arg(long = "fault.hang-sampler-after", value_name = "N", hide = true)]
+    pub hang_sampler_after: Option<u64>,
 }
 
 #[derive(Debug, Args)]

@@ -27,16 +27,22 @@ struct Shared {
     kube: SharedKube,
 }
 
-pub fn run(config: Config) -> anyhow::Result<()> {
+/// Faults a test can inject into the daemon.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Faults {
+    pub hang_sampler_after: Option<u64>,
+}
+
+pub fn run(config: Config, faults: Faults) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .max_blocking_threads(2)
         .build()
         .context("starting the tokio runtime")?;
-    runtime.block_on(serve(config))
+    runtime.block_on(serve(config, faults))
 }
 
-async fn serve(config: Config) -> anyhow::Result<()> {
+async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
     let addr = config.web.listen_address;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -72,6 +78,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         pause.clone(),
         kube.clone(),
     ));
+    let shared_interval = config.sample_interval;
     let shared = Arc::new(Shared {
         config,
         started: Instant::now(),
@@ -80,17 +87,20 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         remedy,
         kube,
     });
-    let sampler = tokio::spawn(sample_loop(engine, shared.clone(), tx));
+    let sampler = tokio::spawn(sample_loop(engine, shared.clone(), tx, faults));
     let app = Router::new()
         .route("/", get(index))
         .route("/metrics", get(metrics))
         .route("/status", get(status))
         .route("/healthz", get(healthz))
         .with_state(shared);
+    crate::systemd::check_watchdog(shared_interval);
+    crate::systemd::ready(&format!("serving on {addr}"));
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())
         .await
         .context("serving HTTP")?;
+    crate::systemd::stopping();
     sampler.abort();
     remediator.abort();
     kube_task.abort();
@@ -136,6 +146,7 @@ async fn sample_loop(
     engine: Engine,
     shared: Arc<Shared>,
     remediator: tokio::sync::watch::Sender<Option<Arc<Sample>>>,
+    faults: Faults,
 ) {
     let engine = Arc::new(Mutex::new(engine));
     let mut ticker = tokio::time::interval(shared.config.sample_interval);
@@ -147,7 +158,17 @@ async fn sample_loop(
         // collectors and detectors contain their own panics), so take it back.
         let sample = tokio::task::spawn_blocking(move || {
             let mut engine = e.lock().unwrap_or_else(|p| p.into_inner());
-            Some(engine.sample())
+            let sample = engine.sample();
+            if faults
+                .hang_sampler_after
+                .is_some_and(|n| sample.samples_total >= n)
+            {
+                tracing::error!("fault injection: the sampler hangs now");
+                loop {
+                    std::thread::sleep(Duration::from_secs(3600));
+                }
+            }
+            Some(sample)
         })
         .await;
         let Ok(Some(sample)) = sample else {
@@ -155,6 +176,11 @@ async fn sample_loop(
             continue;
         };
         log_changes(&sample);
+        crate::systemd::sampled(&format!(
+            "{} samples; {} findings",
+            sample.samples_total,
+            sample.findings.len()
+        ));
         let sample = Arc::new(sample);
         remediator.send_replace(Some(sample.clone()));
         if let Ok(mut latest) = shared.latest.write() {

@@ -8,6 +8,7 @@ mod kube_task;
 mod process;
 mod remediator;
 mod report;
+mod systemd;
 
 use std::process::ExitCode;
 
@@ -46,10 +47,29 @@ fn main() -> ExitCode {
             }
             config
                 .validate()
-                .and_then(|_| daemon::run(config))
+                .and_then(|_| {
+                    daemon::run(
+                        config,
+                        daemon::Faults {
+                            hang_sampler_after: args.hang_sampler_after,
+                        },
+                    )
+                })
                 .map(|_| 0)
         }
         Command::Check(args) => config.validate().and_then(|_| check::run(&config, args)),
+        Command::Man => {
+            let man = clap_mangen::Man::new(<Cli as clap::CommandFactory>::command());
+            let mut out = Vec::new();
+            match man.render(&mut out) {
+                Ok(()) => {
+                    use std::io::Write;
+                    let _ = std::io::stdout().write_all(&out);
+                    Ok(0)
+                }
+                Err(e) => Err(e.into()),
+            }
+        }
         Command::Config => config.validate().and_then(|_| {
             print!("{}", toml::to_string_pretty(&config)?);
             Ok(0)

@@ -195,3 +195,16 @@ fn the_generated_configuration_is_accepted_by_nodemedic() {
         );
     }
 }
+
+#[test]
+fn the_man_page_is_generated_from_the_command_line_definitions() {
+    let out = Command::new(nodemedic_bin()).arg("man").output().unwrap();
+    assert!(out.status.success());
+    let roff = String::from_utf8(out.stdout).unwrap();
+    assert!(roff.contains(".TH nodemedic 1"), "{roff}");
+    for word in ["check", "run", "\\-\\-host\\-root", "\\-\\-path.procfs"] {
+        assert!(roff.contains(word), "{word} missing from the man page");
+    }
+    // Hidden test and packaging commands stay out of the user's manual.
+    assert!(!roff.contains("hang") && !roff.contains("Print the man page"));
+}
