@@ -56,7 +56,8 @@ audit_count() { # action result -> number of audit log lines
 
 check deb_installs dpkg -i "$H/nodemedic.deb"
 check deb_files bash -c "[ -x /usr/bin/nodemedic ] && [ -f /etc/nodemedic/nodemedic.toml ] && [ -f /usr/share/man/man1/nodemedic.1.gz ] && [ -f /usr/lib/systemd/system/nodemedic.service ]"
-check unit_verifies bash -c "out=\$(systemd-analyze verify /usr/lib/systemd/system/nodemedic.service 2>&1); echo \"\$out\"; [ -z \"\$out\" ]"
+# --man=no: the minbase guest has no man(1); deb_files checks the page is installed.
+check unit_verifies bash -c "out=\$(systemd-analyze verify --man=no /usr/lib/systemd/system/nodemedic.service 2>&1); echo \"\$out\"; [ -z \"\$out\" ]"
 # The test's faster windows over the packaged (conffile) configuration.
 install -m 0644 "$H/nodemedic.toml" /etc/nodemedic/nodemedic.toml
 check irqbalance_active systemctl -q is-active irqbalance
