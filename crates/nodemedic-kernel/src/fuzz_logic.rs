@@ -2,7 +2,7 @@
 //! runs one parser on arbitrary bytes and checks invariants a correct result must keep; any
 //! panic, in the parser or here, is a bug.
 
-use crate::{cpuset::CpuSet, device, interrupts, irqbalance, softirqs, softnet};
+use crate::{cgroup, cpuset::CpuSet, device, interrupts, irqbalance, psi, softirqs, softnet};
 
 pub fn interrupts(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
@@ -53,6 +53,46 @@ pub fn irqbalance_env(data: &[u8]) {
     let _ = irqbalance::banned_cpus(&env);
 }
 
+pub fn psi(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    if let Ok(p) = psi::parse(&text) {
+        assert!(p.some.is_some() || p.full.is_some());
+        for line in [p.some, p.full].into_iter().flatten() {
+            assert!(line.avg10.is_finite() && line.avg10 >= 0.0);
+            assert!(line.total_seconds() >= 0.0);
+        }
+    }
+}
+
+/// `cpu.max`, v1 `cfs_quota_us`/`cfs_period_us` (the input split at its first NUL) and
+/// `cpu.stat`.
+pub fn cgroup_cpu(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    if let Ok(m) = cgroup::parse_cpu_max(&text) {
+        assert!(m.period_us > 0);
+        assert!(m.cores().is_none_or(|c| c.is_finite() && c >= 0.0));
+    }
+    let (quota, period) = text.split_once('\0').unwrap_or((&text, "100000\n"));
+    if let Ok(m) = cgroup::parse_cfs(quota, period) {
+        assert!(m.period_us > 0 && m.quota_us != Some(0));
+    }
+    if let Ok(s) = cgroup::parse_cpu_stat(&text) {
+        let r = s.throttled_ratio_since(&cgroup::CpuStat::default());
+        assert!(r.is_none_or(|r| (0.0..=1.0).contains(&r)));
+    }
+}
+
+pub fn cgroup_path(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    match cgroup::classify(&text) {
+        cgroup::Workload::Pod { uid, .. } | cgroup::Workload::Container { uid, .. } => {
+            assert!(!uid.is_empty() && !uid.contains('_'));
+        }
+        cgroup::Workload::Service { unit } => assert!(unit.ends_with(".service")),
+        cgroup::Workload::Other => {}
+    }
+}
+
 /// A fuzz entry point.
 pub type Target = fn(&[u8]);
 
@@ -63,4 +103,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("softnet", softnet),
     ("cpuset", cpuset),
     ("irqbalance_env", irqbalance_env),
+    ("psi", psi),
+    ("cgroup_cpu", cgroup_cpu),
+    ("cgroup_path", cgroup_path),
 ];

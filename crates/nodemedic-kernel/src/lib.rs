@@ -6,11 +6,13 @@
 //! dropped: parsers that tolerate a bad line report it as a [`SkippedLine`] so the caller can
 //! surface it.
 
+pub mod cgroup;
 pub mod cpuset;
 pub mod device;
 pub mod fuzz_logic;
 pub mod interrupts;
 pub mod irqbalance;
+pub mod psi;
 pub mod snapshot;
 pub mod softirqs;
 pub mod softnet;

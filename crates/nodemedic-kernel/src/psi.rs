@@ -1,0 +1,165 @@
+//! Pressure Stall Information: `/proc/pressure/{cpu,memory,io,irq}` and cgroup v2
+//! `{cpu,memory,io}.pressure`.
+//!
+//! ```text
+//! some avg10=0.06 avg60=0.02 avg300=0.00 total=5038883
+//! full avg10=0.00 avg60=0.00 avg300=0.00 total=0
+//! ```
+//!
+//! `some`: the share of time at least one task waited on the resource; `full`: all non-idle
+//! tasks waited at once. `total` is cumulative microseconds. `irq` has only `full`; `cpu`
+//! `full` is absent before Linux 5.13 (and always zero at the system level).
+
+use serde::Serialize;
+
+use crate::body;
+
+/// One `some` or `full` line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct PsiLine {
+    /// Percent of wall time stalled, averaged over 10 s, 60 s and 300 s.
+    pub avg10: f64,
+    pub avg60: f64,
+    pub avg300: f64,
+    /// Cumulative stall time in microseconds.
+    pub total_us: u64,
+}
+
+impl PsiLine {
+    pub fn total_seconds(&self) -> f64 {
+        self.total_us as f64 / 1e6
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Psi {
+    pub some: Option<PsiLine>,
+    pub full: Option<PsiLine>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PsiError {
+    #[error("no some/full line")]
+    Empty,
+    #[error("line {line}: {reason}")]
+    BadLine { line: usize, reason: String },
+}
+
+/// Parses a PSI file. Unknown line kinds are errors: PSI's format has been the same since
+/// 4.20, and a line we do not understand is more likely a wrong file than a new kernel.
+pub fn parse(text: &str) -> Result<Psi, PsiError> {
+    let b = body(text);
+    if let Some(s) = b.skipped.first() {
+        // A PSI file is one read; a cut line means the copy is damaged, not that the kernel
+        // added something.
+        return Err(PsiError::BadLine {
+            line: s.line,
+            reason: s.reason.clone(),
+        });
+    }
+    let mut psi = Psi::default();
+    for (n, line) in b.lines {
+        let bad = |reason: String| PsiError::BadLine { line: n, reason };
+        let mut words = line.split_whitespace();
+        let kind = words.next().unwrap_or("");
+        let slot = match kind {
+            "some" => &mut psi.some,
+            "full" => &mut psi.full,
+            other => return Err(bad(format!("unknown kind {other:?}"))),
+        };
+        if slot.is_some() {
+            return Err(bad(format!("second {kind} line")));
+        }
+        let mut fields = (None, None, None, None);
+        for word in words {
+            let (key, value) = word
+                .split_once('=')
+                .ok_or_else(|| bad(format!("{word:?} is not key=value")))?;
+            let float = || {
+                value
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|v| v.is_finite() && *v >= 0.0)
+                    .ok_or_else(|| bad(format!("{key}={value:?} is not a percentage")))
+            };
+            match key {
+                "avg10" => fields.0 = Some(float()?),
+                "avg60" => fields.1 = Some(float()?),
+                "avg300" => fields.2 = Some(float()?),
+                "total" => {
+                    fields.3 = Some(
+                        value
+                            .parse::<u64>()
+                            .map_err(|_| bad(format!("total={value:?} is not a count")))?,
+                    )
+                }
+                // Tolerated: a future field beside the four we know.
+                _ => {}
+            }
+        }
+        let (Some(avg10), Some(avg60), Some(avg300), Some(total_us)) = fields else {
+            return Err(bad("missing one of avg10, avg60, avg300, total".into()));
+        };
+        *slot = Some(PsiLine {
+            avg10,
+            avg60,
+            avg300,
+            total_us,
+        });
+    }
+    if psi.some.is_none() && psi.full.is_none() {
+        return Err(PsiError::Empty);
+    }
+    Ok(psi)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn some_and_full() {
+        let p = parse(
+            "some avg10=0.06 avg60=0.02 avg300=0.00 total=5038883\n\
+             full avg10=1.50 avg60=0.25 avg300=0.10 total=12\n",
+        )
+        .unwrap();
+        let some = p.some.unwrap();
+        assert_eq!((some.avg10, some.total_us), (0.06, 5_038_883));
+        assert_eq!(p.full.unwrap().avg10, 1.5);
+        assert!((some.total_seconds() - 5.038883).abs() < 1e-9);
+    }
+
+    #[test]
+    fn irq_has_only_full_and_old_cpu_only_some() {
+        let irq = parse("full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n").unwrap();
+        assert!(irq.some.is_none() && irq.full.is_some());
+        let cpu = parse("some avg10=0.00 avg60=0.00 avg300=0.00 total=7\n").unwrap();
+        assert!(cpu.full.is_none());
+    }
+
+    #[test]
+    fn damage_is_an_error_with_the_line() {
+        for (text, want) in [
+            ("", "no some/full"),
+            (
+                "some avg10=0.06 avg60=0.02 avg300=0.00 total=50",
+                "cut short",
+            ),
+            ("some avg10=x avg60=0 avg300=0 total=1\n", "line 1"),
+            ("some avg10=0 avg60=0 avg300=0 total=-1\n", "total"),
+            ("some avg10=0 avg60=0 total=1\n", "missing"),
+            ("partial avg10=0 avg60=0 avg300=0 total=1\n", "unknown kind"),
+            (
+                "some avg10=0 avg60=0 avg300=0 total=1\nsome avg10=0 avg60=0 avg300=0 total=1\n",
+                "second some",
+            ),
+            ("some avg10=NaN avg60=0 avg300=0 total=1\n", "percentage"),
+        ] {
+            let err = parse(text).unwrap_err().to_string();
+            assert!(err.contains(want), "{text:?}: {err}");
+        }
+    }
+}
