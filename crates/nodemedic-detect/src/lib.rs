@@ -6,9 +6,11 @@ pub mod commit_latency;
 pub mod finding;
 pub mod groups;
 pub mod hysteresis;
+pub mod wakeup_storm;
 
 pub use collapse::{CollapseConfig, CollapseDetector, GroupVerdict, HurtingConfig};
 pub use commit_latency::{CommitLatencyConfig, CommitLatencyDetector, CommitVerdict};
 pub use finding::{Finding, Severity};
 pub use groups::DeviceGroup;
 pub use hysteresis::{Hysteresis, Latch};
+pub use wakeup_storm::{StormVerdict, WakeupStormConfig, WakeupStormDetector};

@@ -13,11 +13,19 @@ use nodemedic_collect::{
 use nodemedic_collect::{CommitProbeCollector, CommitProbeConfig};
 use nodemedic_detect::collapse::findings as collapse_findings;
 use nodemedic_detect::commit_latency::findings as commit_findings;
+use nodemedic_detect::wakeup_storm::finding as storm_finding;
 use nodemedic_detect::{
-    CollapseConfig, CollapseDetector, Finding, GroupVerdict, HurtingConfig, Severity,
+    CollapseConfig, CollapseDetector, Finding, GroupVerdict, HurtingConfig, Severity, StormVerdict,
+    WakeupStormConfig, WakeupStormDetector,
 };
 use nodemedic_detect::{CommitLatencyConfig, CommitLatencyDetector, CommitVerdict};
 use nodemedic_kernel::Snapshot;
+
+/// Collectors whose failure says something about the kernel or the daemon's privileges, not
+/// about the node's health: the eBPF probes (`nodemedic-probe`) need BTF, kprobes or fentry
+/// trampolines and CAP_BPF/CAP_PERFMON. Their failure is shown (status, metrics) but is an
+/// `info` finding, so `nodemedic check` does not fail a healthy node for it.
+pub const OPTIONAL_COLLECTORS: &[&str] = &["perf_probes"];
 
 /// What the pipeline needs to know, independent of how the binary's configuration is shaped.
 #[derive(Debug, Clone)]
@@ -34,6 +42,7 @@ pub struct EngineConfig {
     /// The disk commit latency probe (off when `None`) and its detector.
     pub commit_probe: Option<CommitProbeConfig>,
     pub commit_latency: CommitLatencyConfig,
+    pub wakeup_storm: WakeupStormConfig,
 }
 
 impl Default for EngineConfig {
@@ -47,6 +56,7 @@ impl Default for EngineConfig {
             hurting: HurtingConfig::default(),
             commit_probe: None,
             commit_latency: CommitLatencyConfig::default(),
+            wakeup_storm: WakeupStormConfig::default(),
         }
     }
 }
@@ -57,6 +67,7 @@ pub struct Engine {
     paths: Paths,
     detector: CollapseDetector,
     commit_detector: CommitLatencyDetector,
+    storm: WakeupStormDetector,
     samples: u64,
     /// Each collector's failure reason in the previous sample, so that a collector that keeps
     /// failing is logged when its state changes, not every sample.
@@ -72,6 +83,8 @@ pub struct Sample {
     /// The disk commit detector's verdict, when the probe is enabled.
     pub commit: Option<CommitVerdict>,
     pub findings: Vec<Finding>,
+    /// The perf-event wakeup storm verdict (None while the eBPF probes give no rates).
+    pub storm: Option<StormVerdict>,
     pub duration: Duration,
     pub samples_total: u64,
     /// The read layer after this sample (backend, kept-open files, fallbacks).
@@ -114,6 +127,7 @@ impl Engine {
             disabled,
             paths: config.paths,
             detector: CollapseDetector::new(config.collapse, config.hurting),
+            storm: WakeupStormDetector::new(config.wakeup_storm),
             samples: 0,
             failing: HashMap::new(),
         }
@@ -174,11 +188,33 @@ impl Engine {
             commit.as_ref(),
             self.commit_detector.config(),
         ));
+        let storm = match catch_unwind(AssertUnwindSafe(|| self.storm.observe(&snapshot))) {
+            Ok(v) => v,
+            Err(panic) => {
+                let msg = panic_message(panic.as_ref());
+                tracing::error!(detector = "perf_wakeup_storm", panic = %msg, "detector panicked (bug)");
+                None
+            }
+        };
+        if let Some(v) = storm.as_ref().filter(|v| v.changed) {
+            tracing::warn!(
+                storming = v.storming,
+                wakeups_per_second = v.wakeups_per_second,
+                wakeup_ratio = v.wakeup_ratio,
+                top_owner = ?v.top_owner,
+                "perf-event wakeup storm verdict changed"
+            );
+        }
+        findings.extend(storm.as_ref().and_then(storm_finding));
         for c in &collectors {
             if let CollectorState::Failed { reason } = &c.state {
                 findings.push(Finding {
                     kind: "collector_failed".into(),
-                    severity: Severity::Warning,
+                    severity: if OPTIONAL_COLLECTORS.contains(&c.name.as_str()) {
+                        Severity::Info
+                    } else {
+                        Severity::Warning
+                    },
                     subject: c.name.clone(),
                     message: format!("collector {} failed: {reason}", c.name),
                 });
@@ -191,6 +227,7 @@ impl Engine {
             verdicts,
             commit,
             findings,
+            storm,
             duration: start.elapsed(),
             samples_total: self.samples,
             reader: self.collectors.reader_status(),

@@ -2,6 +2,7 @@
 
 pub mod encoder;
 mod metrics;
+mod perf;
 
 pub use encoder::{Encoder, Format, Kind};
 pub use metrics::{render, ExportInput, MetricsOptions, ProcessStats, RemediationExport};

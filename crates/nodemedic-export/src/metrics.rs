@@ -71,6 +71,7 @@ pub fn render(input: &ExportInput<'_>, opts: &MetricsOptions, format: Format) ->
         softirqs(&mut e, snap, opts);
         softnet(&mut e, snap);
         disk_commit(&mut e, snap);
+        crate::perf::perf_probes(&mut e, snap);
     }
     groups(&mut e, input.verdicts);
     if let Some(r) = &input.remediation {

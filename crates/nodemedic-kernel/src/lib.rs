@@ -12,6 +12,7 @@ pub mod device;
 pub mod fuzz_logic;
 pub mod interrupts;
 pub mod irqbalance;
+pub mod perf;
 pub mod psi;
 pub mod snapshot;
 pub mod softirqs;

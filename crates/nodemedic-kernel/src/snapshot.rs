@@ -38,6 +38,9 @@ pub struct Snapshot {
     pub pods: Option<Arc<BTreeMap<String, PodIdentity>>>,
     /// The disk commit latency probe's histogram, when the probe is enabled.
     pub disk_commit: Option<CommitLatency>,
+    /// perf-event outputs and wakeups from nodemedic's eBPF probes; `None` when the probes
+    /// are switched off (or not part of this binary's collectors).
+    pub perf: Option<crate::perf::PerfProbes>,
 }
 
 /// etcd's `wal_fsync_duration_seconds` buckets: 1 ms doubling to 8.192 s

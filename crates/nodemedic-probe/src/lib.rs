@@ -7,10 +7,15 @@
 //! docs/ebpf.md for what is hooked and why.
 
 pub mod abi;
+mod collector;
 pub mod host;
 mod probe;
 
 pub use abi::{CpuCounts, EventKind, OwnerCounts, ProbeEvent};
+pub use collector::{
+    CollectorOptions, PerfProbeCollector, RingCounters, RingReader, COLLECTOR_NAME,
+    RING_DRAIN_INTERVAL,
+};
 pub use probe::{
     error_chain, AttachMode, Hook, HookStatus, Method, PerfProbes, ProbeError, ProbeOptions,
     ProgramStats, Readings, HOOKS,

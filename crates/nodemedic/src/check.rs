@@ -27,6 +27,9 @@ pub struct CheckReport {
     pub irq: IrqReport,
     pub findings: Vec<Finding>,
     pub collectors: Vec<CollectorStatus>,
+    /// perf-event outputs and wakeups from the eBPF probes, with rates over the interval and
+    /// the busiest owners (absent when the probes are switched off).
+    pub perf: Option<nodemedic_kernel::perf::PerfProbes>,
 }
 
 #[derive(Debug, Serialize)]
@@ -62,11 +65,17 @@ pub fn run(config: &Config, args: &CheckArgs) -> anyhow::Result<u8> {
     // Two samples: collapsed means "in both", hurting is judged on the rate between them.
     (collapse.raise_after, collapse.clear_after) = (2, 1);
     (hurting.raise_after, hurting.clear_after) = (1, 1);
-    let mut engine = Engine::new(EngineConfig {
-        collapse,
-        hurting,
-        ..config.engine_config()
-    });
+    let mut wakeup_storm = config.detector.wakeup_storm.clone();
+    (wakeup_storm.raise_after, wakeup_storm.clear_after) = (1, 1);
+    let mut engine = Engine::with_extra(
+        EngineConfig {
+            collapse,
+            hurting,
+            wakeup_storm,
+            ..config.engine_config()
+        },
+        crate::probes::sources(config, false),
+    );
     let first = engine.sample();
     if let Some(reason) = fatal(&first) {
         eprintln!("nodemedic check: cannot run: {reason}");
@@ -189,6 +198,7 @@ pub fn build_report(first: &Sample, second: &Sample) -> CheckReport {
         },
         findings,
         collectors: second.collectors.clone(),
+        perf: snap.perf.clone(),
     }
 }
 
@@ -326,6 +336,9 @@ pub fn render_text(r: &CheckReport) -> String {
             let _ = writeln!(o, "      hottest CPU {cpu}: {:.0}%{rate}", share * 100.0);
         }
     }
+    if let Some(p) = &r.perf {
+        perf_text(&mut o, p);
+    }
     if r.findings.is_empty() {
         let _ = writeln!(o, "\nNo findings.");
     } else {
@@ -341,6 +354,44 @@ pub fn render_text(r: &CheckReport) -> String {
         }
     }
     o
+}
+
+fn perf_text(o: &mut String, p: &nodemedic_kernel::perf::PerfProbes) {
+    let _ = writeln!(o, "\nperf-event outputs and wakeups (eBPF probes):");
+    if let Some(reason) = &p.down_reason {
+        let _ = writeln!(o, "  probes down: {reason}");
+        return;
+    }
+    let Some(r) = &p.rates else {
+        let _ = writeln!(o, "  no rates yet");
+        return;
+    };
+    let _ = writeln!(
+        o,
+        "  {} outputs/s, {} wakeups/s ({:.0}% of outputs wake a reader), probes attached as {}",
+        human(r.outputs_per_second),
+        human(r.wakeups_per_second),
+        r.wakeup_ratio * 100.0,
+        p.method.as_deref().unwrap_or("?")
+    );
+    let busy: Vec<_> = r
+        .owners
+        .iter()
+        .filter(|w| w.outputs_per_second > 0.0 || w.wakeups_per_second > 0.0)
+        .collect();
+    if busy.is_empty() {
+        let _ = writeln!(o, "  no perf-event activity during the interval");
+    }
+    for w in busy {
+        let _ = writeln!(
+            o,
+            "  {:>8} {:<16} {:>10} outputs/s {:>10} wakeups/s",
+            w.pid,
+            w.comm,
+            human(w.outputs_per_second),
+            human(w.wakeups_per_second)
+        );
+    }
 }
 
 fn or_none(s: &str) -> &str {

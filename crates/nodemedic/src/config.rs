@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use nodemedic_collect::Paths;
-use nodemedic_detect::{CollapseConfig, HurtingConfig};
+use nodemedic_detect::{CollapseConfig, HurtingConfig, WakeupStormConfig};
 use nodemedic_engine::EngineConfig;
 use nodemedic_export::MetricsOptions;
 use nodemedic_kube::KubeConfig;
@@ -34,6 +34,7 @@ pub struct Config {
     pub kubernetes: KubeConfig,
     pub reader: ReaderSection,
     pub disk_probe: DiskProbeSection,
+    pub probes: ProbesConfig,
 }
 
 impl Default for Config {
@@ -49,6 +50,7 @@ impl Default for Config {
             kubernetes: KubeConfig::default(),
             reader: ReaderSection::default(),
             disk_probe: DiskProbeSection::default(),
+            probes: ProbesConfig::default(),
         }
     }
 }
@@ -184,6 +186,92 @@ pub struct DetectorConfig {
     pub collapse: CollapseConfig,
     pub hurting: HurtingConfig,
     pub disk_commit: nodemedic_detect::CommitLatencyConfig,
+    pub wakeup_storm: WakeupStormConfig,
+}
+
+/// nodemedic's eBPF probes on perf_event_output*/perf_event_wakeup (docs/ebpf.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProbesConfig {
+    pub enabled: bool,
+    /// "auto" (fentry, else kprobes), "fentry" or "kprobe".
+    pub attach: ProbeAttach,
+    /// Owners exported as {pid, comm} series, busiest first.
+    pub top_owners: usize,
+    /// One series per CPU for outputs and wakeups.
+    pub per_cpu: bool,
+    /// Capacity of the in-kernel per-owner map.
+    pub max_owners: u32,
+    /// The probes' ring buffer (rare events only), bytes: a power of two, at least 4096.
+    pub ring_buffer_bytes: u32,
+    /// Queued bytes that make the kernel wake the reader before its 1 s timer.
+    pub ring_buffer_wakeup_bytes: u32,
+    /// Wakeups on one CPU within one second that make the kernel log a storm start; 0 = off.
+    pub storm_wakeups_per_cpu: u64,
+    /// Have the kernel measure the probes' run time (BPF_ENABLE_STATS while nodemedic runs;
+    /// the kernel.bpf_stats_enabled sysctl is never written).
+    pub bpf_stats: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ProbeAttach {
+    #[default]
+    Auto,
+    Fentry,
+    Kprobe,
+}
+
+impl Default for ProbesConfig {
+    fn default() -> Self {
+        let p = nodemedic_probe::CollectorOptions::default();
+        Self {
+            enabled: true,
+            attach: ProbeAttach::Auto,
+            top_owners: p.top_owners,
+            per_cpu: p.per_cpu,
+            max_owners: p.probe.max_owners,
+            ring_buffer_bytes: p.probe.ring_buffer_bytes,
+            ring_buffer_wakeup_bytes: p.probe.ring_buffer_wakeup_bytes,
+            storm_wakeups_per_cpu: p.probe.storm_wakeups_per_cpu,
+            bpf_stats: p.probe.bpf_stats,
+        }
+    }
+}
+
+impl ProbesConfig {
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let rb = self.ring_buffer_bytes;
+        if rb < 4096 || !rb.is_power_of_two() {
+            bail!("ring_buffer_bytes must be a power of two and at least 4096, got {rb}");
+        }
+        if self.ring_buffer_wakeup_bytes == 0 || self.ring_buffer_wakeup_bytes > rb {
+            bail!("ring_buffer_wakeup_bytes must be between 1 and ring_buffer_bytes ({rb})");
+        }
+        if self.max_owners == 0 {
+            bail!("max_owners must be at least 1");
+        }
+        Ok(())
+    }
+
+    pub fn collector_options(&self) -> nodemedic_probe::CollectorOptions {
+        nodemedic_probe::CollectorOptions {
+            probe: nodemedic_probe::ProbeOptions {
+                attach: match self.attach {
+                    ProbeAttach::Auto => nodemedic_probe::AttachMode::Auto,
+                    ProbeAttach::Fentry => nodemedic_probe::AttachMode::Fentry,
+                    ProbeAttach::Kprobe => nodemedic_probe::AttachMode::Kprobe,
+                },
+                max_owners: self.max_owners,
+                ring_buffer_bytes: self.ring_buffer_bytes,
+                ring_buffer_wakeup_bytes: self.ring_buffer_wakeup_bytes,
+                storm_wakeups_per_cpu: self.storm_wakeups_per_cpu,
+                bpf_stats: self.bpf_stats,
+            },
+            top_owners: self.top_owners,
+            per_cpu: self.per_cpu,
+        }
+    }
 }
 
 impl Config {
@@ -220,6 +308,13 @@ impl Config {
             .hurting
             .validate()
             .map_err(|e| anyhow::anyhow!("detector.hurting: {e}"))?;
+        self.detector
+            .wakeup_storm
+            .validate()
+            .map_err(|e| anyhow::anyhow!("detector.wakeup_storm: {e}"))?;
+        self.probes
+            .validate()
+            .map_err(|e| anyhow::anyhow!("probes: {e}"))?;
         self.remediation
             .validate()
             .map_err(|e| anyhow::anyhow!("remediation: {e}"))?;
@@ -278,7 +373,13 @@ impl Config {
     pub fn engine_config(&self) -> EngineConfig {
         EngineConfig {
             paths: self.resolved_paths(),
-            disabled_collectors: self.collectors.disabled(),
+            disabled_collectors: {
+                let mut off = self.collectors.disabled();
+                if !self.probes.enabled {
+                    off.insert(nodemedic_probe::COLLECTOR_NAME.to_string());
+                }
+                off
+            },
             collapse: self.detector.collapse.clone(),
             hurting: self.detector.hurting.clone(),
             rescan_interval: self.reader.rescan_interval,
@@ -297,6 +398,8 @@ impl Config {
                     io_uring: self.disk_probe.io_uring,
                 }),
             commit_latency: self.detector.disk_commit.clone(),
+            wakeup_storm: self.detector.wakeup_storm.clone(),
+            ..EngineConfig::default()
         }
     }
 

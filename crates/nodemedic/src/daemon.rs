@@ -47,7 +47,9 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding {addr}"))?;
-    let engine = Engine::with_extra(config.engine_config(), kube_sources(&config));
+    let mut extra = kube_sources(&config);
+    extra.extend(crate::probes::sources(&config, true));
+    let engine = Engine::with_extra(config.engine_config(), extra);
     tracing::info!(
         listen = %listener.local_addr().unwrap_or(addr),
         procfs = %engine.paths().procfs.display(),
@@ -262,6 +264,10 @@ struct StatusBody<'a> {
     reader: Option<&'a nodemedic_collect::ReaderStatus>,
     groups: Vec<GroupReport>,
     findings: Vec<nodemedic_detect::Finding>,
+    /// The eBPF probes: attach method, each hook up or down with the reason, rates, top
+    /// owners, ring buffer counts (absent when switched off).
+    perf_probes: Option<&'a nodemedic_kernel::perf::PerfProbes>,
+    wakeup_storm: Option<&'a nodemedic_detect::StormVerdict>,
     remediation: serde_json::Value,
     kubernetes: KubeStatus,
 }
@@ -301,6 +307,8 @@ async fn status(State(shared): State<Arc<Shared>>) -> Response {
             .map(|s| shown_groups(&s.verdicts))
             .unwrap_or_default(),
         findings,
+        perf_probes: sample.as_ref().and_then(|s| s.snapshot.perf.as_ref()),
+        wakeup_storm: sample.as_ref().and_then(|s| s.storm.as_ref()),
         remediation,
         kubernetes: shared.kube.lock().map(|k| k.clone()).unwrap_or_default(),
     };

@@ -5,6 +5,7 @@ mod cli;
 mod config;
 mod daemon;
 mod kube_task;
+mod probes;
 mod process;
 mod remediator;
 mod report;

@@ -253,6 +253,7 @@ mod tests {
                 verdicts,
                 commit: None,
                 findings: Vec::new(),
+                storm: None,
                 duration: Duration::ZERO,
                 samples_total: i + 1,
                 reader: Default::default(),

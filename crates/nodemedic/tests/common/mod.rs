@@ -44,9 +44,10 @@ pub fn golden_dir() -> PathBuf {
 }
 
 /// The test config used against fixtures: fast sampling, collapse raised after two samples,
-/// and remediation off (fixtures are read-only evidence, and the remediator's timing would
-/// make the golden exposition racy; remediation has its own tests).
-pub const FAST_CONFIG: &str = "sample_interval = \"200ms\"\n\n[detector.collapse]\nraise_after = 2\n\n[remediation]\nmode = \"off\"\n";
+/// remediation off (fixtures are read-only evidence, and the remediator's timing would
+/// make the golden exposition racy; remediation has its own tests), and the eBPF probes off
+/// (they read the running kernel, not the fixture; tests/probes.rs covers them).
+pub const FAST_CONFIG: &str = "sample_interval = \"200ms\"\n\n[detector.collapse]\nraise_after = 2\n\n[remediation]\nmode = \"off\"\n\n[probes]\nenabled = false\n";
 
 // ---------------------------------------------------------------------------------------------
 // Processes

@@ -1,0 +1,400 @@
+//! The probes as a nodemedic collector: loaded once, read every sample into
+//! [`Snapshot::perf`], and reported failed with their one reason when they could not load.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aya::maps::{MapData, RingBuf};
+use nodemedic_collect::{CollectError, Collected, Collector, Ctx};
+use nodemedic_kernel::perf::{
+    PerfCounters, PerfHook, PerfOwner, PerfOwnerRate, PerfProbes as PerfSection, PerfProgramStats,
+    PerfRates, PerfRing,
+};
+use nodemedic_kernel::Snapshot;
+
+use crate::abi::{CpuCounts, EventKind, OwnerCounts, ProbeEvent};
+use crate::probe::{PerfProbes, ProbeOptions, HOOKS};
+
+pub const COLLECTOR_NAME: &str = "perf_probes";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CollectorOptions {
+    pub probe: ProbeOptions,
+    /// Owners kept in each snapshot (and exported), busiest first.
+    pub top_owners: usize,
+    /// Per-CPU counters in the snapshot (one series per CPU when exported).
+    pub per_cpu: bool,
+}
+
+impl Default for CollectorOptions {
+    fn default() -> Self {
+        Self {
+            probe: ProbeOptions::default(),
+            top_owners: 10,
+            per_cpu: false,
+        }
+    }
+}
+
+/// Counters of the ring buffer reader, shared between it and the collector.
+#[derive(Debug, Default)]
+pub struct RingCounters {
+    pub read: AtomicU64,
+    pub storms: AtomicU64,
+    pub undecodable: AtomicU64,
+}
+
+struct Previous {
+    at: Duration,
+    totals: CpuCounts,
+    owners: HashMap<u32, (u64, u64)>,
+}
+
+enum State {
+    Up(Box<PerfProbes>),
+    Down(String),
+}
+
+struct Inner {
+    state: State,
+    previous: Option<Previous>,
+}
+
+pub struct PerfProbeCollector {
+    inner: Mutex<Inner>,
+    ring: Mutex<Option<RingBuf<MapData>>>,
+    counters: Arc<RingCounters>,
+    opts: CollectorOptions,
+}
+
+impl PerfProbeCollector {
+    /// Loads and attaches the probes now. A failure is logged once here and then reported by
+    /// every sample (collector failed with the reason, hooks down); it never stops the caller.
+    pub fn load(opts: CollectorOptions) -> Self {
+        let (state, ring) = match PerfProbes::load(&opts.probe) {
+            Ok(mut p) => {
+                tracing::info!(
+                    method = %p.method(),
+                    hooks = ?p.hooks().iter().filter(|h| h.method.is_some()).map(|h| h.function).collect::<Vec<_>>(),
+                    "eBPF perf-event probes attached"
+                );
+                if let Some(e) = p.stats_error() {
+                    tracing::warn!(error = %e, "BPF run-time stats requested but unavailable");
+                }
+                let ring = p.take_ring_buffer();
+                (State::Up(Box::new(p)), ring)
+            }
+            Err(e) => {
+                let reason = e.to_string();
+                // The engine logs the collector failure with this reason once; no second line.
+                tracing::debug!(reason = %reason, "eBPF perf-event probes are down");
+                (State::Down(reason), None)
+            }
+        };
+        Self {
+            inner: Mutex::new(Inner {
+                state,
+                previous: None,
+            }),
+            ring: Mutex::new(ring),
+            counters: Arc::new(RingCounters::default()),
+            opts,
+        }
+    }
+
+    /// A collector that never loaded anything, for a configuration that switches the probes
+    /// off: the engine lists it as disabled and never runs it.
+    pub fn not_loaded(opts: CollectorOptions) -> Self {
+        Self {
+            inner: Mutex::new(Inner {
+                state: State::Down("not loaded".to_owned()),
+                previous: None,
+            }),
+            ring: Mutex::new(None),
+            counters: Arc::new(RingCounters::default()),
+            opts,
+        }
+    }
+
+    /// Why the probes are down, if they are.
+    pub fn down_reason(&self) -> Option<String> {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        match &inner.state {
+            State::Up(_) => None,
+            State::Down(r) => Some(r.clone()),
+        }
+    }
+
+    /// The ring buffer reader, once (the daemon spawns it on its runtime; `check` does not
+    /// need it).
+    pub fn take_ring_reader(&self) -> Option<RingReader> {
+        let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner()).take()?;
+        Some(RingReader {
+            ring,
+            counters: self.counters.clone(),
+        })
+    }
+
+    fn section(
+        &self,
+        inner: &mut Inner,
+        ctx: &Ctx<'_>,
+        now: Duration,
+    ) -> Result<PerfSection, String> {
+        let probes = match &mut inner.state {
+            State::Up(p) => p,
+            State::Down(reason) => return Err(reason.clone()),
+        };
+        let readings = probes.read().map_err(|e| e.to_string())?;
+        let totals = readings.totals();
+
+        // Owners that exited give their slot back (on rescans, so the check is rare).
+        if ctx.rescan {
+            let gone: Vec<u32> = readings
+                .owners
+                .iter()
+                .map(|o| o.tgid)
+                .filter(|&t| t != 0 && !ctx.paths.procfs.join(t.to_string()).exists())
+                .collect();
+            if !gone.is_empty() {
+                let n = probes.forget_owners(&gone);
+                tracing::debug!(
+                    forgotten = n,
+                    "exited perf-event owners removed from the probe map"
+                );
+            }
+        }
+
+        let rates = inner.previous.as_ref().and_then(|prev| {
+            let dt = now.checked_sub(prev.at)?.as_secs_f64();
+            (dt > 0.0).then(|| {
+                let outputs = totals.outputs().saturating_sub(prev.totals.outputs()) as f64;
+                let wakeups = totals.wakeups.saturating_sub(prev.totals.wakeups) as f64;
+                (dt, outputs, wakeups)
+            })
+        });
+        let owner_rate = |o: &OwnerCounts| -> (f64, f64) {
+            match (&inner.previous, rates) {
+                (Some(prev), Some((dt, _, _))) => {
+                    let (po, pw) = prev.owners.get(&o.tgid).copied().unwrap_or((0, 0));
+                    (
+                        o.outputs().saturating_sub(po) as f64 / dt,
+                        o.wakeups.saturating_sub(pw) as f64 / dt,
+                    )
+                }
+                _ => (0.0, 0.0),
+            }
+        };
+        let mut ranked: Vec<(&OwnerCounts, (f64, f64))> =
+            readings.owners.iter().map(|o| (o, owner_rate(o))).collect();
+        ranked.sort_by(|(a, (ao, aw)), (b, (bo, bw))| {
+            bw.total_cmp(aw)
+                .then(bo.total_cmp(ao))
+                .then(b.wakeups.cmp(&a.wakeups))
+                .then(b.outputs().cmp(&a.outputs()))
+                .then(a.tgid.cmp(&b.tgid))
+        });
+        ranked.truncate(self.opts.top_owners);
+
+        let section = PerfSection {
+            method: Some(probes.method().as_str().to_owned()),
+            hooks: probes
+                .hooks()
+                .iter()
+                .map(|h| PerfHook {
+                    function: h.function.to_owned(),
+                    up: h.method.is_some(),
+                    error: h.error.clone(),
+                })
+                .collect(),
+            down_reason: None,
+            totals: counters(&totals),
+            per_cpu: if self.opts.per_cpu {
+                readings
+                    .per_cpu
+                    .iter()
+                    .enumerate()
+                    .map(|(cpu, c)| (cpu as u32, counters(c)))
+                    .collect()
+            } else {
+                Vec::new()
+            },
+            owners: ranked
+                .iter()
+                .map(|(o, _)| PerfOwner {
+                    pid: o.tgid,
+                    comm: o.comm.clone(),
+                    bpf_outputs: o.bpf_outputs,
+                    sample_outputs: o.sample_outputs,
+                    wakeups: o.wakeups,
+                })
+                .collect(),
+            owners_tracked: readings.owners.len(),
+            rates: rates.map(|(dt, outputs, wakeups)| PerfRates {
+                interval_seconds: dt,
+                outputs_per_second: outputs / dt,
+                wakeups_per_second: wakeups / dt,
+                wakeup_ratio: if outputs > 0.0 {
+                    wakeups / outputs
+                } else {
+                    0.0
+                },
+                owners: ranked
+                    .iter()
+                    .map(|(o, (orate, wrate))| PerfOwnerRate {
+                        pid: o.tgid,
+                        comm: o.comm.clone(),
+                        outputs_per_second: *orate,
+                        wakeups_per_second: *wrate,
+                    })
+                    .collect(),
+            }),
+            programs: readings
+                .programs
+                .iter()
+                .filter(|(_, s)| s.run_count > 0 || s.run_time_ns > 0)
+                .map(|(f, s)| PerfProgramStats {
+                    function: (*f).to_owned(),
+                    run_count: s.run_count,
+                    run_time_ns: s.run_time_ns,
+                })
+                .collect(),
+            ring: PerfRing {
+                emitted: totals.events_emitted,
+                dropped: totals.events_dropped,
+                read: self.counters.read.load(Ordering::Relaxed),
+                storms: self.counters.storms.load(Ordering::Relaxed),
+            },
+        };
+        inner.previous = Some(Previous {
+            at: now,
+            totals,
+            owners: readings
+                .owners
+                .iter()
+                .map(|o| (o.tgid, (o.outputs(), o.wakeups)))
+                .collect(),
+        });
+        Ok(section)
+    }
+}
+
+fn counters(c: &CpuCounts) -> PerfCounters {
+    PerfCounters {
+        bpf_outputs: c.bpf_outputs,
+        sample_outputs: c.sample_outputs,
+        wakeups: c.wakeups,
+        untracked: c.untracked,
+    }
+}
+
+impl Collector for PerfProbeCollector {
+    fn name(&self) -> &'static str {
+        COLLECTOR_NAME
+    }
+
+    fn collect(&self, ctx: &Ctx<'_>, snapshot: &mut Snapshot) -> Result<Collected, CollectError> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        match self.section(&mut inner, ctx, snapshot.at) {
+            Ok(section) => {
+                snapshot.perf = Some(section);
+                Ok(Collected::default())
+            }
+            Err(reason) => {
+                // Hooks are listed down with the reason, so metrics show probe_up 0 for each.
+                snapshot.perf = Some(PerfSection {
+                    hooks: HOOKS
+                        .iter()
+                        .map(|h| PerfHook {
+                            function: h.function.to_owned(),
+                            up: false,
+                            error: Some(reason.clone()),
+                        })
+                        .collect(),
+                    down_reason: Some(reason.clone()),
+                    ..PerfSection::default()
+                });
+                Err(CollectError::Other(format!("eBPF probes down: {reason}")))
+            }
+        }
+    }
+}
+
+/// Reads the probes' ring buffer on the daemon's runtime. The kernel side submits records
+/// without waking us until `ring_buffer_wakeup_bytes` are queued, so the reader wakes either
+/// then (readable fd) or on its own timer, and drains everything each time: never one wakeup
+/// per record.
+pub struct RingReader {
+    ring: RingBuf<MapData>,
+    counters: Arc<RingCounters>,
+}
+
+pub const RING_DRAIN_INTERVAL: Duration = Duration::from_secs(1);
+
+impl RingReader {
+    fn drain(ring: &mut RingBuf<MapData>, counters: &RingCounters) {
+        while let Some(item) = ring.next() {
+            counters.read.fetch_add(1, Ordering::Relaxed);
+            match ProbeEvent::decode(&item) {
+                Ok(ev) if ev.kind == EventKind::StormStart => {
+                    counters.storms.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        cpu = ev.cpu,
+                        pid = ev.tgid,
+                        comm = %ev.comm,
+                        wakeups = ev.value,
+                        "perf-event wakeup storm starting on a CPU (kernel-side threshold reached within one second)"
+                    );
+                }
+                Ok(ev) => {
+                    tracing::debug!(pid = ev.tgid, comm = %ev.comm, cpu = ev.cpu, "new perf-event owner");
+                }
+                Err(e) => {
+                    counters.undecodable.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(error = %e, "undecodable probe record");
+                }
+            }
+        }
+    }
+
+    /// Runs until the fd fails (never, normally). Must run inside a tokio runtime.
+    #[allow(unsafe_code)]
+    pub async fn run(self) {
+        // SAFETY: register_with_interest requires that the inner value's raw fd stays open
+        // and the same for the AsyncFd's whole life. RingBuf owns its map fd (an OwnedFd in
+        // MapData), never replaces or closes it while alive, and is moved into the AsyncFd,
+        // which is the only owner from here on; the fd closes only when the AsyncFd drops it.
+        let registered = unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(
+                self.ring,
+                tokio::io::Interest::READABLE,
+            )
+        };
+        let mut fd = match registered {
+            Ok(fd) => fd,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot poll the probes' ring buffer; its records are not read");
+                return;
+            }
+        };
+        let mut tick = tokio::time::interval(RING_DRAIN_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                guard = fd.readable_mut() => match guard {
+                    Ok(mut g) => {
+                        Self::drain(g.get_inner_mut(), &self.counters);
+                        g.clear_ready();
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "polling the probes' ring buffer failed; reader stops");
+                        return;
+                    }
+                },
+                _ = tick.tick() => Self::drain(fd.get_mut(), &self.counters),
+            }
+        }
+    }
+}
