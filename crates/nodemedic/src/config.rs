@@ -399,7 +399,6 @@ impl Config {
                 }),
             commit_latency: self.detector.disk_commit.clone(),
             wakeup_storm: self.detector.wakeup_storm.clone(),
-            ..EngineConfig::default()
         }
     }
 
