@@ -65,6 +65,9 @@ pub struct Collected {
     /// Things read but not fully understood (skipped lines, vanished IRQs, unreadable
     /// optional files). They do not fail the collector but are shown in its status.
     pub warnings: Vec<String>,
+    /// Set when the kernel does not provide the source at all (with the reason): the
+    /// collector ran fine and has no data, which is not the same as zeros.
+    pub unavailable: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -7,8 +7,17 @@ use crate::CollectorRun;
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum CollectorState {
     Active,
-    Disabled { reason: String },
-    Failed { reason: String },
+    Disabled {
+        reason: String,
+    },
+    /// The kernel does not provide this source (PSI switched off, no BTF): no data, and not a
+    /// failure. Like node_exporter, nodemedic reports it rather than exporting zeros.
+    Unavailable {
+        reason: String,
+    },
+    Failed {
+        reason: String,
+    },
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -42,7 +51,13 @@ impl CollectorStatus {
                 if c.warnings.len() > MAX_WARNINGS {
                     w.push(format!("… and {} more", c.warnings.len() - MAX_WARNINGS));
                 }
-                (CollectorState::Active, w)
+                let state = match &c.unavailable {
+                    Some(reason) => CollectorState::Unavailable {
+                        reason: reason.clone(),
+                    },
+                    None => CollectorState::Active,
+                };
+                (state, w)
             }
             Err(e) => (
                 CollectorState::Failed {
@@ -59,7 +74,11 @@ impl CollectorStatus {
         }
     }
 
+    /// Ran without failing: active, or with nothing to read on this kernel.
     pub fn is_success(&self) -> bool {
-        self.state == CollectorState::Active
+        matches!(
+            self.state,
+            CollectorState::Active | CollectorState::Unavailable { .. }
+        )
     }
 }

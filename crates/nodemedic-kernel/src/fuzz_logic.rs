@@ -2,7 +2,9 @@
 //! runs one parser on arbitrary bytes and checks invariants a correct result must keep; any
 //! panic, in the parser or here, is a bug.
 
-use crate::{cgroup, cpuset::CpuSet, device, interrupts, irqbalance, psi, softirqs, softnet};
+use crate::{
+    cgroup, cpuset::CpuSet, device, interrupts, irqbalance, mounts, psi, softirqs, softnet,
+};
 
 pub fn interrupts(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
@@ -93,6 +95,15 @@ pub fn cgroup_path(data: &[u8]) {
     }
 }
 
+pub fn mountinfo(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    if let Ok(m) = mounts::cgroup_mounts(&text) {
+        assert!(
+            m.cpu.is_none() || m.cpuacct.is_some() || !text.contains("cpuacct") || m.cpu.is_some()
+        );
+    }
+}
+
 /// A fuzz entry point.
 pub type Target = fn(&[u8]);
 
@@ -106,4 +117,5 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("psi", psi),
     ("cgroup_cpu", cgroup_cpu),
     ("cgroup_path", cgroup_path),
+    ("mountinfo", mountinfo),
 ];

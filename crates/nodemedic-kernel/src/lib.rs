@@ -13,6 +13,7 @@ pub mod fuzz_logic;
 pub mod interrupts;
 pub mod irqbalance;
 pub mod perf;
+pub mod mounts;
 pub mod psi;
 pub mod snapshot;
 pub mod softirqs;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::interrupts::Interrupts;
+use crate::psi::Psi;
 use crate::softirqs::Softirqs;
 use crate::softnet::SoftnetRow;
 use crate::CpuSet;
@@ -41,6 +42,9 @@ pub struct Snapshot {
     /// perf-event outputs and wakeups from nodemedic's eBPF probes; `None` when the probes
     /// are switched off (or not part of this binary's collectors).
     pub perf: Option<crate::perf::PerfProbes>,
+    /// Node-wide Pressure Stall Information by resource (`cpu`, `memory`, `io`, `irq`): only
+    /// the resources this kernel reports. `None` when PSI is off or absent.
+    pub pressure: Option<BTreeMap<String, Psi>>,
 }
 
 /// etcd's `wal_fsync_duration_seconds` buckets: 1 ms doubling to 8.192 s

@@ -17,6 +17,9 @@ impl Collector for InterruptsCollector {
             interrupts::parse(&ctx.reader.read(&path)?).map_err(|e| ReadError::parse(&path, e))?;
         let warnings = skipped_warnings(&path, &parsed.skipped);
         snap.interrupts = Some(parsed);
-        Ok(Collected { warnings })
+        Ok(Collected {
+            warnings,
+            ..Default::default()
+        })
     }
 }

@@ -20,7 +20,10 @@ impl Collector for IrqbalanceConfigCollector {
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
         let (config, warnings) = self.cache.get(ctx.rescan, || read(ctx))?;
         snap.irqbalance = Some(config);
-        Ok(Collected { warnings })
+        Ok(Collected {
+            warnings,
+            ..Default::default()
+        })
     }
 }
 

@@ -4,6 +4,7 @@ mod interrupts;
 mod irq_affinity;
 mod irqbalance;
 mod pci;
+mod pressure;
 mod softirqs;
 mod softnet;
 mod topology;
@@ -17,6 +18,7 @@ pub use interrupts::InterruptsCollector;
 pub use irq_affinity::IrqAffinityCollector;
 pub use irqbalance::IrqbalanceConfigCollector;
 pub use pci::PciDevicesCollector;
+pub use pressure::PressureCollector;
 pub use softirqs::SoftirqsCollector;
 pub use softnet::SoftnetCollector;
 pub use topology::TopologyCollector;
@@ -69,6 +71,7 @@ pub fn all() -> Vec<Box<dyn Collector>> {
         Box::new(SoftirqsCollector),
         Box::new(SoftnetCollector),
         Box::new(IrqbalanceConfigCollector::default()),
+        Box::new(PressureCollector),
     ]
 }
 

@@ -61,6 +61,7 @@ impl Collector for PciDevicesCollector {
         snap.pci_devices = read.devices;
         Ok(Collected {
             warnings: read.warnings,
+            ..Default::default()
         })
     }
 }

@@ -17,6 +17,9 @@ impl Collector for SoftirqsCollector {
             softirqs::parse(&ctx.reader.read(&path)?).map_err(|e| ReadError::parse(&path, e))?;
         let warnings = skipped_warnings(&path, &parsed.skipped);
         snap.softirqs = Some(parsed);
-        Ok(Collected { warnings })
+        Ok(Collected {
+            warnings,
+            ..Default::default()
+        })
     }
 }

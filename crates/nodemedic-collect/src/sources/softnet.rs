@@ -39,6 +39,9 @@ impl Collector for SoftnetCollector {
             ));
         }
         snap.softnet = Some(placed);
-        Ok(Collected { warnings })
+        Ok(Collected {
+            warnings,
+            ..Default::default()
+        })
     }
 }

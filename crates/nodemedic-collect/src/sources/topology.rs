@@ -30,7 +30,10 @@ impl Collector for TopologyCollector {
             Ok(read_rest(ctx, &cpu, online))
         })?;
         snap.topology = Some(topology);
-        Ok(Collected { warnings })
+        Ok(Collected {
+            warnings,
+            ..Default::default()
+        })
     }
 }
 
