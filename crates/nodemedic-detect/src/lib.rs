@@ -6,6 +6,7 @@ pub mod commit_latency;
 pub mod finding;
 pub mod groups;
 pub mod hysteresis;
+pub mod pressure;
 pub mod wakeup_storm;
 
 pub use collapse::{CollapseConfig, CollapseDetector, GroupVerdict, HurtingConfig};
@@ -13,4 +14,5 @@ pub use commit_latency::{CommitLatencyConfig, CommitLatencyDetector, CommitVerdi
 pub use finding::{Finding, Severity};
 pub use groups::DeviceGroup;
 pub use hysteresis::{Hysteresis, Latch};
+pub use pressure::{PressureConfig, PressureDetector, PressureVerdict};
 pub use wakeup_storm::{StormVerdict, WakeupStormConfig, WakeupStormDetector};

@@ -6,6 +6,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
+use nodemedic_collect::sources::{CgroupSelection, CgroupsCollector};
 use nodemedic_collect::{
     monotonic_now, panic_message, Collector, CollectorRun, CollectorSet, CollectorState,
     CollectorStatus, Paths, Reader, ReaderConfig, ReaderStatus, DEFAULT_RESCAN_INTERVAL,
@@ -13,12 +14,14 @@ use nodemedic_collect::{
 use nodemedic_collect::{CommitProbeCollector, CommitProbeConfig};
 use nodemedic_detect::collapse::findings as collapse_findings;
 use nodemedic_detect::commit_latency::findings as commit_findings;
+use nodemedic_detect::pressure::findings as pressure_findings;
 use nodemedic_detect::wakeup_storm::finding as storm_finding;
 use nodemedic_detect::{
     CollapseConfig, CollapseDetector, Finding, GroupVerdict, HurtingConfig, Severity, StormVerdict,
     WakeupStormConfig, WakeupStormDetector,
 };
 use nodemedic_detect::{CommitLatencyConfig, CommitLatencyDetector, CommitVerdict};
+use nodemedic_detect::{PressureConfig, PressureDetector, PressureVerdict};
 use nodemedic_kernel::Snapshot;
 
 /// Collectors whose failure says something about the kernel or the daemon's privileges, not
@@ -43,6 +46,9 @@ pub struct EngineConfig {
     pub commit_probe: Option<CommitProbeConfig>,
     pub commit_latency: CommitLatencyConfig,
     pub wakeup_storm: WakeupStormConfig,
+    /// Which cgroups the cgroups collector watches.
+    pub cgroups: CgroupSelection,
+    pub pressure: PressureConfig,
 }
 
 impl Default for EngineConfig {
@@ -57,6 +63,8 @@ impl Default for EngineConfig {
             commit_probe: None,
             commit_latency: CommitLatencyConfig::default(),
             wakeup_storm: WakeupStormConfig::default(),
+            cgroups: CgroupSelection::default(),
+            pressure: PressureConfig::default(),
         }
     }
 }
@@ -68,6 +76,7 @@ pub struct Engine {
     detector: CollapseDetector,
     commit_detector: CommitLatencyDetector,
     storm: WakeupStormDetector,
+    pressure: PressureDetector,
     samples: u64,
     /// Each collector's failure reason in the previous sample, so that a collector that keeps
     /// failing is logged when its state changes, not every sample.
@@ -85,6 +94,9 @@ pub struct Sample {
     pub findings: Vec<Finding>,
     /// The perf-event wakeup storm verdict (None while the eBPF probes give no rates).
     pub storm: Option<StormVerdict>,
+    /// Node and per-cgroup pressure rates and verdicts (None on the first sample, or
+    /// without PSI and cgroups).
+    pub pressure: Option<PressureVerdict>,
     pub duration: Duration,
     pub samples_total: u64,
     /// The read layer after this sample (backend, kept-open files, fallbacks).
@@ -94,15 +106,16 @@ pub struct Sample {
 impl Engine {
     /// An engine over every collector of `nodemedic-collect`.
     pub fn new(config: EngineConfig) -> Self {
-        Self::with_collectors(config, CollectorSet::all())
+        Self::with_extra(config, Vec::new())
     }
 
     /// An engine over `nodemedic-collect`'s collectors plus `extra` (sources that live in
     /// other crates), run after them.
     pub fn with_extra(config: EngineConfig, extra: Vec<Box<dyn Collector>>) -> Self {
+        let cgroups = Box::new(CgroupsCollector::new(config.cgroups.clone()));
         let set = extra
             .into_iter()
-            .fold(CollectorSet::all(), |set, c| set.with(c));
+            .fold(CollectorSet::all().with(cgroups), |set, c| set.with(c));
         Self::with_collectors(config, set)
     }
 
@@ -128,6 +141,7 @@ impl Engine {
             paths: config.paths,
             detector: CollapseDetector::new(config.collapse, config.hurting),
             storm: WakeupStormDetector::new(config.wakeup_storm),
+            pressure: PressureDetector::new(config.pressure),
             samples: 0,
             failing: HashMap::new(),
         }
@@ -206,6 +220,20 @@ impl Engine {
             );
         }
         findings.extend(storm.as_ref().and_then(storm_finding));
+        let pressure = match catch_unwind(AssertUnwindSafe(|| self.pressure.observe(&snapshot))) {
+            Ok(v) => v,
+            Err(panic) => {
+                let msg = panic_message(panic.as_ref());
+                tracing::error!(detector = "pressure", panic = %msg, "detector panicked (bug)");
+                None
+            }
+        };
+        if let Some(v) = &pressure {
+            for (subject, what, active) in &v.changes {
+                tracing::warn!(subject = %subject, verdict = *what, active = *active, "pressure verdict changed");
+            }
+            findings.extend(pressure_findings(v));
+        }
         for c in &collectors {
             if let CollectorState::Failed { reason } = &c.state {
                 findings.push(Finding {
@@ -228,6 +256,7 @@ impl Engine {
             commit,
             findings,
             storm,
+            pressure,
             duration: start.elapsed(),
             samples_total: self.samples,
             reader: self.collectors.reader_status(),

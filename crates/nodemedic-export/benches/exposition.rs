@@ -128,6 +128,7 @@ fn main() {
             open_fds: 11.0,
         }),
         remediation: None,
+        pressure: None,
     };
     let default_opts = MetricsOptions::default();
     let matrix_opts = MetricsOptions {

@@ -50,6 +50,8 @@ pub struct ExportInput<'a> {
     pub samples_total: u64,
     pub process: Option<ProcessStats>,
     pub remediation: Option<RemediationExport<'a>>,
+    /// The pressure detector's verdicts (quota-bound, starved, node saturated).
+    pub pressure: Option<&'a nodemedic_detect::PressureVerdict>,
 }
 
 /// The remediator's counters, as plain values (the exporter does not know the remediator).
@@ -72,6 +74,9 @@ pub fn render(input: &ExportInput<'_>, opts: &MetricsOptions, format: Format) ->
         softnet(&mut e, snap);
         disk_commit(&mut e, snap);
         crate::perf::perf_probes(&mut e, snap);
+        crate::pressure::node(&mut e, snap);
+        crate::pressure::cgroups(&mut e, snap);
+        crate::pressure::verdicts(&mut e, snap, input.pressure);
     }
     groups(&mut e, input.verdicts);
     if let Some(r) = &input.remediation {

@@ -5,9 +5,13 @@
 //! - `cpu.stat`: v2 in microseconds (`usage_usec`, `nr_throttled`, `throttled_usec`, …), v1 in
 //!   nanoseconds (`throttled_time`, `burst_time`); both become [`CpuStat`] in microseconds.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 use crate::body;
+use crate::mounts::CgroupMounts;
+use crate::psi::Psi;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CgroupFileError {
@@ -291,6 +295,37 @@ fn service(parts: &[&str]) -> Workload {
         },
         _ => Workload::Other,
     }
+}
+
+/// v1 `cpuacct.usage`: cumulative CPU time in nanoseconds, returned in microseconds like
+/// v2's `usage_usec`.
+pub fn parse_cpuacct_usage(text: &str) -> Result<u64, CgroupFileError> {
+    let line = single_line(text)?;
+    line.parse::<u64>()
+        .map(|ns| ns / 1000)
+        .map_err(|_| bad(1, format!("{line:?} is not a count of nanoseconds")))
+}
+
+/// What one cgroup showed in one sample. Each file is optional: a cgroup without the cpu
+/// controller has no `cpu.max`, a v1 node keeps PSI on the unified hierarchy only.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CgroupStats {
+    pub workload: Workload,
+    pub cpu_max: Option<CpuMax>,
+    pub cpu_stat: Option<CpuStat>,
+    /// `cpu`, `memory`, `io` pressure of this cgroup (cgroup v2 only).
+    pub pressure: BTreeMap<String, Psi>,
+}
+
+/// The cgroups nodemedic watches (pods, optionally containers, systemd services), keyed by
+/// their path relative to the hierarchy root (`kubepods.slice/…`), and where it found them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Cgroups {
+    pub mounts: CgroupMounts,
+    /// The mounts were confirmed by `/proc/self/mountinfo` (else found by the directory shape
+    /// under `--path.cgroupfs`, as for fixture trees).
+    pub from_mountinfo: bool,
+    pub groups: BTreeMap<String, CgroupStats>,
 }
 
 #[cfg(test)]

@@ -82,6 +82,9 @@ pub fn cgroup_cpu(data: &[u8]) {
         let r = s.throttled_ratio_since(&cgroup::CpuStat::default());
         assert!(r.is_none_or(|r| (0.0..=1.0).contains(&r)));
     }
+    if let Ok(us) = cgroup::parse_cpuacct_usage(&text) {
+        assert!(us <= u64::MAX / 1000);
+    }
 }
 
 pub fn cgroup_path(data: &[u8]) {

@@ -45,6 +45,9 @@ pub struct Snapshot {
     /// Node-wide Pressure Stall Information by resource (`cpu`, `memory`, `io`, `irq`): only
     /// the resources this kernel reports. `None` when PSI is off or absent.
     pub pressure: Option<BTreeMap<String, Psi>>,
+    /// Per-cgroup CPU quota, throttling and pressure; `None` when the cgroups collector is off
+    /// or found no hierarchy.
+    pub cgroups: Option<crate::cgroup::Cgroups>,
 }
 
 /// etcd's `wal_fsync_duration_seconds` buckets: 1 ms doubling to 8.192 s

@@ -1,11 +1,12 @@
 //! `nodemedic check`: a one-shot diagnosis for an SRE at a terminal.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write;
 
 use nodemedic_kernel::interrupts::Interrupts;
 
-use nodemedic_collect::CollectorStatus;
+use nodemedic_collect::{CollectorState, CollectorStatus};
+use nodemedic_detect::pressure::PsiRatios;
 use nodemedic_detect::{Finding, Severity};
 use serde::Serialize;
 
@@ -30,6 +31,92 @@ pub struct CheckReport {
     /// perf-event outputs and wakeups from the eBPF probes, with rates over the interval and
     /// the busiest owners (absent when the probes are switched off).
     pub perf: Option<nodemedic_kernel::perf::PerfProbes>,
+    pub pressure: PressureReport,
+}
+
+/// Where work waited over the interval: node PSI and every watched cgroup.
+#[derive(Debug, Serialize)]
+pub struct PressureReport {
+    /// Share of the interval stalled, by resource (`cpu`, `memory`, `io`, `irq`); absent
+    /// without PSI (see `node_unavailable`).
+    pub node: Option<BTreeMap<String, PsiRatios>>,
+    /// Why there is no node PSI (kernel without PSI, or PSI switched off).
+    pub node_unavailable: Option<String>,
+    /// Watched cgroups, most CPU-pressured first.
+    pub cgroups: Vec<CgroupReport>,
+    /// Rows per list in the text output.
+    #[serde(skip)]
+    pub top: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CgroupReport {
+    pub path: String,
+    /// namespace/pod[/container], the unit, or `pod <uid>`.
+    pub name: String,
+    pub pod_uid: Option<String>,
+    pub qos: Option<&'static str>,
+    pub quota_cores: Option<f64>,
+    pub cpu_usage_cores: Option<f64>,
+    /// Throttled periods / periods over the interval.
+    pub throttled_ratio: Option<f64>,
+    pub cpu_some_ratio: Option<f64>,
+    pub memory_some_ratio: Option<f64>,
+    pub io_some_ratio: Option<f64>,
+    pub quota_bound: bool,
+    pub starved: bool,
+}
+
+fn pressure_report(second: &Sample) -> PressureReport {
+    let node_unavailable = second
+        .collectors
+        .iter()
+        .find(|c| c.name == "pressure")
+        .and_then(|c| match &c.state {
+            CollectorState::Unavailable { reason } | CollectorState::Failed { reason } => {
+                Some(reason.clone())
+            }
+            CollectorState::Disabled { reason } => Some(reason.clone()),
+            _ => None,
+        });
+    let Some(v) = &second.pressure else {
+        return PressureReport {
+            node: None,
+            node_unavailable,
+            cgroups: Vec::new(),
+            top: 5,
+        };
+    };
+    let mut cgroups: Vec<CgroupReport> = v
+        .cgroups
+        .iter()
+        .map(|c| CgroupReport {
+            path: c.path.clone(),
+            name: c.name.clone(),
+            pod_uid: c.pod_uid().map(str::to_string),
+            qos: c.qos().map(|q| q.as_str()),
+            quota_cores: c.quota_cores,
+            cpu_usage_cores: c.cpu_usage_cores,
+            throttled_ratio: c.throttled_ratio,
+            cpu_some_ratio: c.cpu_some_ratio,
+            memory_some_ratio: c.memory_some_ratio,
+            io_some_ratio: c.io_some_ratio,
+            quota_bound: c.quota_bound,
+            starved: c.starved,
+        })
+        .collect();
+    cgroups.sort_by(|a, b| {
+        b.cpu_some_ratio
+            .unwrap_or(0.0)
+            .total_cmp(&a.cpu_some_ratio.unwrap_or(0.0))
+            .then_with(|| a.path.cmp(&b.path))
+    });
+    PressureReport {
+        node: (!v.node.is_empty()).then(|| v.node.clone()),
+        node_unavailable,
+        cgroups,
+        top: 5,
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -67,11 +154,15 @@ pub fn run(config: &Config, args: &CheckArgs) -> anyhow::Result<u8> {
     (hurting.raise_after, hurting.clear_after) = (1, 1);
     let mut wakeup_storm = config.detector.wakeup_storm.clone();
     (wakeup_storm.raise_after, wakeup_storm.clear_after) = (1, 1);
+    // One interval: pressure verdicts are judged on the rates between the two samples.
+    let mut pressure = config.detector.pressure.clone();
+    (pressure.raise_after, pressure.clear_after) = (1, 1);
     let mut engine = Engine::with_extra(
         EngineConfig {
             collapse,
             hurting,
             wakeup_storm,
+            pressure,
             ..config.engine_config()
         },
         crate::probes::sources(config, false),
@@ -87,7 +178,8 @@ pub fn run(config: &Config, args: &CheckArgs) -> anyhow::Result<u8> {
         eprintln!("nodemedic check: cannot run: {reason}");
         return Ok(EXIT_COULD_NOT_RUN);
     }
-    let report = build_report(&first, &second);
+    let mut report = build_report(&first, &second);
+    report.pressure.top = args.top;
     match args.format {
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
         OutputFormat::Text => print!("{}", render_text(&report)),
@@ -199,6 +291,7 @@ pub fn build_report(first: &Sample, second: &Sample) -> CheckReport {
         findings,
         collectors: second.collectors.clone(),
         perf: snap.perf.clone(),
+        pressure: pressure_report(second),
     }
 }
 
@@ -339,6 +432,7 @@ pub fn render_text(r: &CheckReport) -> String {
     if let Some(p) = &r.perf {
         perf_text(&mut o, p);
     }
+    pressure_text(&mut o, &r.pressure);
     if r.findings.is_empty() {
         let _ = writeln!(o, "\nNo findings.");
     } else {
@@ -391,6 +485,88 @@ fn perf_text(o: &mut String, p: &nodemedic_kernel::perf::PerfProbes) {
             human(w.outputs_per_second),
             human(w.wakeups_per_second)
         );
+    }
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |v| format!("{:.1}%", v * 100.0))
+}
+
+fn pressure_text(o: &mut String, p: &PressureReport) {
+    let _ = writeln!(
+        o,
+        "\nPressure (share of the interval in which work waited):"
+    );
+    match (&p.node, &p.node_unavailable) {
+        (Some(node), _) => {
+            let parts: Vec<String> = ["cpu", "memory", "io", "irq"]
+                .iter()
+                .filter_map(|r| {
+                    let n = node.get(*r)?;
+                    let mut s = format!("{r} some {}", pct(n.some));
+                    if *r != "cpu" {
+                        let _ = write!(s, " full {}", pct(n.full));
+                    }
+                    Some(s)
+                })
+                .collect();
+            let _ = writeln!(o, "  node: {}", parts.join(" | "));
+        }
+        (None, Some(reason)) => {
+            let _ = writeln!(o, "  node: no PSI: {reason}");
+        }
+        (None, None) => {
+            let _ = writeln!(o, "  node: no PSI data");
+        }
+    }
+    if p.cgroups.is_empty() {
+        let _ = writeln!(o, "  no pods or services found in the cgroup hierarchy");
+        return;
+    }
+    let row = |o: &mut String, c: &CgroupReport| {
+        let quota = c
+            .quota_cores
+            .map_or_else(|| "none".into(), |q| format!("{q:.2}"));
+        let used = c
+            .cpu_usage_cores
+            .map_or_else(|| "-".into(), |u| format!("{u:.2}"));
+        let _ = writeln!(
+            o,
+            "    {:<48} cpu wait {:>6} mem wait {:>6} throttled {:>6} quota {:>6} used {:>5}{}{}",
+            c.name,
+            pct(c.cpu_some_ratio),
+            pct(c.memory_some_ratio),
+            pct(c.throttled_ratio),
+            quota,
+            used,
+            if c.quota_bound { "  QUOTA-BOUND" } else { "" },
+            if c.starved { "  STARVED" } else { "" },
+        );
+    };
+    let _ = writeln!(o, "  most pressured cgroups (CPU wait):");
+    for c in p.cgroups.iter().take(p.top) {
+        row(o, c);
+    }
+    let mut throttled: Vec<&CgroupReport> = p
+        .cgroups
+        .iter()
+        .filter(|c| c.throttled_ratio.is_some_and(|t| t > 0.0))
+        .collect();
+    throttled.sort_by(|a, b| {
+        b.throttled_ratio
+            .unwrap_or(0.0)
+            .total_cmp(&a.throttled_ratio.unwrap_or(0.0))
+    });
+    if throttled.is_empty() {
+        let _ = writeln!(
+            o,
+            "  no cgroup was throttled by its CPU quota during the interval"
+        );
+    } else {
+        let _ = writeln!(o, "  most throttled cgroups (share of CFS periods):");
+        for c in throttled.into_iter().take(p.top) {
+            row(o, c);
+        }
     }
 }
 

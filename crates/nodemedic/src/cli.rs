@@ -26,7 +26,7 @@ pub struct GlobalArgs {
     /// sysfs mount point.
     #[arg(long = "path.sysfs", global = true, value_name = "DIR")]
     pub sysfs: Option<PathBuf>,
-    /// cgroup v2 (unified) mount point.
+    /// Root of the cgroup filesystem: a cgroup v2 mount, or the tmpfs holding v1 controllers and a hybrid unified/.
     #[arg(long = "path.cgroupfs", global = true, value_name = "DIR")]
     pub cgroupfs: Option<PathBuf>,
     /// Root of the host filesystem, for configuration files such as /etc/default/irqbalance.
@@ -79,6 +79,10 @@ pub struct CheckArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub format: OutputFormat,
+    /// Cgroups listed in the text output's pressure section, by pressure and by throttling
+    /// (the JSON lists every watched cgroup).
+    #[arg(long, default_value_t = 5)]
+    pub top: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -35,6 +35,7 @@ pub struct Config {
     pub reader: ReaderSection,
     pub disk_probe: DiskProbeSection,
     pub probes: ProbesConfig,
+    pub cgroups: CgroupsSection,
 }
 
 impl Default for Config {
@@ -51,7 +52,52 @@ impl Default for Config {
             reader: ReaderSection::default(),
             disk_probe: DiskProbeSection::default(),
             probes: ProbesConfig::default(),
+            cgroups: CgroupsSection::default(),
         }
+    }
+}
+
+/// Which cgroups get per-cgroup series and verdicts. Pods always; each container multiplies
+/// a pod's series by its containers, so that is opt-in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CgroupsSection {
+    pub containers: bool,
+    /// systemd services (`system.slice/<unit>.service`), for bare-metal nodes.
+    pub services: bool,
+    /// Only cgroups whose path relative to the hierarchy root matches this regex.
+    pub include: Option<String>,
+    /// No cgroup whose path matches this regex.
+    pub exclude: Option<String>,
+}
+
+impl Default for CgroupsSection {
+    fn default() -> Self {
+        Self {
+            containers: false,
+            services: true,
+            include: None,
+            exclude: None,
+        }
+    }
+}
+
+impl CgroupsSection {
+    pub fn selection(&self) -> anyhow::Result<nodemedic_collect::sources::CgroupSelection> {
+        let re = |field: &str, v: &Option<String>| -> anyhow::Result<Option<regex::Regex>> {
+            v.as_deref()
+                .map(|p| {
+                    regex::Regex::new(p)
+                        .with_context(|| format!("cgroups.{field}: {p:?} is not a valid regex"))
+                })
+                .transpose()
+        };
+        Ok(nodemedic_collect::sources::CgroupSelection {
+            containers: self.containers,
+            services: self.services,
+            include: re("include", &self.include)?,
+            exclude: re("exclude", &self.exclude)?,
+        })
     }
 }
 
@@ -145,6 +191,8 @@ pub struct CollectorsConfig {
     pub softirqs: bool,
     pub softnet: bool,
     pub irqbalance_config: bool,
+    pub pressure: bool,
+    pub cgroups: bool,
 }
 
 impl Default for CollectorsConfig {
@@ -157,6 +205,8 @@ impl Default for CollectorsConfig {
             softirqs: true,
             softnet: true,
             irqbalance_config: true,
+            pressure: true,
+            cgroups: true,
         }
     }
 }
@@ -172,6 +222,8 @@ impl CollectorsConfig {
             ("softirqs", self.softirqs),
             ("softnet", self.softnet),
             ("irqbalance_config", self.irqbalance_config),
+            ("pressure", self.pressure),
+            ("cgroups", self.cgroups),
         ]
         .into_iter()
         .filter(|(_, on)| !on)
@@ -187,6 +239,7 @@ pub struct DetectorConfig {
     pub hurting: HurtingConfig,
     pub disk_commit: nodemedic_detect::CommitLatencyConfig,
     pub wakeup_storm: WakeupStormConfig,
+    pub pressure: nodemedic_detect::PressureConfig,
 }
 
 /// nodemedic's eBPF probes on perf_event_output*/perf_event_wakeup (docs/ebpf.md).
@@ -341,6 +394,11 @@ impl Config {
                 humantime::format_duration(self.reader.rescan_interval)
             );
         }
+        self.detector
+            .pressure
+            .validate()
+            .context("invalid [detector.pressure]")?;
+        self.cgroups.selection()?;
         if !self.collectors.interrupts {
             bail!("collectors.interrupts cannot be disabled: every IRQ verdict depends on it");
         }
@@ -398,6 +456,9 @@ impl Config {
                     io_uring: self.disk_probe.io_uring,
                 }),
             commit_latency: self.detector.disk_commit.clone(),
+            pressure: self.detector.pressure.clone(),
+            // validate() has compiled these; a config that fails here never got this far.
+            cgroups: self.cgroups.selection().unwrap_or_default(),
             wakeup_storm: self.detector.wakeup_storm.clone(),
         }
     }

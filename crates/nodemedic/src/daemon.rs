@@ -237,6 +237,7 @@ async fn metrics(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Respo
             .unwrap_or(&[]),
         samples_total: sample.as_ref().map(|s| s.samples_total).unwrap_or(0),
         process: crate::process::self_stats(),
+        pressure: sample.as_ref().and_then(|s| s.pressure.as_ref()),
         remediation: Some(RemediationExport {
             mode,
             paused: remedy.as_ref().is_some_and(|r| r.paused),

@@ -254,6 +254,7 @@ mod tests {
                 commit: None,
                 findings: Vec::new(),
                 storm: None,
+                pressure: None,
                 duration: Duration::ZERO,
                 samples_total: i + 1,
                 reader: Default::default(),

@@ -367,6 +367,41 @@ fn exposition_aarch64() {
     exposition("aarch64", &[]);
 }
 
+/// A Kubernetes node (systemd cgroup driver, cgroup v2): node PSI and per-pod quota,
+/// throttling and pressure series carry pod_uid and qos; `max` exports no quota; a garbled
+/// cpu.max loses only that series, and the collector says so.
+#[test]
+fn exposition_k8s_systemd_v2() {
+    let raw = exposition("k8s-systemd-v2", &[]);
+    let hpc = "pod_uid=\"8f14e45f-ceea-467f-a0e6-4f1a2b3c4d5e\",qos=\"guaranteed\"";
+    for line in [
+        format!("nodemedic_cgroup_cpu_quota_cores{{{hpc}}} 10"),
+        format!("nodemedic_cgroup_cpu_period_seconds{{{hpc}}} 0.1"),
+        "nodemedic_pressure_avg_ratio{resource=\"cpu\",kind=\"some\",window=\"10s\"} 0.1204"
+            .to_string(),
+        "nodemedic_cgroups_watched 9".to_string(),
+        "nodemedic_scrape_collector_warnings{collector=\"cgroups\"} 2".to_string(),
+    ] {
+        assert!(raw.lines().any(|l| l == line), "no `{line}` line");
+    }
+    assert!(
+        raw.lines()
+            .any(|l| l.starts_with("nodemedic_pressure_cpu_waiting_seconds_total ")),
+        "node PSI"
+    );
+    assert!(
+        !raw.lines()
+            .any(|l| l.starts_with("nodemedic_cgroup_cpu_quota_cores{") && l.contains("45c48cce")),
+        "a best-effort pod with cpu.max `max` has no quota series"
+    );
+    assert!(
+        raw.lines()
+            .any(|l| l
+                .starts_with("nodemedic_cgroup_cpu_usage_seconds_total{unit=\"kubelet.service\"}")),
+        "services by unit"
+    );
+}
+
 #[test]
 fn exposition_8cpu_offline() {
     exposition("8cpu-offline", &[]);

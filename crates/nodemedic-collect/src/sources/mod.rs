@@ -1,5 +1,6 @@
 //! The collectors, one module per kernel source, listed in dependency order.
 
+mod cgroups;
 mod interrupts;
 mod irq_affinity;
 mod irqbalance;
@@ -14,6 +15,7 @@ use std::sync::Mutex;
 
 use nodemedic_kernel::CpuSet;
 
+pub use cgroups::{CgroupSelection, CgroupsCollector};
 pub use interrupts::InterruptsCollector;
 pub use irq_affinity::IrqAffinityCollector;
 pub use irqbalance::IrqbalanceConfigCollector;

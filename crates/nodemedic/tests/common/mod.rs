@@ -277,6 +277,8 @@ pub fn start_nodemedic(fixture: &str, config: &str) -> Server {
             .arg(tree.join("proc"))
             .arg("--path.sysfs")
             .arg(tree.join("sys"))
+            .arg("--path.cgroupfs")
+            .arg(tree.join("sys/fs/cgroup"))
             .arg("--path.rootfs")
             .arg(&tree)
             .arg("--web.listen-address")

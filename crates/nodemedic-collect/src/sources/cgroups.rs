@@ -1,0 +1,342 @@
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use nodemedic_kernel::cgroup::{
+    classify, parse_cfs, parse_cpu_max, parse_cpu_stat, parse_cpuacct_usage, CgroupStats, Cgroups,
+    Workload,
+};
+use nodemedic_kernel::mounts::{cgroup_mounts, CgroupMounts};
+use nodemedic_kernel::{psi, Snapshot};
+
+use super::RescanCache;
+use crate::{CollectError, Collected, Collector, Ctx, ReadError, Reader};
+
+/// Which cgroups are watched. Pods are always watched; containers multiply the series by the
+/// containers per pod, so they are opt-in.
+#[derive(Debug, Clone, Default)]
+pub struct CgroupSelection {
+    /// Also one entry per container of each pod.
+    pub containers: bool,
+    /// systemd services (`system.slice/<unit>.service`), for bare-metal nodes.
+    pub services: bool,
+    /// Only cgroups whose path (relative to the hierarchy root) matches.
+    pub include: Option<regex::Regex>,
+    /// No cgroup whose path matches.
+    pub exclude: Option<regex::Regex>,
+}
+
+impl CgroupSelection {
+    fn wants(&self, rel: &str, w: &Workload) -> bool {
+        let kind = match w {
+            Workload::Pod { .. } => true,
+            Workload::Container { .. } => self.containers,
+            Workload::Service { .. } => self.services,
+            Workload::Other => false,
+        };
+        kind && self.include.as_ref().is_none_or(|r| r.is_match(rel))
+            && !self.exclude.as_ref().is_some_and(|r| r.is_match(rel))
+    }
+}
+
+/// How deep the walk looks for pods and services outside `kubepods`: the root's children and
+/// grandchildren (`system.slice/foo.service`, `user.slice/user-0.slice`).
+const SEARCH_DEPTH: usize = 2;
+/// How deep below the root a pod's containers can be (systemd driver with a QoS slice:
+/// `kubepods.slice/kubepods-burstable.slice/…pod….slice/cri-containerd-….scope`, plus a
+/// kubelet `--cgroup-root` prefix or two).
+const KUBEPODS_DEPTH: usize = 6;
+
+/// Per-cgroup CPU quota (`cpu.max`, or v1 `cpu.cfs_quota_us`/`cpu.cfs_period_us`), throttling
+/// (`cpu.stat`) and pressure (`{cpu,memory,io}.pressure`) for Kubernetes pods and, when
+/// asked, their containers and systemd services.
+///
+/// The hierarchies come from `/proc/self/mountinfo` when it shows cgroup mounts under
+/// `--path.cgroupfs` (the real node), else from the directory shape there (fixture trees, a
+/// host tree mounted without its submounts): a v2 root with `cgroup.controllers`, the hybrid
+/// `unified/`, v1 `cpu,cpuacct/` or `cpu/`. On v1 and hybrid nodes the quota and throttling
+/// come from the v1 cpu hierarchy and the pressure from the unified one, joined by path.
+#[derive(Default)]
+pub struct CgroupsCollector {
+    selection: CgroupSelection,
+    /// The mounts found under a root, re-read at each rescan (or when the root changes).
+    layout: RescanCache<(PathBuf, CgroupMounts, bool)>,
+}
+
+impl CgroupsCollector {
+    pub fn new(selection: CgroupSelection) -> Self {
+        Self {
+            selection,
+            layout: RescanCache::default(),
+        }
+    }
+}
+
+impl Collector for CgroupsCollector {
+    fn name(&self) -> &'static str {
+        "cgroups"
+    }
+
+    fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
+        let root = &ctx.paths.cgroupfs;
+        let mut out = Collected::default();
+        if !root.is_dir() {
+            out.unavailable = Some(format!(
+                "{} does not exist: no cgroup filesystem to read (set --path.cgroupfs)",
+                root.display()
+            ));
+            return Ok(out);
+        }
+        let moved = self.layout.peek(|(r, _, _)| r != root).unwrap_or(true);
+        let ((_, mounts, from_mountinfo), warnings) =
+            self.layout.get(ctx.rescan || moved, || {
+                let (m, confirmed) = layout(ctx.reader, &ctx.paths.procfs, root);
+                Ok(((root.clone(), m, confirmed), Vec::new()))
+            })?;
+        out.warnings.extend(warnings);
+        // The hierarchy the workloads are listed from: the one with the cpu controller's
+        // files when there is a v1 one, else the unified one.
+        let Some(walk_root) = mounts.cpu.clone().or_else(|| mounts.unified.clone()) else {
+            out.unavailable = Some(format!(
+                "no cgroup hierarchy found under {} (neither cgroup.controllers, unified/ nor a v1 cpu controller directory)",
+                root.display()
+            ));
+            return Ok(out);
+        };
+        let mut found = Vec::new();
+        walk(
+            &walk_root,
+            "",
+            &self.selection,
+            &mut found,
+            &mut out.warnings,
+        )
+        .map_err(|e| ReadError::from_io(&walk_root, e))?;
+        let mut groups = BTreeMap::new();
+        for (rel, workload) in found {
+            match read_group(ctx.reader, &mounts, &rel, workload, &mut out.warnings) {
+                Ok(Some(stats)) => {
+                    groups.insert(rel, stats);
+                }
+                Ok(None) => {}
+                Err(e) if e.is_missing() => out
+                    .warnings
+                    .push(format!("cgroup {rel} vanished during the sample ({e})")),
+                Err(e) => out.warnings.push(e.to_string()),
+            }
+        }
+        snap.cgroups = Some(Cgroups {
+            mounts,
+            from_mountinfo,
+            groups,
+        });
+        Ok(out)
+    }
+}
+
+/// The cgroup mounts under `root`: from mountinfo when it lists any there, else by shape.
+fn layout(reader: &Reader, procfs: &Path, root: &Path) -> (CgroupMounts, bool) {
+    let mountinfo = procfs.join("self/mountinfo");
+    if let Ok(Some(text)) = reader.read_optional(&mountinfo) {
+        if let Ok(m) = cgroup_mounts(&text) {
+            let under = |p: Option<PathBuf>| p.filter(|p| p.starts_with(root));
+            let m = CgroupMounts {
+                unified: under(m.unified),
+                cpu: under(m.cpu),
+                cpuacct: under(m.cpuacct),
+            };
+            if m.unified.is_some() || m.cpu.is_some() {
+                return (m, true);
+            }
+        }
+    }
+    (discover(root), false)
+}
+
+fn discover(root: &Path) -> CgroupMounts {
+    let v2 = |p: PathBuf| p.join("cgroup.controllers").is_file().then_some(p);
+    let unified = v2(root.to_path_buf()).or_else(|| v2(root.join("unified")));
+    let with = |file: &str| {
+        ["cpu,cpuacct", "cpuacct,cpu", "cpu", "cpuacct"]
+            .iter()
+            .map(|d| root.join(d))
+            .find(|d| d.join(file).is_file())
+    };
+    CgroupMounts {
+        unified,
+        cpu: with("cpu.cfs_period_us"),
+        cpuacct: with("cpuacct.usage"),
+    }
+}
+
+/// Lists the watched cgroups under `dir` (relative path `rel`). Only the root's listing
+/// failing is an error; a subtree that vanished or cannot be listed is a warning.
+fn walk(
+    base: &Path,
+    rel: &str,
+    selection: &CgroupSelection,
+    found: &mut Vec<(String, Workload)>,
+    warnings: &mut Vec<String>,
+) -> io::Result<()> {
+    let dir = if rel.is_empty() {
+        base.to_path_buf()
+    } else {
+        base.join(rel)
+    };
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if rel.is_empty() => return Err(e),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => {
+            warnings.push(format!("{}: cannot list: {e}", dir.display()));
+            return Ok(());
+        }
+    };
+    let depth = if rel.is_empty() {
+        1
+    } else {
+        rel.matches('/').count() + 2
+    };
+    let mut children: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    children.sort();
+    for name in children {
+        let child = if rel.is_empty() {
+            name
+        } else {
+            format!("{rel}/{name}")
+        };
+        let workload = classify(&child);
+        let descend = match &workload {
+            Workload::Pod { .. } => selection.containers,
+            Workload::Container { .. } | Workload::Service { .. } => false,
+            Workload::Other => {
+                depth <= SEARCH_DEPTH || (child.contains("kubepods") && depth < KUBEPODS_DEPTH)
+            }
+        };
+        if selection.wants(&child, &workload) {
+            found.push((child.clone(), workload));
+        }
+        if descend {
+            walk(base, &child, selection, found, warnings)?;
+        }
+    }
+    Ok(())
+}
+
+/// One cgroup's files. `Ok(None)` when it has none of them (not a cgroup directory after
+/// all); a missing cgroup directory is [`ReadError::Missing`]; a damaged file is a warning
+/// and loses only that file.
+fn read_group(
+    reader: &Reader,
+    mounts: &CgroupMounts,
+    rel: &str,
+    workload: Workload,
+    warnings: &mut Vec<String>,
+) -> Result<Option<CgroupStats>, ReadError> {
+    let mut stats = CgroupStats {
+        workload,
+        cpu_max: None,
+        cpu_stat: None,
+        pressure: BTreeMap::new(),
+    };
+    let mut any = false;
+    // A file missing from a cgroup that still exists is a file this kernel or controller
+    // does not provide; whether the cgroup itself vanished is decided at the end.
+    let mut note = |r: Result<(), ReadError>| match r {
+        Err(e) if e.is_missing() => Ok::<(), ReadError>(()),
+        Err(e) => {
+            warnings.push(e.to_string());
+            Ok(())
+        }
+        Ok(()) => Ok(()),
+    };
+    if let Some(cpu) = &mounts.cpu {
+        let dir = cpu.join(rel);
+        let quota = dir.join("cpu.cfs_quota_us");
+        let period = dir.join("cpu.cfs_period_us");
+        note((|| {
+            let q = reader.read(&quota)?;
+            let p = reader.read(&period)?;
+            stats.cpu_max = Some(parse_cfs(&q, &p).map_err(|e| ReadError::parse(&quota, e))?);
+            any = true;
+            Ok(())
+        })())?;
+        let stat = dir.join("cpu.stat");
+        note((|| {
+            let text = reader.read(&stat)?;
+            stats.cpu_stat = Some(parse_cpu_stat(&text).map_err(|e| ReadError::parse(&stat, e))?);
+            any = true;
+            Ok(())
+        })())?;
+        if let Some(acct) = &mounts.cpuacct {
+            let usage = acct.join(rel).join("cpuacct.usage");
+            note((|| {
+                if let Some(text) = reader.read_optional(&usage)? {
+                    let us = parse_cpuacct_usage(&text).map_err(|e| ReadError::parse(&usage, e))?;
+                    if let Some(s) = stats.cpu_stat.as_mut() {
+                        s.usage_us = Some(us);
+                    }
+                }
+                Ok(())
+            })())?;
+        }
+    }
+    if let Some(unified) = &mounts.unified {
+        let dir = unified.join(rel);
+        let on_v2 = mounts.cpu.is_none();
+        if on_v2 {
+            let max = dir.join("cpu.max");
+            // Absent when the cpu controller is not enabled for this cgroup.
+            note((|| {
+                if let Some(text) = reader.read_optional(&max)? {
+                    stats.cpu_max =
+                        Some(parse_cpu_max(&text).map_err(|e| ReadError::parse(&max, e))?);
+                }
+                Ok(())
+            })())?;
+            let stat = dir.join("cpu.stat");
+            note((|| {
+                let text = reader.read(&stat)?;
+                stats.cpu_stat =
+                    Some(parse_cpu_stat(&text).map_err(|e| ReadError::parse(&stat, e))?);
+                any = true;
+                Ok(())
+            })())?;
+        }
+        for resource in ["cpu", "memory", "io"] {
+            let path = dir.join(format!("{resource}.pressure"));
+            let r = match reader.read_optional(&path) {
+                Ok(Some(text)) => match psi::parse(&text) {
+                    Ok(p) => {
+                        stats.pressure.insert(resource.to_string(), p);
+                        any = true;
+                        Ok(())
+                    }
+                    Err(e) => Err(ReadError::parse(&path, e)),
+                },
+                // The hybrid unified tree may lack a cgroup the v1 tree has: no pressure.
+                Ok(None) => Ok(()),
+                // PSI switched off: the files exist and reads fail with EOPNOTSUPP.
+                Err(ReadError::Io { source, .. }) if source.raw_os_error() == Some(95) => Ok(()),
+                Err(e) => Err(e),
+            };
+            note(r)?;
+        }
+    }
+    if any {
+        return Ok(Some(stats));
+    }
+    let primary = mounts
+        .cpu
+        .as_ref()
+        .or(mounts.unified.as_ref())
+        .map(|m| m.join(rel));
+    match primary {
+        Some(dir) if !dir.is_dir() => Err(ReadError::Missing(dir)),
+        _ => Ok(None),
+    }
+}

@@ -1,0 +1,607 @@
+//! Pressure: where work waits, from PSI and CFS throttling, node-wide and per cgroup.
+//!
+//! CPU usage against requests says little on a shared node; PSI says how long runnable work
+//! actually waited. Three verdicts, each with hysteresis:
+//! - *quota-bound*: a cgroup with a CPU quota throttled in many of its periods while its
+//!   tasks wait for CPU: the limit, not the node, is what holds it back;
+//! - *starved*: a pod (or service) whose tasks wait for CPU or memory a large share of the
+//!   time;
+//! - *node saturated*: the node as a whole waits for CPU, memory or I/O.
+//!
+//! Rates are computed here, once, from two consecutive snapshots, and reused by the
+//! exposition and by `nodemedic check`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::finding::{Finding, Severity};
+use crate::hysteresis::{Hysteresis, Latch};
+use nodemedic_kernel::cgroup::{CgroupStats, Qos, Workload};
+use nodemedic_kernel::psi::Psi;
+use nodemedic_kernel::Snapshot;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PressureConfig {
+    /// Node saturated when CPU `some` pressure (share of wall time in which at least one
+    /// runnable task waited for a CPU) reaches this…
+    pub node_cpu_some: f64,
+    /// …or memory `some` pressure (reclaim, refaults, swap-in) reaches this…
+    pub node_memory_some: f64,
+    /// …or I/O `full` pressure (all non-idle tasks waited for I/O at once) reaches this.
+    pub node_io_full: f64,
+    /// A pod or service is starved when its CPU `some` pressure reaches this…
+    pub starved_cpu_some: f64,
+    /// …or its memory `some` pressure reaches this.
+    pub starved_memory_some: f64,
+    /// Quota-bound: share of CFS periods in which the cgroup was throttled…
+    pub quota_throttled_ratio: f64,
+    /// …while its CPU `some` pressure is at least this (on v1 nodes without cgroup PSI,
+    /// throttling alone decides).
+    pub quota_cpu_some: f64,
+    pub raise_after: u32,
+    pub clear_after: u32,
+}
+
+impl Default for PressureConfig {
+    fn default() -> Self {
+        Self {
+            node_cpu_some: 0.5,
+            node_memory_some: 0.2,
+            node_io_full: 0.3,
+            starved_cpu_some: 0.3,
+            starved_memory_some: 0.2,
+            quota_throttled_ratio: 0.25,
+            quota_cpu_some: 0.1,
+            raise_after: 3,
+            clear_after: 3,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PressureConfigError {
+    #[error("detector.pressure.{field} must be a ratio in (0, 1], got {value}")]
+    Ratio { field: &'static str, value: f64 },
+    #[error("detector.pressure.raise_after and clear_after must be at least 1")]
+    Hysteresis,
+}
+
+impl PressureConfig {
+    pub fn validate(&self) -> Result<(), PressureConfigError> {
+        for (field, value) in [
+            ("node_cpu_some", self.node_cpu_some),
+            ("node_memory_some", self.node_memory_some),
+            ("node_io_full", self.node_io_full),
+            ("starved_cpu_some", self.starved_cpu_some),
+            ("starved_memory_some", self.starved_memory_some),
+            ("quota_throttled_ratio", self.quota_throttled_ratio),
+            ("quota_cpu_some", self.quota_cpu_some),
+        ] {
+            if !(value > 0.0 && value <= 1.0) {
+                return Err(PressureConfigError::Ratio { field, value });
+            }
+        }
+        if self.raise_after == 0 || self.clear_after == 0 {
+            return Err(PressureConfigError::Hysteresis);
+        }
+        Ok(())
+    }
+
+    fn hysteresis(&self) -> Hysteresis {
+        Hysteresis {
+            raise_after: self.raise_after,
+            clear_after: self.clear_after,
+        }
+    }
+}
+
+/// Share of the interval stalled, from a PSI file's `total=` counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct PsiRatios {
+    pub some: Option<f64>,
+    pub full: Option<f64>,
+}
+
+/// One cgroup over the last interval.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CgroupRates {
+    /// Path relative to the hierarchy root.
+    pub path: String,
+    pub workload: Workload,
+    /// `namespace/pod` (plus `/container`) when the pod is known, the unit for a service,
+    /// else `pod <uid>`.
+    pub name: String,
+    pub namespace: Option<String>,
+    pub pod: Option<String>,
+    pub container: Option<String>,
+    pub quota_cores: Option<f64>,
+    /// CPUs used on average over the interval.
+    pub cpu_usage_cores: Option<f64>,
+    /// Throttled periods / periods over the interval (`None` without periods in it).
+    pub throttled_ratio: Option<f64>,
+    pub cpu_some_ratio: Option<f64>,
+    pub memory_some_ratio: Option<f64>,
+    pub io_some_ratio: Option<f64>,
+    pub quota_bound: bool,
+    pub starved: bool,
+}
+
+impl CgroupRates {
+    pub fn pod_uid(&self) -> Option<&str> {
+        match &self.workload {
+            Workload::Pod { uid, .. } | Workload::Container { uid, .. } => Some(uid),
+            _ => None,
+        }
+    }
+
+    pub fn qos(&self) -> Option<Qos> {
+        match &self.workload {
+            Workload::Pod { qos, .. } | Workload::Container { qos, .. } => Some(*qos),
+            _ => None,
+        }
+    }
+}
+
+/// The detector's view after one sample.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PressureVerdict {
+    pub interval_seconds: f64,
+    /// Node PSI by resource over the interval (empty without node PSI).
+    pub node: BTreeMap<String, PsiRatios>,
+    pub node_saturated: bool,
+    /// Which node thresholds this sample passed (`cpu some`, `memory some`, `io full`).
+    pub node_over: Vec<String>,
+    /// Every watched cgroup with rates, by path.
+    pub cgroups: Vec<CgroupRates>,
+    /// Verdicts that changed with this sample: (path or `node`, what, now active).
+    pub changes: Vec<(String, &'static str, bool)>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Previous {
+    at: Duration,
+    node: Option<BTreeMap<String, Psi>>,
+    cgroups: BTreeMap<String, CgroupStats>,
+}
+
+#[derive(Debug, Default)]
+pub struct PressureDetector {
+    config: PressureConfig,
+    previous: Option<Previous>,
+    node: Latch,
+    quota: BTreeMap<String, Latch>,
+    starved: BTreeMap<String, Latch>,
+}
+
+impl PressureDetector {
+    pub fn new(config: PressureConfig) -> Self {
+        Self {
+            config,
+            ..Default::default()
+        }
+    }
+
+    pub fn config(&self) -> &PressureConfig {
+        &self.config
+    }
+
+    /// Feeds one snapshot. `None` on the first sample with pressure or cgroup data (rates need
+    /// two) and while neither source gives data.
+    pub fn observe(&mut self, snap: &Snapshot) -> Option<PressureVerdict> {
+        let groups = snap.cgroups.as_ref().map(|c| &c.groups);
+        if snap.pressure.is_none() && groups.is_none() {
+            self.previous = None;
+            return None;
+        }
+        let current = Previous {
+            at: snap.at,
+            node: snap.pressure.clone(),
+            cgroups: groups.cloned().unwrap_or_default(),
+        };
+        let previous = self.previous.replace(current);
+        let prev = previous?;
+        let dt = snap.at.checked_sub(prev.at)?.as_secs_f64();
+        if dt <= 0.0 {
+            return None;
+        }
+        let h = self.config.hysteresis();
+        let mut changes = Vec::new();
+
+        let node: BTreeMap<String, PsiRatios> = match (&prev.node, &snap.pressure) {
+            (Some(before), Some(now)) => now
+                .iter()
+                .filter_map(|(r, p)| Some((r.clone(), ratios(before.get(r)?, p, dt))))
+                .collect(),
+            _ => BTreeMap::new(),
+        };
+        let at = |r: &str, f: fn(&PsiRatios) -> Option<f64>| node.get(r).and_then(f);
+        let mut node_over = Vec::new();
+        let c = &self.config;
+        for (resource, kind, value, threshold) in [
+            ("cpu", "some", at("cpu", |p| p.some), c.node_cpu_some),
+            (
+                "memory",
+                "some",
+                at("memory", |p| p.some),
+                c.node_memory_some,
+            ),
+            ("io", "full", at("io", |p| p.full), c.node_io_full),
+        ] {
+            if value.is_some_and(|v| v >= threshold) {
+                node_over.push(format!("{resource} {kind}"));
+            }
+        }
+        if !node.is_empty() && self.node.update(!node_over.is_empty(), &h, snap.timestamp) {
+            changes.push(("node".to_string(), "node_saturated", self.node.active));
+        }
+
+        let mut cgroups = Vec::new();
+        let mut seen = BTreeSet::new();
+        for (path, now) in groups.into_iter().flatten() {
+            let Some(before) = prev.cgroups.get(path) else {
+                continue;
+            };
+            seen.insert(path.clone());
+            let mut r = cgroup_rates(snap, path, before, now, dt);
+            let c = &self.config;
+            let throttled = r
+                .throttled_ratio
+                .is_some_and(|t| t >= c.quota_throttled_ratio);
+            // Without cgroup PSI (v1-only nodes) throttling alone decides.
+            let waiting = r.cpu_some_ratio.is_none_or(|s| s >= c.quota_cpu_some);
+            let quota_bound = r.quota_cores.is_some() && throttled && waiting;
+            // CPU wait in a quota-bound cgroup is its own limit's doing: that is the
+            // quota-bound finding, not a second one.
+            let starved = (r.cpu_some_ratio.is_some_and(|s| s >= c.starved_cpu_some)
+                && !quota_bound)
+                || r.memory_some_ratio
+                    .is_some_and(|s| s >= c.starved_memory_some);
+            let latch = self.quota.entry(path.clone()).or_default();
+            if latch.update(quota_bound, &h, snap.timestamp) {
+                changes.push((path.clone(), "quota_bound", latch.active));
+            }
+            r.quota_bound = latch.active;
+            // Containers share their pod's verdict; only pods and services are judged.
+            if !matches!(r.workload, Workload::Container { .. }) {
+                let latch = self.starved.entry(path.clone()).or_default();
+                if latch.update(starved, &h, snap.timestamp) {
+                    changes.push((path.clone(), "starved", latch.active));
+                }
+                r.starved = latch.active;
+            }
+            cgroups.push(r);
+        }
+        // A cgroup that is gone takes its state with it.
+        self.quota.retain(|p, _| seen.contains(p));
+        self.starved.retain(|p, _| seen.contains(p));
+        Some(PressureVerdict {
+            interval_seconds: dt,
+            node,
+            node_saturated: self.node.active,
+            node_over,
+            cgroups,
+            changes,
+        })
+    }
+}
+
+/// Stall share of the interval; `None` when a counter went backwards (a cgroup recreated
+/// under the same path).
+fn ratio(before: u64, now: u64, dt: f64) -> Option<f64> {
+    let d = now.checked_sub(before)?;
+    Some((d as f64 / 1e6 / dt).min(1.0))
+}
+
+fn ratios(before: &Psi, now: &Psi, dt: f64) -> PsiRatios {
+    let pick = |b: Option<nodemedic_kernel::psi::PsiLine>,
+                n: Option<nodemedic_kernel::psi::PsiLine>| {
+        ratio(b?.total_us, n?.total_us, dt)
+    };
+    PsiRatios {
+        some: pick(before.some, now.some),
+        full: pick(before.full, now.full),
+    }
+}
+
+fn cgroup_rates(
+    snap: &Snapshot,
+    path: &str,
+    before: &CgroupStats,
+    now: &CgroupStats,
+    dt: f64,
+) -> CgroupRates {
+    let psi = |resource: &str| {
+        let r = ratios(
+            before.pressure.get(resource)?,
+            now.pressure.get(resource)?,
+            dt,
+        );
+        r.some
+    };
+    let (b, n) = (before.cpu_stat, now.cpu_stat);
+    let throttled_ratio = b.zip(n).and_then(|(b, n)| {
+        let periods = n.nr_periods.checked_sub(b.nr_periods)?;
+        let throttled = n.nr_throttled.checked_sub(b.nr_throttled)?;
+        (periods > 0).then(|| (throttled as f64 / periods as f64).min(1.0))
+    });
+    let cpu_usage_cores = b.zip(n).and_then(|(b, n)| {
+        let d = n.usage_us?.checked_sub(b.usage_us?)?;
+        Some(d as f64 / 1e6 / dt)
+    });
+    let (name, namespace, pod, container) = names(snap, &now.workload);
+    CgroupRates {
+        path: path.to_string(),
+        workload: now.workload.clone(),
+        name,
+        namespace,
+        pod,
+        container,
+        quota_cores: now.cpu_max.and_then(|m| m.cores()),
+        cpu_usage_cores,
+        throttled_ratio,
+        cpu_some_ratio: psi("cpu"),
+        memory_some_ratio: psi("memory"),
+        io_some_ratio: psi("io"),
+        quota_bound: false,
+        starved: false,
+    }
+}
+
+type Names = (String, Option<String>, Option<String>, Option<String>);
+
+/// How a finding names the workload, and the Kubernetes names when known.
+pub fn names(snap: &Snapshot, w: &Workload) -> Names {
+    match w {
+        Workload::Pod { uid, .. } => match snap.pod(uid) {
+            Some(p) => (
+                format!("{}/{}", p.namespace, p.name),
+                Some(p.namespace.clone()),
+                Some(p.name.clone()),
+                None,
+            ),
+            None => (format!("pod {uid}"), None, None, None),
+        },
+        Workload::Container { uid, id, .. } => match snap.pod(uid) {
+            Some(p) => {
+                let c = p.containers.get(id).cloned();
+                let short = &id[..id.len().min(12)];
+                let label = c.clone().unwrap_or_else(|| short.to_string());
+                (
+                    format!("{}/{}/{label}", p.namespace, p.name),
+                    Some(p.namespace.clone()),
+                    Some(p.name.clone()),
+                    c,
+                )
+            }
+            None => (
+                format!("pod {uid} container {}", &id[..id.len().min(12)]),
+                None,
+                None,
+                None,
+            ),
+        },
+        Workload::Service { unit } => (unit.clone(), None, None, None),
+        Workload::Other => (String::new(), None, None, None),
+    }
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map_or_else(|| "n/a".into(), |v| format!("{:.0}%", v * 100.0))
+}
+
+/// Findings for every active verdict, each naming the workload and saying what to do.
+pub fn findings(v: &PressureVerdict) -> Vec<Finding> {
+    let mut out = Vec::new();
+    if v.node_saturated {
+        let at = |r: &str| v.node.get(r).copied().unwrap_or_default();
+        out.push(Finding {
+            kind: "node_saturated".into(),
+            severity: Severity::Warning,
+            subject: "node".into(),
+            message: format!(
+                "the node is saturated: work waited for CPU {} (some), memory {} (some), I/O {} (full) of the last {:.0} s; \
+                 it holds more than it can run: move workloads off it, lower overcommit (requests closer to use), \
+                 and see the most-pressured cgroups in `nodemedic check`",
+                pct(at("cpu").some),
+                pct(at("memory").some),
+                pct(at("io").full),
+                v.interval_seconds
+            ),
+        });
+    }
+    for c in &v.cgroups {
+        if c.quota_bound {
+            let cores = c
+                .quota_cores
+                .map_or_else(|| "?".into(), |q| format!("{q:.2}"));
+            out.push(Finding {
+                kind: "quota_bound".into(),
+                severity: Severity::Warning,
+                subject: c.name.clone(),
+                message: format!(
+                    "{} is held back by its CPU limit: throttled in {} of its CFS periods with a quota of {cores} CPUs \
+                     (using {}), and its tasks waited for CPU {} of the time; raise or remove the CPU limit \
+                     (cpu.max, resources.limits.cpu), or spread the work over more replicas",
+                    c.name,
+                    pct(c.throttled_ratio),
+                    c.cpu_usage_cores
+                        .map_or_else(|| "n/a".into(), |u| format!("{u:.2} CPUs")),
+                    pct(c.cpu_some_ratio),
+                ),
+            });
+        }
+        if c.starved {
+            out.push(Finding {
+                kind: "starved".into(),
+                severity: Severity::Warning,
+                subject: c.name.clone(),
+                message: format!(
+                    "{} is starved: its tasks waited for CPU {} and for memory {} of the time; \
+                     raise its requests (CPU) or memory limit, or move it away from the neighbours that compete with it",
+                    c.name,
+                    pct(c.cpu_some_ratio),
+                    pct(c.memory_some_ratio),
+                ),
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use nodemedic_kernel::cgroup::{CpuMax, CpuStat};
+    use nodemedic_kernel::psi::PsiLine;
+
+    use super::*;
+
+    fn line(total_us: u64) -> Option<PsiLine> {
+        Some(PsiLine {
+            total_us,
+            ..Default::default()
+        })
+    }
+
+    fn pod(throttled: u64, periods: u64, cpu_wait_us: u64) -> CgroupStats {
+        CgroupStats {
+            workload: Workload::Pod {
+                uid: "1a2b".into(),
+                qos: Qos::Burstable,
+            },
+            cpu_max: Some(CpuMax {
+                quota_us: Some(50_000),
+                period_us: 100_000,
+            }),
+            cpu_stat: Some(CpuStat {
+                usage_us: Some(periods * 50_000),
+                nr_periods: periods,
+                nr_throttled: throttled,
+                throttled_us: throttled * 10_000,
+                ..Default::default()
+            }),
+            pressure: [(
+                "cpu".to_string(),
+                Psi {
+                    some: line(cpu_wait_us),
+                    full: line(0),
+                },
+            )]
+            .into(),
+        }
+    }
+
+    fn snap(secs: u64, node_cpu_us: u64, g: CgroupStats) -> Snapshot {
+        Snapshot {
+            at: Duration::from_secs(secs),
+            timestamp: secs as f64,
+            pressure: Some(
+                [(
+                    "cpu".to_string(),
+                    Psi {
+                        some: line(node_cpu_us),
+                        full: None,
+                    },
+                )]
+                .into(),
+            ),
+            cgroups: Some(nodemedic_kernel::cgroup::Cgroups {
+                groups: [("kubepods/burstable/pod1a2b".to_string(), g)].into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn quota_bound_needs_throttling_and_waiting_for_raise_after_samples() {
+        let mut d = PressureDetector::new(PressureConfig {
+            raise_after: 2,
+            clear_after: 2,
+            ..Default::default()
+        });
+        assert!(
+            d.observe(&snap(0, 0, pod(0, 0, 0))).is_none(),
+            "needs two samples"
+        );
+        // 10 s: 100 periods, 60 throttled; waited 3.5 s of 10 (35%); node CPU some 20%.
+        let v = d
+            .observe(&snap(10, 2_000_000, pod(60, 100, 3_500_000)))
+            .unwrap();
+        let c = &v.cgroups[0];
+        assert_eq!(c.throttled_ratio, Some(0.6));
+        assert!((c.cpu_some_ratio.unwrap() - 0.35).abs() < 1e-9);
+        assert_eq!(c.quota_cores, Some(0.5));
+        assert!((c.cpu_usage_cores.unwrap() - 0.5).abs() < 1e-9);
+        assert!(!c.quota_bound, "hysteresis: one sample is not enough");
+        assert!((v.node["cpu"].some.unwrap() - 0.2).abs() < 1e-9);
+        let v = d
+            .observe(&snap(20, 4_000_000, pod(120, 200, 7_000_000)))
+            .unwrap();
+        assert!(v.cgroups[0].quota_bound);
+        assert!(!v.cgroups[0].starved, "its CPU wait is its quota's doing");
+        assert!(!v.node_saturated);
+        let f = findings(&v);
+        let q = f.iter().find(|f| f.kind == "quota_bound").unwrap();
+        assert_eq!(q.subject, "pod 1a2b");
+        assert!(q.message.contains("throttled in 60%"), "{}", q.message);
+        assert!(q.message.contains("0.50 CPUs"), "{}", q.message);
+        // Throttled but nobody waits: the quota is not what holds it back.
+        let v = d
+            .observe(&snap(30, 4_000_000, pod(180, 300, 7_000_000)))
+            .unwrap();
+        assert!(v.cgroups[0].quota_bound, "clear_after 2");
+        let v = d
+            .observe(&snap(40, 4_000_000, pod(240, 400, 7_000_000)))
+            .unwrap();
+        assert!(!v.cgroups[0].quota_bound);
+    }
+
+    #[test]
+    fn a_counter_going_backwards_gives_no_rate_and_a_vanished_cgroup_no_state() {
+        let mut d = PressureDetector::new(PressureConfig::default());
+        d.observe(&snap(0, 5_000_000, pod(100, 100, 9_000_000)));
+        let v = d.observe(&snap(10, 1_000, pod(1, 2, 1_000))).unwrap();
+        assert_eq!(v.node["cpu"].some, None);
+        assert_eq!(v.cgroups[0].throttled_ratio, None);
+        assert_eq!(v.cgroups[0].cpu_some_ratio, None);
+        let mut empty = snap(20, 2_000, pod(1, 2, 1_000));
+        empty.cgroups = Some(Default::default());
+        let v = d.observe(&empty).unwrap();
+        assert!(v.cgroups.is_empty());
+        assert!(d.quota.is_empty() && d.starved.is_empty());
+    }
+
+    #[test]
+    fn node_saturation_flaps_never() {
+        let mut d = PressureDetector::new(PressureConfig::default());
+        let mut total = 0;
+        d.observe(&snap(0, total, pod(0, 0, 0)));
+        for i in 1..200u64 {
+            // 90% and 10% CPU wait, alternating.
+            total += if i % 2 == 0 { 9_000_000 } else { 1_000_000 };
+            let v = d.observe(&snap(i * 10, total, pod(0, i, 0))).unwrap();
+            assert!(!v.node_saturated);
+        }
+    }
+
+    #[test]
+    fn config_rejects_nonsense() {
+        assert!(PressureConfig::default().validate().is_ok());
+        let bad = PressureConfig {
+            node_cpu_some: 1.5,
+            ..Default::default()
+        };
+        assert!(matches!(
+            bad.validate(),
+            Err(PressureConfigError::Ratio {
+                field: "node_cpu_some",
+                ..
+            })
+        ));
+    }
+}

@@ -1,0 +1,272 @@
+//! Pressure Stall Information (node and per cgroup) and per-cgroup CPU quota and throttling.
+//!
+//! Names follow node_exporter and kubelet: PSI `some` is `_waiting_seconds_total` (at least
+//! one task waited), `full` is `_stalled_seconds_total` (all non-idle tasks waited at once).
+//! Per-cgroup series carry kubelet's label names (`namespace`, `pod`, `container`) plus
+//! `pod_uid`, `qos` and `container_id`; systemd services carry `unit`. Cardinality: one set
+//! per pod by default (containers are opt-in), and only the resources the kernel reports.
+
+use nodemedic_detect::PressureVerdict;
+use nodemedic_kernel::cgroup::{CgroupStats, Workload};
+use nodemedic_kernel::psi::Psi;
+use nodemedic_kernel::Snapshot;
+
+use crate::encoder::{Encoder, Kind};
+
+const RESOURCES: [&str; 4] = ["cpu", "memory", "io", "irq"];
+
+pub(crate) fn node(e: &mut Encoder, snap: &Snapshot) {
+    let Some(p) = &snap.pressure else {
+        return;
+    };
+    for resource in RESOURCES {
+        let Some(psi) = p.get(resource) else {
+            continue;
+        };
+        if let Some(some) = psi.some {
+            e.family(
+                &format!("nodemedic_pressure_{resource}_waiting_seconds"),
+                Kind::Counter,
+                &format!(
+                    "Time in which at least one task on the node waited for {} (PSI some).",
+                    what(resource)
+                ),
+            );
+            e.sample(&[], some.total_seconds());
+        }
+        // The system-level cpu `full` line is always zero (some CPU is always running), so
+        // it is not exported: a series that cannot move misleads.
+        if let Some(full) = psi.full.filter(|_| resource != "cpu") {
+            e.family(
+                &format!("nodemedic_pressure_{resource}_stalled_seconds"),
+                Kind::Counter,
+                &format!("Time in which all non-idle tasks on the node waited for {} at once (PSI full).", what(resource)),
+            );
+            e.sample(&[], full.total_seconds());
+        }
+    }
+    e.family(
+        "nodemedic_pressure_avg_ratio",
+        Kind::Gauge,
+        "The kernel's running averages of PSI (share of wall time stalled) over 10 s, 60 s and 300 s, by resource and kind (some, full).",
+    );
+    for resource in RESOURCES {
+        let Some(psi) = p.get(resource) else {
+            continue;
+        };
+        for (kind, line) in [("some", psi.some), ("full", psi.full)] {
+            let Some(l) = line else { continue };
+            if resource == "cpu" && kind == "full" {
+                continue;
+            }
+            for (window, v) in [("10s", l.avg10), ("60s", l.avg60), ("300s", l.avg300)] {
+                e.sample(
+                    &[("resource", resource), ("kind", kind), ("window", window)],
+                    // The kernel prints percent with two decimals; keep exactly those digits.
+                    (v * 100.0).round() / 10_000.0,
+                );
+            }
+        }
+    }
+}
+
+fn what(resource: &str) -> &'static str {
+    match resource {
+        "cpu" => "a CPU",
+        "memory" => "memory (reclaim, refaults, swap-in)",
+        "io" => "I/O",
+        _ => "IRQ/softirq processing",
+    }
+}
+
+/// The labels of one cgroup's series.
+struct Labels {
+    pairs: Vec<(&'static str, String)>,
+}
+
+impl Labels {
+    fn of(snap: &Snapshot, path: &str, g: &CgroupStats) -> Labels {
+        let mut pairs = Vec::new();
+        match &g.workload {
+            Workload::Pod { uid, qos } | Workload::Container { uid, qos, .. } => {
+                if let Some(p) = snap.pod(uid) {
+                    pairs.push(("namespace", p.namespace.clone()));
+                    pairs.push(("pod", p.name.clone()));
+                }
+                pairs.push(("pod_uid", uid.clone()));
+                pairs.push(("qos", qos.as_str().to_string()));
+                if let Workload::Container { id, .. } = &g.workload {
+                    if let Some(name) = snap.pod(uid).and_then(|p| p.containers.get(id)) {
+                        pairs.push(("container", name.clone()));
+                    }
+                    pairs.push(("container_id", id.clone()));
+                }
+            }
+            Workload::Service { unit } => pairs.push(("unit", unit.clone())),
+            Workload::Other => pairs.push(("cgroup", path.to_string())),
+        }
+        Labels { pairs }
+    }
+
+    fn get(&self) -> Vec<(&str, &str)> {
+        self.pairs.iter().map(|(k, v)| (*k, v.as_str())).collect()
+    }
+}
+
+pub(crate) fn cgroups(e: &mut Encoder, snap: &Snapshot) {
+    let Some(c) = &snap.cgroups else {
+        return;
+    };
+    let groups: Vec<(Labels, &CgroupStats)> = c
+        .groups
+        .iter()
+        .map(|(path, g)| (Labels::of(snap, path, g), g))
+        .collect();
+    e.family(
+        "nodemedic_cgroups_watched",
+        Kind::Gauge,
+        "Cgroups nodemedic reads (pods, and containers and services when enabled).",
+    );
+    e.sample(&[], groups.len() as f64);
+
+    let family = |e: &mut Encoder,
+                  name: &str,
+                  kind: Kind,
+                  help: &str,
+                  value: &dyn Fn(&CgroupStats) -> Option<f64>| {
+        let values: Vec<(&Labels, f64)> = groups
+            .iter()
+            .filter_map(|(l, g)| Some((l, value(g)?)))
+            .collect();
+        if values.is_empty() {
+            return;
+        }
+        e.family(name, kind, help);
+        for (l, v) in values {
+            e.sample(&l.get(), v);
+        }
+    };
+    family(
+        e,
+        "nodemedic_cgroup_cpu_quota_cores",
+        Kind::Gauge,
+        "The cgroup's CFS CPU quota in CPUs (cpu.max or cpu.cfs_quota_us / period); absent when unlimited (max).",
+        &|g| g.cpu_max.and_then(|m| m.cores()),
+    );
+    family(
+        e,
+        "nodemedic_cgroup_cpu_period_seconds",
+        Kind::Gauge,
+        "The cgroup's CFS period: the quota is enforced per period.",
+        &|g| g.cpu_max.map(|m| m.period_us as f64 / 1e6),
+    );
+    family(
+        e,
+        "nodemedic_cgroup_cpu_usage_seconds",
+        Kind::Counter,
+        "CPU time used by the cgroup's tasks (cpu.stat usage_usec, or v1 cpuacct.usage).",
+        &|g| g.cpu_stat.and_then(|s| s.usage_us).map(|u| u as f64 / 1e6),
+    );
+    family(
+        e,
+        "nodemedic_cgroup_cpu_periods",
+        Kind::Counter,
+        "CFS enforcement periods in which the cgroup had runnable tasks (cpu.stat nr_periods).",
+        &|g| {
+            g.cpu_stat
+                .filter(|_| g.cpu_max.is_some_and(|m| m.quota_us.is_some()))
+                .map(|s| s.nr_periods as f64)
+        },
+    );
+    family(
+        e,
+        "nodemedic_cgroup_cpu_throttled_periods",
+        Kind::Counter,
+        "Periods in which the cgroup used up its quota and was throttled (cpu.stat nr_throttled).",
+        &|g| {
+            g.cpu_stat
+                .filter(|_| g.cpu_max.is_some_and(|m| m.quota_us.is_some()))
+                .map(|s| s.nr_throttled as f64)
+        },
+    );
+    family(
+        e,
+        "nodemedic_cgroup_cpu_throttled_seconds",
+        Kind::Counter,
+        "Time the cgroup's tasks were held off the CPU by its quota (cpu.stat throttled_usec / throttled_time).",
+        &|g| g.cpu_stat.filter(|_| g.cpu_max.is_some_and(|m| m.quota_us.is_some())).map(|s| s.throttled_us as f64 / 1e6),
+    );
+    if groups
+        .iter()
+        .any(|(_, g)| g.cpu_stat.is_some_and(|s| s.nr_bursts.is_some()))
+    {
+        family(
+            e,
+            "nodemedic_cgroup_cpu_bursts",
+            Kind::Counter,
+            "Periods in which the cgroup used burst capacity beyond its quota (cpu.stat nr_bursts, Linux 5.14+).",
+            &|g| g.cpu_stat.and_then(|s| s.nr_bursts).map(|n| n as f64),
+        );
+        family(
+            e,
+            "nodemedic_cgroup_cpu_burst_seconds",
+            Kind::Counter,
+            "CPU time used beyond the quota from burst capacity (cpu.stat burst_usec).",
+            &|g| g.cpu_stat.and_then(|s| s.burst_us).map(|n| n as f64 / 1e6),
+        );
+    }
+    for resource in ["cpu", "memory", "io"] {
+        let psi = |g: &CgroupStats| -> Option<Psi> { g.pressure.get(resource).copied() };
+        family(
+            e,
+            &format!("nodemedic_cgroup_pressure_{resource}_waiting_seconds"),
+            Kind::Counter,
+            &format!(
+                "Time in which at least one of the cgroup's tasks waited for {} (PSI some).",
+                what(resource)
+            ),
+            &|g| psi(g).and_then(|p| p.some).map(|l| l.total_seconds()),
+        );
+        family(
+            e,
+            &format!("nodemedic_cgroup_pressure_{resource}_stalled_seconds"),
+            Kind::Counter,
+            &format!("Time in which all of the cgroup's non-idle tasks waited for {} at once (PSI full).", what(resource)),
+            &|g| psi(g).and_then(|p| p.full).map(|l| l.total_seconds()),
+        );
+    }
+}
+
+pub(crate) fn verdicts(e: &mut Encoder, snap: &Snapshot, verdict: Option<&PressureVerdict>) {
+    let Some(v) = verdict else {
+        return;
+    };
+    e.family(
+        "nodemedic_node_pressure_saturated",
+        Kind::Gauge,
+        "Whether the node is judged saturated (node PSI above the thresholds, with hysteresis).",
+    );
+    e.sample(&[], f64::from(u8::from(v.node_saturated)));
+    let flagged = |pick: fn(&nodemedic_detect::pressure::CgroupRates) -> bool| {
+        v.cgroups.iter().filter(move |r| pick(r)).filter_map(|r| {
+            let g = snap.cgroups.as_ref()?.groups.get(&r.path)?;
+            Some(Labels::of(snap, &r.path, g))
+        })
+    };
+    e.family(
+        "nodemedic_cgroup_quota_bound",
+        Kind::Gauge,
+        "1 for each cgroup judged held back by its CPU quota (throttled while its tasks wait); only those are exported.",
+    );
+    for l in flagged(|r| r.quota_bound) {
+        e.sample(&l.get(), 1.0);
+    }
+    e.family(
+        "nodemedic_cgroup_starved",
+        Kind::Gauge,
+        "1 for each pod or service judged starved (its tasks wait for CPU or memory above the thresholds); only those are exported.",
+    );
+    for l in flagged(|r| r.starved) {
+        e.sample(&l.get(), 1.0);
+    }
+}
