@@ -42,6 +42,9 @@ pub struct PressureReport {
     pub node: Option<BTreeMap<String, PsiRatios>>,
     /// Why there is no node PSI (kernel without PSI, or PSI switched off).
     pub node_unavailable: Option<String>,
+    /// Where the cgroup hierarchies are, and whether `/proc/self/mountinfo` confirmed them.
+    pub cgroup_mounts: Option<nodemedic_kernel::mounts::CgroupMounts>,
+    pub cgroup_mounts_from_mountinfo: Option<bool>,
     /// Watched cgroups, most CPU-pressured first.
     pub cgroups: Vec<CgroupReport>,
     /// Rows per list in the text output.
@@ -79,10 +82,15 @@ fn pressure_report(second: &Sample) -> PressureReport {
             CollectorState::Disabled { reason } => Some(reason.clone()),
             _ => None,
         });
+    let cg = second.snapshot.cgroups.as_ref();
+    let cgroup_mounts = cg.map(|c| c.mounts.clone());
+    let cgroup_mounts_from_mountinfo = cg.map(|c| c.from_mountinfo);
     let Some(v) = &second.pressure else {
         return PressureReport {
             node: None,
             node_unavailable,
+            cgroup_mounts,
+            cgroup_mounts_from_mountinfo,
             cgroups: Vec::new(),
             top: 5,
         };
@@ -114,6 +122,8 @@ fn pressure_report(second: &Sample) -> PressureReport {
     PressureReport {
         node: (!v.node.is_empty()).then(|| v.node.clone()),
         node_unavailable,
+        cgroup_mounts,
+        cgroup_mounts_from_mountinfo,
         cgroups,
         top: 5,
     }

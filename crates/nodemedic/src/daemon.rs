@@ -269,6 +269,9 @@ struct StatusBody<'a> {
     /// owners, ring buffer counts (absent when switched off).
     perf_probes: Option<&'a nodemedic_kernel::perf::PerfProbes>,
     wakeup_storm: Option<&'a nodemedic_detect::StormVerdict>,
+    /// Node PSI over the last interval, where the cgroup hierarchies were found, and which
+    /// cgroups are quota-bound or starved.
+    pressure: Option<serde_json::Value>,
     remediation: serde_json::Value,
     kubernetes: KubeStatus,
 }
@@ -310,6 +313,7 @@ async fn status(State(shared): State<Arc<Shared>>) -> Response {
         findings,
         perf_probes: sample.as_ref().and_then(|s| s.snapshot.perf.as_ref()),
         wakeup_storm: sample.as_ref().and_then(|s| s.storm.as_ref()),
+        pressure: sample.as_ref().map(|s| pressure_status(s)),
         remediation,
         kubernetes: shared.kube.lock().map(|k| k.clone()).unwrap_or_default(),
     };
@@ -317,6 +321,29 @@ async fn status(State(shared): State<Arc<Shared>>) -> Response {
         Ok(json) => ([(header::CONTENT_TYPE, "application/json")], json).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
+}
+
+fn pressure_status(s: &Sample) -> serde_json::Value {
+    let v = s.pressure.as_ref();
+    let flagged = |pick: fn(&nodemedic_detect::pressure::CgroupRates) -> bool| -> Vec<&str> {
+        v.map(|v| {
+            v.cgroups
+                .iter()
+                .filter(|c| pick(c))
+                .map(|c| c.name.as_str())
+                .collect()
+        })
+        .unwrap_or_default()
+    };
+    serde_json::json!({
+        "node": v.map(|v| &v.node),
+        "node_saturated": v.map(|v| v.node_saturated),
+        "cgroup_mounts": s.snapshot.cgroups.as_ref().map(|c| &c.mounts),
+        "cgroup_mounts_from_mountinfo": s.snapshot.cgroups.as_ref().map(|c| c.from_mountinfo),
+        "cgroups_watched": s.snapshot.cgroups.as_ref().map(|c| c.groups.len()),
+        "quota_bound": flagged(|c| c.quota_bound),
+        "starved": flagged(|c| c.starved),
+    })
 }
 
 /// Healthy while samples keep coming: a sampler stuck for three intervals (plus slack) is not.

@@ -254,3 +254,39 @@ fn this_machine() {
         assert!(g["pci"].as_str().unwrap().starts_with("0000:"), "{name}");
     }
 }
+
+/// The pressure section on a Kubernetes fixture: node PSI, every watched cgroup with the
+/// fields scripts use, the layout found by the tree's shape (a fixture has no mountinfo).
+#[test]
+fn pressure_section_on_a_kubernetes_node() {
+    let out = check_fixture("k8s-systemd-v2", &["--format", "json"]);
+    let r = json(&out);
+    let p = &r["pressure"];
+    assert!(p["node"]["cpu"]["some"].is_number(), "{p:#}");
+    assert_eq!(p["cgroup_mounts_from_mountinfo"], false);
+    let cgroups = p["cgroups"].as_array().unwrap();
+    assert_eq!(cgroups.len(), 9, "6 pods + 3 services: {cgroups:#?}");
+    for c in cgroups {
+        for key in [
+            "path",
+            "pod_uid",
+            "qos",
+            "quota_cores",
+            "throttled_ratio",
+            "cpu_some_ratio",
+            "memory_some_ratio",
+        ] {
+            assert!(c.get(key).is_some(), "{key} missing in {c}");
+        }
+    }
+    let hpc = cgroups
+        .iter()
+        .find(|c| c["pod_uid"] == "8f14e45f-ceea-467f-a0e6-4f1a2b3c4d5e")
+        .unwrap();
+    assert_eq!(hpc["qos"], "guaranteed");
+    assert_eq!(hpc["quota_cores"], 10.0);
+    let text = check_fixture("k8s-systemd-v2", &[]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("Pressure (share of the interval"), "{text}");
+    assert!(text.contains("most pressured cgroups"), "{text}");
+}

@@ -93,6 +93,10 @@ fn prometheus_scrapes_the_collapse() {
     let mut nodemedic = start_nodemedic("8cpu-collapsed", FAST_CONFIG);
     wait_for_samples(&mut nodemedic, 3);
     let target = format!("127.0.0.1:{}", nodemedic.port);
+    // A second node: Kubernetes pods with CPU quotas and pressure.
+    let mut k8s = start_nodemedic("k8s-systemd-v2", FAST_CONFIG);
+    wait_for_samples(&mut k8s, 2);
+    let k8s_target = format!("127.0.0.1:{}", k8s.port);
     // What Prometheus should ingest per scrape: every sample line (the set is stable).
     let expected_samples = sample_lines(&nodemedic.get("/metrics").body).count();
 
@@ -102,7 +106,7 @@ fn prometheus_scrapes_the_collapse() {
             &config,
             format!(
                 "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
-                 scrape_configs:\n  - job_name: nodemedic\n    static_configs:\n      - targets: ['{target}']\n"
+                 scrape_configs:\n  - job_name: nodemedic\n    static_configs:\n      - targets: ['{target}', '{k8s_target}']\n"
             ),
         )
         .expect("writing prometheus.yml");
@@ -118,7 +122,7 @@ fn prometheus_scrapes_the_collapse() {
     });
 
     prom.poll("up{job=\"nodemedic\"} == 1", FIRST_SCRAPE_DEADLINE, |p| {
-        let result = query(p, "up{job=\"nodemedic\"}")?;
+        let result = query(p, "min(up{job=\"nodemedic\"})")?;
         match result.first().and_then(|s| s["value"][1].as_str()) {
             Some("1") => Ok(()),
             other => Err(format!("up = {other:?}; targets: {}", target_state(p))),
@@ -128,7 +132,7 @@ fn prometheus_scrapes_the_collapse() {
     assert_eq!(
         single_value(
             &mut prom,
-            "nodemedic_irq_collapsed{group=\"virtio2\"}",
+            &format!("nodemedic_irq_collapsed{{group=\"virtio2\",instance=\"{target}\"}}"),
             &target
         ),
         "1",
@@ -137,7 +141,9 @@ fn prometheus_scrapes_the_collapse() {
     assert_eq!(
         single_value(
             &mut prom,
-            "nodemedic_irq_group_effective_cpus{group=\"virtio2\"}",
+            &format!(
+                "nodemedic_irq_group_effective_cpus{{group=\"virtio2\",instance=\"{target}\"}}"
+            ),
             &target
         ),
         "2",
@@ -146,7 +152,9 @@ fn prometheus_scrapes_the_collapse() {
     assert_eq!(
         single_value(
             &mut prom,
-            "nodemedic_irq_group_eligible_cpus{group=\"virtio2\"}",
+            &format!(
+                "nodemedic_irq_group_eligible_cpus{{group=\"virtio2\",instance=\"{target}\"}}"
+            ),
             &target
         ),
         "8",
@@ -155,13 +163,31 @@ fn prometheus_scrapes_the_collapse() {
     // Nothing dropped on the way in: Prometheus ingested every sample nodemedic exposes.
     let scraped = single_value(
         &mut prom,
-        "scrape_samples_scraped{job=\"nodemedic\"}",
+        &format!("scrape_samples_scraped{{job=\"nodemedic\",instance=\"{target}\"}}"),
         &target,
     );
     assert_eq!(
         scraped,
         expected_samples.to_string(),
         "scrape_samples_scraped vs the sample lines of /metrics"
+    );
+    // The pressure families arrive too: the HPC pod's hidden 10-CPU quota, by pod UID and QoS.
+    let hpc = "pod_uid=\"8f14e45f-ceea-467f-a0e6-4f1a2b3c4d5e\",qos=\"guaranteed\"";
+    assert_eq!(
+        single_value(
+            &mut prom,
+            &format!("nodemedic_cgroup_cpu_quota_cores{{{hpc}}}"),
+            &k8s_target
+        ),
+        "10"
+    );
+    assert_eq!(
+        single_value(
+            &mut prom,
+            &format!("nodemedic_pressure_avg_ratio{{instance=\"{k8s_target}\",resource=\"cpu\",kind=\"some\",window=\"10s\"}}"),
+            &k8s_target
+        ),
+        "0.1204"
     );
     // `prom` then `nodemedic` are killed here by their guards.
 }

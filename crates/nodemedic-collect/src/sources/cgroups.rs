@@ -307,6 +307,24 @@ fn read_group(
                 Ok(())
             })())?;
         }
+        // Hybrid without a v1 cpuacct twin: the unified cpu.stat always has usage_usec,
+        // controllers or not.
+        let usage_missing = stats
+            .cpu_stat
+            .as_ref()
+            .is_some_and(|s| s.usage_us.is_none());
+        if !on_v2 && usage_missing {
+            let stat = dir.join("cpu.stat");
+            note((|| {
+                if let Some(text) = reader.read_optional(&stat)? {
+                    let v2 = parse_cpu_stat(&text).map_err(|e| ReadError::parse(&stat, e))?;
+                    if let Some(s) = stats.cpu_stat.as_mut() {
+                        s.usage_us = v2.usage_us;
+                    }
+                }
+                Ok(())
+            })())?;
+        }
         for resource in ["cpu", "memory", "io"] {
             let path = dir.join(format!("{resource}.pressure"));
             let r = match reader.read_optional(&path) {
