@@ -247,26 +247,31 @@ pub(crate) fn verdicts(e: &mut Encoder, snap: &Snapshot, verdict: Option<&Pressu
         "Whether the node is judged saturated (node PSI above the thresholds, with hysteresis).",
     );
     e.sample(&[], f64::from(u8::from(v.node_saturated)));
-    let flagged = |pick: fn(&nodemedic_detect::pressure::CgroupRates) -> bool| {
-        v.cgroups.iter().filter(move |r| pick(r)).filter_map(|r| {
+    let labelled: Vec<(Labels, &nodemedic_detect::pressure::CgroupRates)> = v
+        .cgroups
+        .iter()
+        .filter_map(|r| {
             let g = snap.cgroups.as_ref()?.groups.get(&r.path)?;
-            Some(Labels::of(snap, &r.path, g))
+            Some((Labels::of(snap, &r.path, g), r))
         })
-    };
+        .collect();
     e.family(
         "nodemedic_cgroup_quota_bound",
         Kind::Gauge,
-        "1 for each cgroup judged held back by its CPU quota (throttled while its tasks wait); only those are exported.",
+        "Whether the cgroup is judged held back by its CPU quota: throttled in many periods while its tasks wait for CPU (with hysteresis).",
     );
-    for l in flagged(|r| r.quota_bound) {
-        e.sample(&l.get(), 1.0);
+    for (l, r) in &labelled {
+        e.sample(&l.get(), f64::from(u8::from(r.quota_bound)));
     }
     e.family(
         "nodemedic_cgroup_starved",
         Kind::Gauge,
-        "1 for each pod or service judged starved (its tasks wait for CPU or memory above the thresholds); only those are exported.",
+        "Whether the pod or service is judged starved: its tasks wait for CPU or memory above the thresholds (with hysteresis).",
     );
-    for l in flagged(|r| r.starved) {
-        e.sample(&l.get(), 1.0);
+    for (l, r) in labelled
+        .iter()
+        .filter(|(_, r)| !matches!(r.workload, Workload::Container { .. }))
+    {
+        e.sample(&l.get(), f64::from(u8::from(r.starved)));
     }
 }
