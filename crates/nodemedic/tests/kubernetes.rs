@@ -186,6 +186,9 @@ fn poll<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Result<T, Strin
 }
 
 /// A pod bound to `node` (no kubelet runs, so it stays Pending).
+/// A containerd container ID (64 hex digits), as in the pod's status and the scope's name.
+const CONTAINER: &str = "c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00";
+
 fn create_pod(cluster: &Cluster, namespace: &str, name: &str, node: &str) {
     // The ServiceAccount admission plugin wants the namespace's default account, which no
     // controller-manager creates here.
@@ -207,7 +210,33 @@ fn create_pod(cluster: &Cluster, namespace: &str, name: &str, node: &str) {
     assert!(ok, "creating pod {namespace}/{name}: {err}");
 }
 
-fn start_nodemedic(kubeconfig: &Path) -> Server {
+/// A cgroup v2 tree (systemd driver) holding one best-effort pod and its container.
+fn pod_cgroups(dir: &Path, uid: &str, container_id: &str) {
+    let pod = dir.join(format!(
+        "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice",
+        uid.replace('-', "_")
+    ));
+    let scope = pod.join(format!("cri-containerd-{container_id}.scope"));
+    std::fs::create_dir_all(&scope).unwrap();
+    std::fs::write(dir.join("cgroup.controllers"), "cpu io memory pids\n").unwrap();
+    for d in [&pod, &scope] {
+        std::fs::write(d.join("cpu.max"), "max 100000\n").unwrap();
+        std::fs::write(
+            d.join("cpu.stat"),
+            "usage_usec 5000\nuser_usec 4000\nsystem_usec 1000\nnr_periods 0\nnr_throttled 0\nthrottled_usec 0\n",
+        )
+        .unwrap();
+        for r in ["cpu", "memory", "io"] {
+            std::fs::write(
+                d.join(format!("{r}.pressure")),
+                "some avg10=0.00 avg60=0.00 avg300=0.00 total=100\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+            )
+            .unwrap();
+        }
+    }
+}
+
+fn start_nodemedic(kubeconfig: &Path, cgroupfs: &Path) -> Server {
     let tree = fixture_dir("8cpu-collapsed");
     let config = format!(
         r#"sample_interval = "200ms"
@@ -220,10 +249,13 @@ enabled = "always"
 node_name = "{NODE}"
 label = true
 events_per_minute = 60
+[cgroups]
+containers = true
 "#,
         remediation = common::FAST_NATIVE_REMEDIATION
     );
     let kubeconfig = kubeconfig.to_path_buf();
+    let cgroupfs = cgroupfs.to_path_buf();
     start_server("nodemedic", "/healthz", move |port, dir| {
         let cfg = dir.join("nodemedic.toml");
         std::fs::write(&cfg, &config).unwrap();
@@ -232,6 +264,8 @@ events_per_minute = 60
             .arg(&cfg)
             .arg("--host-root")
             .arg(&tree)
+            .arg("--path.cgroupfs")
+            .arg(&cgroupfs)
             .arg("--web.listen-address")
             .arg(format!("127.0.0.1:{port}"))
             .arg("run")
@@ -334,11 +368,23 @@ fn condition_label_events_rbac_and_pause_on_a_real_apiserver() {
         "--subresource=status",
         "--type=merge",
         "-p",
-        r#"{"status":{"containerStatuses":[{"name":"app","containerID":"containerd://c0ffee","image":"registry.invalid/app","imageID":"","ready":true,"restartCount":0}]}}"#,
+        &format!(r#"{{"status":{{"containerStatuses":[{{"name":"app","containerID":"containerd://{CONTAINER}","image":"registry.invalid/app","imageID":"","ready":true,"restartCount":0}}]}}}}"#),
     ]);
+    // The pod's cgroups, as kubelet's systemd driver names them, under the UID the API gave it.
+    let uid = cluster.kubectl(&[
+        "get",
+        "pod",
+        "web-0",
+        "-n",
+        "shop",
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ]);
+    let cgroupfs = tempfile::tempdir().unwrap();
+    pod_cgroups(cgroupfs.path(), uid.trim(), CONTAINER);
 
     // Paused by annotation from the start: detection and reporting run, decisions do not.
-    let mut s = start_nodemedic(&sa);
+    let mut s = start_nodemedic(&sa, cgroupfs.path());
     let cond = poll(
         "the IRQAffinityCollapsed condition",
         Duration::from_secs(60),
@@ -390,6 +436,27 @@ fn condition_label_events_rbac_and_pause_on_a_real_apiserver() {
         .unwrap();
     assert_eq!(pods["state"], "active", "{pods}");
     assert_eq!(pods["warnings"], serde_json::json!([]), "{pods}");
+    // The per-cgroup series carry kubelet's names, resolved from the watch: pod UID ->
+    // namespace/pod, container ID -> container.
+    let uid = uid.trim();
+    let pod_line = format!(
+        "nodemedic_cgroup_cpu_usage_seconds_total{{namespace=\"shop\",pod=\"web-0\",pod_uid=\"{uid}\",qos=\"besteffort\"}} 0.005"
+    );
+    let container_line = format!(
+        "nodemedic_cgroup_cpu_usage_seconds_total{{namespace=\"shop\",pod=\"web-0\",pod_uid=\"{uid}\",qos=\"besteffort\",container=\"app\",container_id=\"{CONTAINER}\"}} 0.005"
+    );
+    s.poll("named cgroup series", Duration::from_secs(30), |s| {
+        let body = s.get("/metrics").body;
+        if body.lines().any(|l| l == pod_line) && body.lines().any(|l| l == container_line) {
+            Ok(())
+        } else {
+            Err(body
+                .lines()
+                .filter(|l| l.starts_with("nodemedic_cgroup_cpu_usage"))
+                .collect::<Vec<_>>()
+                .join("\n"))
+        }
+    });
     assert_eq!(st["kubernetes"]["state"], "active", "{}", st["kubernetes"]);
     assert_eq!(st["kubernetes"]["paused_by_annotation"], true);
     assert_eq!(st["remediation"]["paused"], true);
