@@ -529,6 +529,21 @@ fn pressure_text(o: &mut String, p: &PressureReport) {
             let _ = writeln!(o, "  node: no PSI data");
         }
     }
+    if let Some(m) = &p.cgroup_mounts {
+        let mut parts = Vec::new();
+        if let Some(c) = &m.cpu {
+            parts.push(format!("cgroup v1 cpu at {}", c.display()));
+        }
+        if let Some(u) = &m.unified {
+            parts.push(format!("cgroup v2 at {}", u.display()));
+        }
+        let how = if p.cgroup_mounts_from_mountinfo == Some(true) {
+            "from mountinfo"
+        } else {
+            "by the directory layout"
+        };
+        let _ = writeln!(o, "  cgroups: {} ({how})", parts.join(", "));
+    }
     if p.cgroups.is_empty() {
         let _ = writeln!(o, "  no pods or services found in the cgroup hierarchy");
         return;

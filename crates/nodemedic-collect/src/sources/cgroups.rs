@@ -112,19 +112,7 @@ impl Collector for CgroupsCollector {
             &mut out.warnings,
         )
         .map_err(|e| ReadError::from_io(&walk_root, e))?;
-        let mut groups = BTreeMap::new();
-        for (rel, workload) in found {
-            match read_group(ctx.reader, &mounts, &rel, workload, &mut out.warnings) {
-                Ok(Some(stats)) => {
-                    groups.insert(rel, stats);
-                }
-                Ok(None) => {}
-                Err(e) if e.is_missing() => out
-                    .warnings
-                    .push(format!("cgroup {rel} vanished during the sample ({e})")),
-                Err(e) => out.warnings.push(e.to_string()),
-            }
-        }
+        let groups = read_all(ctx.reader, &mounts, found, &mut out.warnings);
         snap.cgroups = Some(Cgroups {
             mounts,
             from_mountinfo,
@@ -225,6 +213,30 @@ fn walk(
         }
     }
     Ok(())
+}
+
+/// The files of every listed cgroup. A cgroup removed since it was listed (a pod deleted
+/// mid-sample) is a warning for this sample and nothing else.
+fn read_all(
+    reader: &Reader,
+    mounts: &CgroupMounts,
+    found: Vec<(String, Workload)>,
+    warnings: &mut Vec<String>,
+) -> BTreeMap<String, CgroupStats> {
+    let mut groups = BTreeMap::new();
+    for (rel, workload) in found {
+        match read_group(reader, mounts, &rel, workload, warnings) {
+            Ok(Some(stats)) => {
+                groups.insert(rel, stats);
+            }
+            Ok(None) => {}
+            Err(e) if e.is_missing() => {
+                warnings.push(format!("cgroup {rel} vanished during the sample ({e})"))
+            }
+            Err(e) => warnings.push(e.to_string()),
+        }
+    }
+    groups
 }
 
 /// One cgroup's files. `Ok(None)` when it has none of them (not a cgroup directory after
@@ -356,5 +368,73 @@ fn read_group(
     match primary {
         Some(dir) if !dir.is_dir() => Err(ReadError::Missing(dir)),
         _ => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn pod(root: &Path, uid: &str) -> PathBuf {
+        let d = root.join(format!("kubepods/burstable/pod{uid}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("cpu.max"), "50000 100000\n").unwrap();
+        std::fs::write(
+            d.join("cpu.stat"),
+            "usage_usec 10\nnr_periods 4\nnr_throttled 1\nthrottled_usec 7\n",
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("cpu.pressure"),
+            "some avg10=0.00 avg60=0.00 avg300=0.00 total=5\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+        )
+        .unwrap();
+        d
+    }
+
+    /// A pod deleted between the listing and the reading of its files: a warning naming it,
+    /// and every other pod read as usual.
+    #[test]
+    fn a_cgroup_vanishing_between_listing_and_reading_loses_only_itself() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        std::fs::write(root.join("cgroup.controllers"), "cpu memory io\n").unwrap();
+        pod(root, "1111-aaaa");
+        let gone = pod(root, "2222-bbbb");
+        pod(root, "3333-cccc");
+        let mounts = discover(root);
+        assert_eq!(mounts.unified.as_deref(), Some(root));
+        let mut found = Vec::new();
+        let mut warnings = Vec::new();
+        walk(
+            root,
+            "",
+            &CgroupSelection::default(),
+            &mut found,
+            &mut warnings,
+        )
+        .unwrap();
+        assert_eq!(found.len(), 3, "{found:?}");
+        std::fs::remove_dir_all(&gone).unwrap();
+        let reader = Reader::new();
+        let groups = read_all(&reader, &mounts, found, &mut warnings);
+        assert_eq!(
+            groups.keys().collect::<Vec<_>>(),
+            [
+                "kubepods/burstable/pod1111-aaaa",
+                "kubepods/burstable/pod3333-cccc"
+            ]
+        );
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("kubepods/burstable/pod2222-bbbb vanished"),
+            "{warnings:?}"
+        );
+        let g = &groups["kubepods/burstable/pod1111-aaaa"];
+        assert_eq!(g.cpu_max.and_then(|m| m.cores()), Some(0.5));
+        assert_eq!(g.cpu_stat.map(|s| s.nr_throttled), Some(1));
+        assert_eq!(g.pressure["cpu"].some.map(|l| l.total_us), Some(5));
     }
 }
