@@ -3,13 +3,13 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, PostParams};
 use kube::Client;
 use nodemedic_detect::GroupVerdict;
 use nodemedic_remedy::Decision;
-use serde_json::json;
 
 pub struct NodeEvent {
     pub type_: &'static str,
@@ -134,20 +134,27 @@ pub async fn create(
     e: &NodeEvent,
 ) -> Result<(), kube::Error> {
     let api: Api<Event> = Api::namespaced(client.clone(), namespace);
-    let event: Event = serde_json::from_value(json!({
-        "apiVersion": "events.k8s.io/v1",
-        "kind": "Event",
-        "metadata": {"generateName": "nodemedic-", "namespace": namespace},
-        "eventTime": MicroTime(k8s_openapi::chrono::Utc::now()),
-        "reportingController": "nodemedic.io/nodemedic",
-        "reportingInstance": format!("nodemedic-{node}"),
-        "action": e.action,
-        "reason": e.reason,
-        "note": e.note,
-        "type": e.type_,
-        "regarding": {"apiVersion": "v1", "kind": "Node", "name": node},
-    }))
-    .map_err(kube::Error::SerdeError)?;
+    let event = Event {
+        metadata: ObjectMeta {
+            generate_name: Some("nodemedic-".into()),
+            namespace: Some(namespace.into()),
+            ..Default::default()
+        },
+        event_time: Some(MicroTime(k8s_openapi::chrono::Utc::now())),
+        reporting_controller: Some("nodemedic.io/nodemedic".into()),
+        reporting_instance: Some(format!("nodemedic-{node}")),
+        action: Some(e.action.clone()),
+        reason: Some(e.reason.clone()),
+        note: Some(e.note.clone()),
+        type_: Some(e.type_.to_string()),
+        regarding: Some(ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(node.into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
     api.create(&PostParams::default(), &event).await?;
     Ok(())
 }

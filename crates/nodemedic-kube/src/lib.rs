@@ -15,7 +15,7 @@ mod pods;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
 use kube::api::{Api, Patch, PatchParams};
 use kube::Client;
 use nodemedic_detect::GroupVerdict;
@@ -224,6 +224,7 @@ impl Reporter {
             } else {
                 serde_json::Value::Null
             };
+            // A merge patch removes a label with `null`, which a typed Node cannot say.
             let patch = json!({"metadata": {"labels": {LABEL: value}}});
             self.nodes
                 .patch(
@@ -275,17 +276,20 @@ impl Reporter {
             Some((prev, _)) if prev.status == c.status => None,
             _ => Some(now.clone()),
         };
-        let mut cond = json!({
-            "type": CONDITION_TYPE,
-            "status": c.status,
-            "reason": c.reason,
-            "message": c.message,
-            "lastHeartbeatTime": now,
-        });
-        if let Some(t) = transition {
-            cond["lastTransitionTime"] = json!(t);
-        }
-        let patch = json!({"status": {"conditions": [cond]}});
+        let patch = Node {
+            status: Some(NodeStatus {
+                conditions: Some(vec![NodeCondition {
+                    type_: CONDITION_TYPE.into(),
+                    status: c.status.to_string(),
+                    reason: Some(c.reason.to_string()),
+                    message: Some(c.message.clone()),
+                    last_heartbeat_time: Some(now),
+                    last_transition_time: transition,
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
         self.nodes
             .patch_status(
                 &self.node,
