@@ -12,7 +12,7 @@ use nodemedic_kernel::Snapshot;
 use serde::{Deserialize, Serialize};
 
 use crate::groups::{build_groups, DeviceGroup, GroupingOptions};
-use crate::hysteresis::{Hysteresis, Latch};
+use crate::hysteresis::{ratio, ConfigError, Hysteresis, Latch};
 use crate::{Finding, Severity};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -75,23 +75,23 @@ impl Default for HurtingConfig {
 }
 
 impl CollapseConfig {
-    pub fn validate(&self) -> Result<(), String> {
-        if !(self.max_cpu_ratio > 0.0 && self.max_cpu_ratio <= 1.0) {
-            return Err(format!(
-                "max_cpu_ratio must be in (0, 1], got {}",
-                self.max_cpu_ratio
-            ));
-        }
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        ratio("max_cpu_ratio", self.max_cpu_ratio)?;
         if self.min_irqs < 2 {
-            return Err(format!(
-                "min_irqs must be at least 2, got {}",
-                self.min_irqs
-            ));
+            return Err(ConfigError::TooSmall {
+                field: "min_irqs",
+                min: 2,
+                value: self.min_irqs as u64,
+            });
         }
         if self.max_cpus < 1 {
-            return Err("max_cpus must be at least 1".into());
+            return Err(ConfigError::TooSmall {
+                field: "max_cpus",
+                min: 1,
+                value: self.max_cpus as u64,
+            });
         }
-        validate_hysteresis(&self.hysteresis())
+        self.hysteresis().validate()
     }
 
     pub fn hysteresis(&self) -> Hysteresis {
@@ -117,28 +117,17 @@ impl HurtingConfig {
         }
     }
 
-    pub fn validate(&self) -> Result<(), String> {
-        if !(self.min_hottest_share > 0.0 && self.min_hottest_share <= 1.0) {
-            return Err(format!(
-                "min_hottest_share must be in (0, 1], got {}",
-                self.min_hottest_share
-            ));
-        }
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        ratio("min_hottest_share", self.min_hottest_share)?;
         if !(self.min_irq_rate >= 0.0 && self.min_irq_rate.is_finite()) {
-            return Err(format!(
-                "min_irq_rate must be >= 0, got {}",
-                self.min_irq_rate
-            ));
+            return Err(ConfigError::Below {
+                field: "min_irq_rate",
+                min: 0.0,
+                value: self.min_irq_rate,
+            });
         }
-        validate_hysteresis(&self.hysteresis())
+        self.hysteresis().validate()
     }
-}
-
-fn validate_hysteresis(h: &Hysteresis) -> Result<(), String> {
-    if h.raise_after < 1 || h.clear_after < 1 {
-        return Err("raise_after and clear_after must be at least 1".into());
-    }
-    Ok(())
 }
 
 /// What the detector measured for a group in one sample.

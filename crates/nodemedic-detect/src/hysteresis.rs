@@ -18,6 +18,45 @@ impl Default for Hysteresis {
     }
 }
 
+/// A detector setting out of range; the message names the setting.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{field} must be a ratio in (0, 1], got {value}")]
+    Ratio { field: &'static str, value: f64 },
+    #[error("{field} must be a finite number >= {min}, got {value}")]
+    Below {
+        field: &'static str,
+        min: f64,
+        value: f64,
+    },
+    #[error("{field} must be at least {min}, got {value}")]
+    TooSmall {
+        field: &'static str,
+        min: u64,
+        value: u64,
+    },
+    #[error("raise_after and clear_after must be at least 1")]
+    Hysteresis,
+}
+
+impl Hysteresis {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.raise_after < 1 || self.clear_after < 1 {
+            return Err(ConfigError::Hysteresis);
+        }
+        Ok(())
+    }
+}
+
+/// `value` as a ratio in (0, 1].
+pub fn ratio(field: &'static str, value: f64) -> Result<(), ConfigError> {
+    if value > 0.0 && value <= 1.0 {
+        Ok(())
+    } else {
+        Err(ConfigError::Ratio { field, value })
+    }
+}
+
 /// A verdict with hysteresis.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Latch {

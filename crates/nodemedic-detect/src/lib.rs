@@ -13,6 +13,6 @@ pub use collapse::{CollapseConfig, CollapseDetector, GroupVerdict, HurtingConfig
 pub use commit_latency::{CommitLatencyConfig, CommitLatencyDetector, CommitVerdict};
 pub use finding::{Finding, Severity};
 pub use groups::DeviceGroup;
-pub use hysteresis::{Hysteresis, Latch};
+pub use hysteresis::{ConfigError, Hysteresis, Latch};
 pub use pressure::{PressureConfig, PressureDetector, PressureVerdict};
 pub use wakeup_storm::{StormVerdict, WakeupStormConfig, WakeupStormDetector};

@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::finding::{Finding, Severity};
-use crate::hysteresis::{Hysteresis, Latch};
+use crate::hysteresis::{ratio as check_ratio, ConfigError, Hysteresis, Latch};
 use nodemedic_kernel::cgroup::{CgroupStats, Qos, Workload};
 use nodemedic_kernel::psi::Psi;
 use nodemedic_kernel::Snapshot;
@@ -61,16 +61,8 @@ impl Default for PressureConfig {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum PressureConfigError {
-    #[error("detector.pressure.{field} must be a ratio in (0, 1], got {value}")]
-    Ratio { field: &'static str, value: f64 },
-    #[error("detector.pressure.raise_after and clear_after must be at least 1")]
-    Hysteresis,
-}
-
 impl PressureConfig {
-    pub fn validate(&self) -> Result<(), PressureConfigError> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         for (field, value) in [
             ("node_cpu_some", self.node_cpu_some),
             ("node_memory_some", self.node_memory_some),
@@ -80,14 +72,9 @@ impl PressureConfig {
             ("quota_throttled_ratio", self.quota_throttled_ratio),
             ("quota_cpu_some", self.quota_cpu_some),
         ] {
-            if !(value > 0.0 && value <= 1.0) {
-                return Err(PressureConfigError::Ratio { field, value });
-            }
+            check_ratio(field, value)?;
         }
-        if self.raise_after == 0 || self.clear_after == 0 {
-            return Err(PressureConfigError::Hysteresis);
-        }
-        Ok(())
+        self.hysteresis().validate()
     }
 
     fn hysteresis(&self) -> Hysteresis {
@@ -598,7 +585,7 @@ mod tests {
         };
         assert!(matches!(
             bad.validate(),
-            Err(PressureConfigError::Ratio {
+            Err(ConfigError::Ratio {
                 field: "node_cpu_some",
                 ..
             })

@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::finding::{Finding, Severity};
-use crate::hysteresis::{Hysteresis, Latch};
+use crate::hysteresis::{ratio, ConfigError, Hysteresis, Latch};
 use nodemedic_kernel::perf::PerfRates;
 use nodemedic_kernel::Snapshot;
 
@@ -35,23 +35,20 @@ impl Default for WakeupStormConfig {
 }
 
 impl WakeupStormConfig {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if !(self.min_wakeups_per_sec.is_finite() && self.min_wakeups_per_sec > 0.0) {
-            return Err(format!(
-                "min_wakeups_per_sec must be > 0, got {}",
-                self.min_wakeups_per_sec
-            ));
+            return Err(ConfigError::Below {
+                field: "min_wakeups_per_sec",
+                min: f64::MIN_POSITIVE,
+                value: self.min_wakeups_per_sec,
+            });
         }
-        if !(self.min_wakeup_ratio > 0.0 && self.min_wakeup_ratio <= 1.0) {
-            return Err(format!(
-                "min_wakeup_ratio must be in (0, 1], got {}",
-                self.min_wakeup_ratio
-            ));
+        ratio("min_wakeup_ratio", self.min_wakeup_ratio)?;
+        Hysteresis {
+            raise_after: self.raise_after,
+            clear_after: self.clear_after,
         }
-        if self.raise_after == 0 || self.clear_after == 0 {
-            return Err("raise_after and clear_after must be at least 1".into());
-        }
-        Ok(())
+        .validate()
     }
 }
 
@@ -248,7 +245,11 @@ mod tests {
             min_wakeup_ratio: 1.5,
             ..Default::default()
         };
-        assert!(bad.validate().unwrap_err().contains("min_wakeup_ratio"));
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("min_wakeup_ratio"));
         let bad = WakeupStormConfig {
             raise_after: 0,
             ..Default::default()

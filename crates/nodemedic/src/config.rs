@@ -397,7 +397,7 @@ impl Config {
         self.detector
             .pressure
             .validate()
-            .context("invalid [detector.pressure]")?;
+            .map_err(|e| anyhow::anyhow!("detector.pressure: {e}"))?;
         self.cgroups.selection()?;
         if !self.collectors.interrupts {
             bail!("collectors.interrupts cannot be disabled: every IRQ verdict depends on it");
