@@ -4,7 +4,7 @@
 //! never per IRQ × CPU (a 256-CPU node with 400 IRQs would otherwise expose 100,000 series).
 //! The full matrix is opt-in.
 
-use nodemedic_collect::CollectorStatus;
+use nodemedic_collect::{CollectorState, CollectorStatus};
 use nodemedic_detect::GroupVerdict;
 use nodemedic_kernel::Snapshot;
 use serde::{Deserialize, Serialize};
@@ -93,12 +93,19 @@ fn self_metrics(e: &mut Encoder, input: &ExportInput<'_>) {
         "A metric with a constant '1' value labeled by nodemedic's version.",
     );
     e.sample(&[("version", env!("CARGO_PKG_VERSION"))], 1.0);
+    // A collector switched off in the configuration is not failing: like node_exporter's
+    // disabled collectors it has no series (its state is on /status).
+    let running: Vec<&CollectorStatus> = input
+        .collectors
+        .iter()
+        .filter(|c| !matches!(c.state, CollectorState::Disabled { .. }))
+        .collect();
     e.family(
         "nodemedic_scrape_collector_success",
         Kind::Gauge,
         "Whether the collector succeeded in the last sample (1) or failed (0); see /status for the reason.",
     );
-    for c in input.collectors {
+    for c in &running {
         e.sample(
             &[("collector", &c.name)],
             f64::from(u8::from(c.is_success())),
@@ -109,7 +116,7 @@ fn self_metrics(e: &mut Encoder, input: &ExportInput<'_>) {
         Kind::Gauge,
         "How long the collector took in the last sample.",
     );
-    for c in input.collectors {
+    for c in &running {
         e.sample(&[("collector", &c.name)], c.last_duration_seconds);
     }
     e.family(
@@ -117,7 +124,7 @@ fn self_metrics(e: &mut Encoder, input: &ExportInput<'_>) {
         Kind::Gauge,
         "Problems the collector worked around in the last sample (skipped lines, vanished IRQs); see /status.",
     );
-    for c in input.collectors {
+    for c in &running {
         e.sample(&[("collector", &c.name)], c.warnings.len() as f64);
     }
     e.family(

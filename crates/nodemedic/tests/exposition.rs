@@ -476,3 +476,121 @@ fn disk_commit_probe_histogram() {
         "the probe removes its file when the daemon stops"
     );
 }
+
+/// The eBPF probes' families, rendered from a snapshot shaped like the incident (one agent
+/// owning per-CPU perf buffers, ~70% of its outputs waking a reader), since the probes cannot
+/// attach on this machine's kernel (the VM test attaches them for real): golden file and
+/// `promtool check metrics`. The alert rules and the dashboard are checked against it.
+#[test]
+fn exposition_perf_probes() {
+    use nodemedic_export::{render, ExportInput, Format, MetricsOptions};
+    use nodemedic_kernel::perf::{
+        PerfCounters, PerfHook, PerfOwner, PerfOwnerRate, PerfProbes, PerfProgramStats, PerfRates,
+        PerfRing,
+    };
+    let hook = |f: &str| PerfHook {
+        function: f.into(),
+        up: true,
+        error: None,
+    };
+    let perf = PerfProbes {
+        method: Some("fentry".into()),
+        hooks: vec![
+            hook("perf_event_output"),
+            hook("perf_event_output_forward"),
+            hook("perf_event_output_backward"),
+            hook("perf_event_wakeup"),
+        ],
+        down_reason: None,
+        totals: PerfCounters {
+            bpf_outputs: 9_000_000,
+            sample_outputs: 12_000,
+            wakeups: 6_300_000,
+            untracked: 0,
+        },
+        per_cpu: vec![
+            (
+                0,
+                PerfCounters {
+                    bpf_outputs: 4_500_000,
+                    sample_outputs: 6_000,
+                    wakeups: 3_150_000,
+                    untracked: 0,
+                },
+            ),
+            (
+                1,
+                PerfCounters {
+                    bpf_outputs: 4_500_000,
+                    sample_outputs: 6_000,
+                    wakeups: 3_150_000,
+                    untracked: 0,
+                },
+            ),
+        ],
+        owners: vec![
+            PerfOwner {
+                pid: 4242,
+                comm: "net-agent".into(),
+                bpf_outputs: 9_000_000,
+                sample_outputs: 0,
+                wakeups: 6_298_000,
+            },
+            PerfOwner {
+                pid: 777,
+                comm: "perf".into(),
+                bpf_outputs: 0,
+                sample_outputs: 12_000,
+                wakeups: 2_000,
+            },
+        ],
+        owners_tracked: 2,
+        rates: Some(PerfRates {
+            interval_seconds: 5.0,
+            outputs_per_second: 90_000.0,
+            wakeups_per_second: 63_000.0,
+            wakeup_ratio: 0.7,
+            owners: vec![PerfOwnerRate {
+                pid: 4242,
+                comm: "net-agent".into(),
+                outputs_per_second: 90_000.0,
+                wakeups_per_second: 63_000.0,
+            }],
+        }),
+        programs: vec![PerfProgramStats {
+            function: "perf_event_output".into(),
+            run_count: 9_000_000,
+            run_time_ns: 450_000_000,
+        }],
+        ring: PerfRing {
+            emitted: 12,
+            dropped: 0,
+            read: 12,
+            storms: 2,
+        },
+    };
+    let snapshot = nodemedic_kernel::Snapshot {
+        timestamp: 1_735_689_600.0,
+        perf: Some(perf),
+        ..Default::default()
+    };
+    let input = ExportInput {
+        snapshot: Some(&snapshot),
+        verdicts: &[],
+        collectors: &[],
+        samples_total: 2,
+        process: None,
+        remediation: None,
+        pressure: None,
+    };
+    let (raw, _) = render(&input, &MetricsOptions::default(), Format::Text);
+    for line in [
+        "nodemedic_perf_event_wakeup_ratio 0.7",
+        "nodemedic_perf_event_owner_wakeups_total{pid=\"4242\",comm=\"net-agent\"} 6298000",
+        "nodemedic_probe_up{probe=\"perf_event_wakeup\"} 1",
+    ] {
+        assert!(raw.lines().any(|l| l == line), "no `{line}` in\n{raw}");
+    }
+    check_golden("perf-probes", &normalise(&raw));
+    promtool_check("perf-probes", &raw);
+}
