@@ -57,98 +57,18 @@ fn normalise(body: &str) -> String {
     out
 }
 
-/// A unified-style diff (LCS over lines, three lines of context, at most 80 lines shown),
-/// enough to see what changed without an external tool.
+/// A unified diff (three lines of context, at most 80 lines shown) by the `similar` crate.
 fn short_diff(expected: &str, actual: &str) -> String {
-    let a: Vec<&str> = expected.lines().collect();
-    let b: Vec<&str> = actual.lines().collect();
-    // Edit script: (' ' | '-' | '+', line number in expected or actual, text).
-    let prefix = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
-    let suffix = a[prefix..]
-        .iter()
-        .rev()
-        .zip(b[prefix..].iter().rev())
-        .take_while(|(x, y)| x == y)
-        .count();
-    let mut ops: Vec<(char, usize, &str)> = (0..prefix).map(|i| (' ', i, a[i])).collect();
-    let (a, b) = (&a[prefix..a.len() - suffix], &b[prefix..b.len() - suffix]);
-    let (n, m) = (a.len(), b.len());
-    let at = ops.len();
-    if n.saturating_mul(m) <= 16_000_000 {
-        // lcs[i][j] = LCS length of a[i..] and b[j..].
-        let w = m + 1;
-        let mut lcs = vec![0u32; (n + 1) * w];
-        for i in (0..n).rev() {
-            for j in (0..m).rev() {
-                lcs[i * w + j] = if a[i] == b[j] {
-                    lcs[(i + 1) * w + j + 1] + 1
-                } else {
-                    lcs[(i + 1) * w + j].max(lcs[i * w + j + 1])
-                };
-            }
-        }
-        let (mut i, mut j) = (0, 0);
-        while i < n || j < m {
-            if i < n && j < m && a[i] == b[j] {
-                ops.push((' ', i, a[i]));
-                i += 1;
-                j += 1;
-            } else if j == m || (i < n && lcs[(i + 1) * w + j] >= lcs[i * w + j + 1]) {
-                ops.push(('-', i, a[i]));
-                i += 1;
-            } else {
-                ops.push(('+', j, b[j]));
-                j += 1;
-            }
-        }
-    } else {
-        ops.extend(a.iter().enumerate().map(|(i, l)| ('-', i, *l)));
-        ops.extend(b.iter().enumerate().map(|(j, l)| ('+', j, *l)));
-    }
-    for op in &mut ops[at..] {
-        op.1 += prefix;
-    }
-    let tail_start = prefix + n;
-    let full_a: Vec<&str> = expected.lines().collect();
-    ops.extend((tail_start..full_a.len()).map(|i| (' ', i, full_a[i])));
-    let changed: Vec<usize> = (0..ops.len()).filter(|&k| ops[k].0 != ' ').collect();
-    let (removed, added) = (
-        ops.iter().filter(|o| o.0 == '-').count(),
-        ops.iter().filter(|o| o.0 == '+').count(),
-    );
-    let mut out =
-        format!("{removed} line(s) only in the golden file, {added} only in the scrape\n");
-    let mut shown = 0;
-    let mut last_printed: Option<usize> = None;
-    for (k, op) in ops.iter().enumerate() {
-        let near = changed
-            .binary_search_by(|&c| {
-                if c + 3 < k {
-                    std::cmp::Ordering::Less
-                } else if c > k + 3 {
-                    std::cmp::Ordering::Greater
-                } else {
-                    std::cmp::Ordering::Equal
-                }
-            })
-            .is_ok();
-        if !near {
-            continue;
-        }
-        if last_printed.map(|p| p + 1) != Some(k) {
-            out.push_str(&format!(
-                "@@ {} line {} @@\n",
-                if op.0 == '+' { "scrape" } else { "golden" },
-                op.1 + 1
-            ));
-        }
-        if shown == 80 {
-            out.push_str("… (diff truncated)\n");
-            break;
-        }
-        out.push_str(&format!("{}{}\n", op.0, op.2));
-        shown += 1;
-        last_printed = Some(k);
+    let diff = similar::TextDiff::from_lines(expected, actual);
+    let text = diff
+        .unified_diff()
+        .context_radius(3)
+        .header("golden", "scrape")
+        .to_string();
+    let total = text.lines().count();
+    let mut out: String = text.lines().take(80).map(|l| format!("{l}\n")).collect();
+    if total > 80 {
+        out.push_str(&format!("… {} more diff lines\n", total - 80));
     }
     out
 }
