@@ -5,18 +5,50 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use nodemedic_kernel::CpuSet;
-use zbus::zvariant::{OwnedObjectPath, OwnedValue};
+use zbus::zvariant::OwnedObjectPath;
 
 use crate::config::{IrqbalanceMethod, IrqbalanceStep};
 use crate::dpkg;
 use crate::policy::{IrqbalanceState, Outcome, Step, Target};
 use crate::spread;
 
-const SYSTEMD: &str = "org.freedesktop.systemd1";
-const SYSTEMD_PATH: &str = "/org/freedesktop/systemd1";
-const MANAGER: &str = "org.freedesktop.systemd1.Manager";
-const UNIT: &str = "org.freedesktop.systemd1.Unit";
 const DBUS_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The part of systemd's manager interface nodemedic calls (org.freedesktop.systemd1(5)).
+#[zbus::proxy(
+    interface = "org.freedesktop.systemd1.Manager",
+    default_service = "org.freedesktop.systemd1",
+    default_path = "/org/freedesktop/systemd1"
+)]
+trait Manager {
+    fn load_unit(&self, name: &str) -> zbus::Result<OwnedObjectPath>;
+    fn try_restart_unit(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
+    fn kill_unit(&self, name: &str, whom: &str, signal: i32) -> zbus::Result<()>;
+}
+
+/// A unit's state properties.
+#[zbus::proxy(
+    interface = "org.freedesktop.systemd1.Unit",
+    default_service = "org.freedesktop.systemd1"
+)]
+trait Unit {
+    #[zbus(property)]
+    fn load_state(&self) -> zbus::Result<String>;
+    #[zbus(property)]
+    fn active_state(&self) -> zbus::Result<String>;
+    #[zbus(property)]
+    fn unit_file_state(&self) -> zbus::Result<String>;
+}
+
+/// `f` with the D-Bus timeout: a wedged bus or systemd must not wedge remediation.
+async fn bounded<T>(
+    what: &str,
+    f: impl std::future::Future<Output = zbus::Result<T>>,
+) -> zbus::Result<T> {
+    tokio::time::timeout(DBUS_TIMEOUT, f)
+        .await
+        .map_err(|_| zbus::Error::Failure(format!("{what}: no answer within {DBUS_TIMEOUT:?}")))?
+}
 
 /// Talks to systemd about irqbalance, over the system D-Bus.
 pub struct Systemd {
@@ -32,52 +64,20 @@ impl Systemd {
         }
     }
 
-    async fn connect(&self) -> zbus::Result<zbus::Connection> {
+    async fn manager(&self) -> zbus::Result<ManagerProxy<'static>> {
         let address = format!("unix:path={}", self.cfg.dbus_socket);
-        tokio::time::timeout(
-            DBUS_TIMEOUT,
+        let conn = bounded(
+            "connecting to the system bus",
             zbus::connection::Builder::address(address.as_str())?.build(),
         )
-        .await
-        .map_err(|_| zbus::Error::Failure("timed out connecting to the system bus".into()))?
-    }
-
-    async fn call<B>(
-        &self,
-        conn: &zbus::Connection,
-        path: &str,
-        iface: &str,
-        method: &str,
-        body: &B,
-    ) -> zbus::Result<zbus::Message>
-    where
-        B: serde::Serialize + zbus::zvariant::DynamicType,
-    {
-        tokio::time::timeout(
-            DBUS_TIMEOUT,
-            conn.call_method(Some(SYSTEMD), path, Some(iface), method, body),
+        .await?;
+        bounded(
+            "systemd manager proxy",
+            ManagerProxy::builder(&conn)
+                .cache_properties(zbus::proxy::CacheProperties::No)
+                .build(),
         )
         .await
-        .map_err(|_| zbus::Error::Failure(format!("{method}: timed out")))?
-    }
-
-    async fn unit_property(
-        &self,
-        conn: &zbus::Connection,
-        unit: &OwnedObjectPath,
-        name: &str,
-    ) -> zbus::Result<String> {
-        let reply = self
-            .call(
-                conn,
-                unit.as_str(),
-                "org.freedesktop.DBus.Properties",
-                "Get",
-                &(UNIT, name),
-            )
-            .await?;
-        let value: OwnedValue = reply.body().deserialize()?;
-        String::try_from(value).map_err(zbus::Error::from)
     }
 
     /// irqbalance's state: installed (per dpkg under the root filesystem, or systemd knowing
@@ -86,48 +86,44 @@ impl Systemd {
         let version = std::fs::read_to_string(self.rootfs.join("var/lib/dpkg/status"))
             .ok()
             .and_then(|s| dpkg::installed_version(&s, "irqbalance"));
-        let conn = match self.connect().await {
-            Ok(c) => c,
+        let manager = match self.manager().await {
+            Ok(m) => m,
             Err(e) => {
                 return IrqbalanceState::Unknown {
                     detail: format!("system bus at {}: {e}", self.cfg.dbus_socket),
                 }
             }
         };
-        let unit = match self
-            .call(
-                &conn,
-                SYSTEMD_PATH,
-                MANAGER,
-                "LoadUnit",
-                &(self.cfg.unit.as_str(),),
-            )
-            .await
-        {
-            Ok(reply) => match reply.body().deserialize::<OwnedObjectPath>() {
-                Ok(p) => p,
-                Err(e) => {
-                    return IrqbalanceState::Unknown {
-                        detail: format!("LoadUnit reply: {e}"),
-                    }
-                }
-            },
+        let path = match bounded("LoadUnit", manager.load_unit(&self.cfg.unit)).await {
+            Ok(p) => p,
             Err(e) => {
                 return IrqbalanceState::Unknown {
                     detail: format!("LoadUnit({}): {e}", self.cfg.unit),
                 }
             }
         };
-        let load = self
-            .unit_property(&conn, &unit, "LoadState")
+        let unit = async {
+            UnitProxy::builder(manager.inner().connection())
+                .path(path)?
+                .cache_properties(zbus::proxy::CacheProperties::No)
+                .build()
+                .await
+        };
+        let unit = match bounded("unit proxy", unit).await {
+            Ok(u) => u,
+            Err(e) => {
+                return IrqbalanceState::Unknown {
+                    detail: format!("{}: {e}", self.cfg.unit),
+                }
+            }
+        };
+        let load = bounded("LoadState", unit.load_state())
             .await
             .unwrap_or_default();
-        let active = self
-            .unit_property(&conn, &unit, "ActiveState")
+        let active = bounded("ActiveState", unit.active_state())
             .await
             .unwrap_or_default();
-        let file = self
-            .unit_property(&conn, &unit, "UnitFileState")
+        let file = bounded("UnitFileState", unit.unit_file_state())
             .await
             .unwrap_or_default();
         match (load.as_str(), active.as_str()) {
@@ -144,19 +140,14 @@ impl Systemd {
     /// `systemctl try-restart` as the fallback when the bus fails.
     pub async fn rebalance(&self) -> Outcome {
         let via_dbus = async {
-            let conn = self.connect().await?;
+            let manager = self.manager().await?;
             match self.cfg.method {
                 IrqbalanceMethod::TryRestart => {
-                    let reply = self
-                        .call(
-                            &conn,
-                            SYSTEMD_PATH,
-                            MANAGER,
-                            "TryRestartUnit",
-                            &(self.cfg.unit.as_str(), "replace"),
-                        )
-                        .await?;
-                    let job: OwnedObjectPath = reply.body().deserialize()?;
+                    let job = bounded(
+                        "TryRestartUnit",
+                        manager.try_restart_unit(&self.cfg.unit, "replace"),
+                    )
+                    .await?;
                     Ok::<String, zbus::Error>(format!(
                         "TryRestartUnit({}) queued job {}",
                         self.cfg.unit,
@@ -164,12 +155,9 @@ impl Systemd {
                     ))
                 }
                 IrqbalanceMethod::Sighup => {
-                    self.call(
-                        &conn,
-                        SYSTEMD_PATH,
-                        MANAGER,
+                    bounded(
                         "KillUnit",
-                        &(self.cfg.unit.as_str(), "main", 1i32),
+                        manager.kill_unit(&self.cfg.unit, "main", SIGHUP),
                     )
                     .await?;
                     Ok(format!("KillUnit({}, main, SIGHUP)", self.cfg.unit))
@@ -200,6 +188,9 @@ impl Systemd {
         }
     }
 }
+
+/// SIGHUP makes irqbalance re-read its configuration and re-place every IRQ.
+const SIGHUP: i32 = 1;
 
 /// Writes `smp_affinity` under a procfs root.
 pub struct AffinityWriter {
