@@ -114,25 +114,37 @@ impl Default for NativeStep {
     }
 }
 
+/// A remediation setting that would make remediation unsafe or impossible.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cooldown must be at least 11s (longer than irqbalance's interval and systemd's start limit window)")]
+    CooldownTooShort,
+    #[error("verify_after must be at least 1s")]
+    VerifyTooSoon,
+    #[error("verify_after must be shorter than cooldown")]
+    VerifyAfterCooldown,
+    #[error("need 1 <= max_actions_per_hour <= max_actions_per_day")]
+    Caps,
+    #[error("irqbalance.unit must not be empty")]
+    NoUnit,
+}
+
 impl RemediationConfig {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.cooldown < Duration::from_secs(11) {
-            return Err(
-                "cooldown must be at least 11s (longer than irqbalance's interval and systemd's start limit window)"
-                    .into(),
-            );
+            return Err(ConfigError::CooldownTooShort);
         }
         if self.verify_after < Duration::from_secs(1) {
-            return Err("verify_after must be at least 1s".into());
+            return Err(ConfigError::VerifyTooSoon);
         }
         if self.verify_after >= self.cooldown {
-            return Err("verify_after must be shorter than cooldown".into());
+            return Err(ConfigError::VerifyAfterCooldown);
         }
         if self.max_actions_per_hour == 0 || self.max_actions_per_day < self.max_actions_per_hour {
-            return Err("need 1 <= max_actions_per_hour <= max_actions_per_day".into());
+            return Err(ConfigError::Caps);
         }
         if self.irqbalance.unit.is_empty() {
-            return Err("irqbalance.unit must not be empty".into());
+            return Err(ConfigError::NoUnit);
         }
         Ok(())
     }

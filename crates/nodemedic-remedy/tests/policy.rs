@@ -9,7 +9,7 @@ use std::time::Duration;
 use nodemedic_collect::{CollectorSet, Paths};
 use nodemedic_detect::{CollapseConfig, CollapseDetector, GroupVerdict, HurtingConfig};
 use nodemedic_kernel::Snapshot;
-use nodemedic_remedy::config::NativeStep;
+use nodemedic_remedy::config::{ConfigError, NativeStep};
 use nodemedic_remedy::policy::IrqbalanceState;
 use nodemedic_remedy::{ActionKind, Decision, Mode, Outcome, Policy, RemediationConfig};
 
@@ -300,12 +300,16 @@ fn config_validation() {
         cooldown: Duration::from_secs(5),
         ..Default::default()
     };
-    assert!(bad.validate().unwrap_err().contains("cooldown"));
+    assert_eq!(bad.validate(), Err(ConfigError::CooldownTooShort));
     let bad = RemediationConfig {
         verify_after: Duration::from_secs(400),
         ..Default::default()
     };
-    assert!(bad.validate().unwrap_err().contains("verify_after"));
+    assert!(bad
+        .validate()
+        .unwrap_err()
+        .to_string()
+        .contains("verify_after"));
     let bad = RemediationConfig {
         max_actions_per_hour: 0,
         ..Default::default()
