@@ -97,7 +97,12 @@ pub struct PsiRatios {
 pub struct CgroupRates {
     /// Path relative to the hierarchy root.
     pub path: String,
+    #[serde(skip)]
     pub workload: Workload,
+    /// `pod`, `container` or `service`.
+    pub kind: &'static str,
+    pub pod_uid: Option<String>,
+    pub qos: Option<Qos>,
     /// `namespace/pod` (plus `/container`) when the pod is known, the unit for a service,
     /// else `pod <uid>`.
     pub name: String,
@@ -114,22 +119,6 @@ pub struct CgroupRates {
     pub io_some_ratio: Option<f64>,
     pub quota_bound: bool,
     pub starved: bool,
-}
-
-impl CgroupRates {
-    pub fn pod_uid(&self) -> Option<&str> {
-        match &self.workload {
-            Workload::Pod { uid, .. } | Workload::Container { uid, .. } => Some(uid),
-            _ => None,
-        }
-    }
-
-    pub fn qos(&self) -> Option<Qos> {
-        match &self.workload {
-            Workload::Pod { qos, .. } | Workload::Container { qos, .. } => Some(*qos),
-            _ => None,
-        }
-    }
 }
 
 /// The detector's view after one sample.
@@ -319,9 +308,18 @@ fn cgroup_rates(
         Some(d as f64 / 1e6 / dt)
     });
     let (name, namespace, pod, container) = names(snap, &now.workload);
+    let (kind, pod_uid, qos) = match &now.workload {
+        Workload::Pod { uid, qos } => ("pod", Some(uid.clone()), Some(*qos)),
+        Workload::Container { uid, qos, .. } => ("container", Some(uid.clone()), Some(*qos)),
+        Workload::Service { .. } => ("service", None, None),
+        Workload::Other => ("other", None, None),
+    };
     CgroupRates {
         path: path.to_string(),
         workload: now.workload.clone(),
+        kind,
+        pod_uid,
+        qos,
         name,
         namespace,
         pod,

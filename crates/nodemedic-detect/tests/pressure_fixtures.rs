@@ -107,7 +107,7 @@ fn common(v: &PressureVerdict) {
     assert!(!v.node_saturated);
 
     let hpc = by_uid(v, HPC);
-    assert_eq!(hpc.qos(), Some(Qos::Guaranteed));
+    assert_eq!(hpc.qos, Some(Qos::Guaranteed));
     assert_eq!(hpc.quota_cores, Some(10.0), "cpu.max 1000000 100000");
     assert!(close(hpc.throttled_ratio, 0.8), "{hpc:?}");
     assert!(close(hpc.cpu_usage_cores, 9.9), "{hpc:?}");
@@ -118,12 +118,12 @@ fn common(v: &PressureVerdict) {
     );
 
     let web = by_uid(v, WEB);
-    assert_eq!(web.qos(), Some(Qos::Burstable));
+    assert_eq!(web.qos, Some(Qos::Burstable));
     assert_eq!(web.quota_cores, Some(2.0));
     assert!(!web.quota_bound && !web.starved, "{web:?}");
 
     let batch = by_uid(v, BATCH);
-    assert_eq!(batch.qos(), Some(Qos::BestEffort));
+    assert_eq!(batch.qos, Some(Qos::BestEffort));
     assert_eq!(batch.quota_cores, None, "\"max\" is no quota, not a number");
     assert!(!batch.quota_bound);
 }
@@ -245,7 +245,7 @@ fn containers_services_and_patterns() {
     };
     let (v, _) = verdict("k8s-systemd-v2", only_besteffort, false);
     assert_eq!(v.cgroups.len(), 1, "{:?}", v.cgroups);
-    assert_eq!(by_uid(&v, BATCH).qos(), Some(Qos::BestEffort));
+    assert_eq!(by_uid(&v, BATCH).qos, Some(Qos::BestEffort));
 }
 
 #[test]

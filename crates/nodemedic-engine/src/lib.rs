@@ -177,24 +177,14 @@ impl Engine {
             runs.iter().map(CollectorStatus::from_run).collect();
         self.log_state_changes(&runs);
         collectors.extend(self.disabled.iter().cloned());
-        // A detector bug must cost one sample's verdicts, not the daemon: the state machine
-        // is left as the panic left it and the next sample goes on from there.
-        let (verdicts, detector_panic) =
-            match catch_unwind(AssertUnwindSafe(|| self.detector.observe(&snapshot))) {
-                Ok(v) => (v, None),
-                Err(panic) => (Vec::new(), Some(panic_message(panic.as_ref()))),
-            };
+        let mut failed = Vec::new();
+        let verdicts = guarded("irq_collapse", &mut failed, || {
+            self.detector.observe(&snapshot)
+        });
         let mut findings = collapse_findings(&verdicts);
-        if let Some(msg) = detector_panic {
-            tracing::error!(detector = "irq_collapse", panic = %msg, "detector panicked (bug)");
-            findings.push(Finding {
-                kind: "detector_failed".into(),
-                severity: Severity::Warning,
-                subject: "irq_collapse".into(),
-                message: format!("the IRQ collapse detector panicked (a bug): {msg}"),
-            });
-        }
-        let commit = self.commit_detector.observe(&snapshot);
+        let commit = guarded("disk_commit", &mut failed, || {
+            self.commit_detector.observe(&snapshot)
+        });
         if let Some(v) = commit.as_ref().filter(|v| v.changed) {
             tracing::warn!(directory = %v.directory, slow = v.slow, p99_seconds = ?v.p99_seconds, commits = v.commits, "disk commit verdict changed");
         }
@@ -202,14 +192,9 @@ impl Engine {
             commit.as_ref(),
             self.commit_detector.config(),
         ));
-        let storm = match catch_unwind(AssertUnwindSafe(|| self.storm.observe(&snapshot))) {
-            Ok(v) => v,
-            Err(panic) => {
-                let msg = panic_message(panic.as_ref());
-                tracing::error!(detector = "perf_wakeup_storm", panic = %msg, "detector panicked (bug)");
-                None
-            }
-        };
+        let storm = guarded("perf_wakeup_storm", &mut failed, || {
+            self.storm.observe(&snapshot)
+        });
         if let Some(v) = storm.as_ref().filter(|v| v.changed) {
             tracing::warn!(
                 storming = v.storming,
@@ -220,20 +205,14 @@ impl Engine {
             );
         }
         findings.extend(storm.as_ref().and_then(storm_finding));
-        let pressure = match catch_unwind(AssertUnwindSafe(|| self.pressure.observe(&snapshot))) {
-            Ok(v) => v,
-            Err(panic) => {
-                let msg = panic_message(panic.as_ref());
-                tracing::error!(detector = "pressure", panic = %msg, "detector panicked (bug)");
-                None
-            }
-        };
+        let pressure = guarded("pressure", &mut failed, || self.pressure.observe(&snapshot));
         if let Some(v) = &pressure {
             for (subject, what, active) in &v.changes {
                 tracing::warn!(subject = %subject, verdict = *what, active = *active, "pressure verdict changed");
             }
             findings.extend(pressure_findings(v));
         }
+        findings.extend(failed);
         for c in &collectors {
             if let CollectorState::Failed { reason } = &c.state {
                 findings.push(Finding {
@@ -264,6 +243,26 @@ impl Engine {
     }
 }
 
+/// Runs one detector. A detector bug must cost one sample's verdicts, not the daemon: the
+/// panic is logged and becomes a `detector_failed` finding, the state machine is left as the
+/// panic left it, and the next sample goes on from there.
+fn guarded<T: Default>(name: &str, failed: &mut Vec<Finding>, f: impl FnOnce() -> T) -> T {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(panic) => {
+            let msg = panic_message(panic.as_ref());
+            tracing::error!(detector = name, panic = %msg, "detector panicked (bug)");
+            failed.push(Finding {
+                kind: "detector_failed".into(),
+                severity: Severity::Warning,
+                subject: name.to_string(),
+                message: format!("the {name} detector panicked (a bug): {msg}"),
+            });
+            T::default()
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::panic)]
@@ -284,6 +283,25 @@ mod tests {
         fn collect(&self, _: &Ctx<'_>, _: &mut Snapshot) -> Result<Collected, CollectError> {
             panic!("index out of bounds")
         }
+    }
+
+    #[test]
+    fn a_panicking_detector_costs_its_verdicts_and_says_so() {
+        let mut failed = Vec::new();
+        let v: Vec<u32> = guarded("irq_collapse", &mut failed, || {
+            panic!("index out of bounds")
+        });
+        assert!(v.is_empty());
+        assert_eq!(failed.len(), 1);
+        assert_eq!(failed[0].kind, "detector_failed");
+        assert_eq!(failed[0].subject, "irq_collapse");
+        assert!(
+            failed[0].message.contains("index out of bounds"),
+            "{:?}",
+            failed[0]
+        );
+        assert_eq!(guarded("pressure", &mut failed, || Some(3)), Some(3));
+        assert_eq!(failed.len(), 1, "a detector that works adds nothing");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! `pod_uid`, `qos` and `container_id`; systemd services carry `unit`. Cardinality: one set
 //! per pod by default (containers are opt-in), and only the resources the kernel reports.
 
+use nodemedic_detect::pressure::CgroupRates;
 use nodemedic_detect::PressureVerdict;
 use nodemedic_kernel::cgroup::{CgroupStats, Workload};
 use nodemedic_kernel::psi::Psi;
@@ -247,7 +248,7 @@ pub(crate) fn verdicts(e: &mut Encoder, snap: &Snapshot, verdict: Option<&Pressu
         "Whether the node is judged saturated (node PSI above the thresholds, with hysteresis).",
     );
     e.sample(&[], f64::from(u8::from(v.node_saturated)));
-    let labelled: Vec<(Labels, &nodemedic_detect::pressure::CgroupRates)> = v
+    let labelled: Vec<(Labels, &CgroupRates)> = v
         .cgroups
         .iter()
         .filter_map(|r| {
@@ -255,23 +256,25 @@ pub(crate) fn verdicts(e: &mut Encoder, snap: &Snapshot, verdict: Option<&Pressu
             Some((Labels::of(snap, &r.path, g), r))
         })
         .collect();
-    e.family(
-        "nodemedic_cgroup_quota_bound",
-        Kind::Gauge,
-        "Whether the cgroup is judged held back by its CPU quota: throttled in many periods while its tasks wait for CPU (with hysteresis).",
-    );
-    for (l, r) in &labelled {
-        e.sample(&l.get(), f64::from(u8::from(r.quota_bound)));
-    }
-    e.family(
-        "nodemedic_cgroup_starved",
-        Kind::Gauge,
-        "Whether the pod or service is judged starved: its tasks wait for CPU or memory above the thresholds (with hysteresis).",
-    );
-    for (l, r) in labelled
-        .iter()
-        .filter(|(_, r)| !matches!(r.workload, Workload::Container { .. }))
-    {
-        e.sample(&l.get(), f64::from(u8::from(r.starved)));
+    type Pick = fn(&CgroupRates) -> Option<bool>;
+    let families: [(&str, &str, Pick); 2] = [
+        (
+            "nodemedic_cgroup_quota_bound",
+            "Whether the cgroup is judged held back by its CPU quota: throttled in many periods while its tasks wait for CPU (with hysteresis).",
+            |r| Some(r.quota_bound),
+        ),
+        (
+            "nodemedic_cgroup_starved",
+            "Whether the pod or service is judged starved: its tasks wait for CPU or memory above the thresholds (with hysteresis). Containers share their pod's verdict.",
+            |r| (r.kind != "container").then_some(r.starved),
+        ),
+    ];
+    for (name, help, pick) in families {
+        e.family(name, Kind::Gauge, help);
+        for (l, r) in &labelled {
+            if let Some(v) = pick(r) {
+                e.sample(&l.get(), f64::from(u8::from(v)));
+            }
+        }
     }
 }

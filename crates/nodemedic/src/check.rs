@@ -6,7 +6,7 @@ use std::fmt::Write;
 use nodemedic_kernel::interrupts::Interrupts;
 
 use nodemedic_collect::{CollectorState, CollectorStatus};
-use nodemedic_detect::pressure::PsiRatios;
+use nodemedic_detect::pressure::{CgroupRates, PsiRatios};
 use nodemedic_detect::{Finding, Severity};
 use serde::Serialize;
 
@@ -46,28 +46,10 @@ pub struct PressureReport {
     pub cgroup_mounts: Option<nodemedic_kernel::mounts::CgroupMounts>,
     pub cgroup_mounts_from_mountinfo: Option<bool>,
     /// Watched cgroups, most CPU-pressured first.
-    pub cgroups: Vec<CgroupReport>,
+    pub cgroups: Vec<CgroupRates>,
     /// Rows per list in the text output.
     #[serde(skip)]
     pub top: usize,
-}
-
-#[derive(Debug, Serialize)]
-pub struct CgroupReport {
-    pub path: String,
-    /// namespace/pod[/container], the unit, or `pod <uid>`.
-    pub name: String,
-    pub pod_uid: Option<String>,
-    pub qos: Option<&'static str>,
-    pub quota_cores: Option<f64>,
-    pub cpu_usage_cores: Option<f64>,
-    /// Throttled periods / periods over the interval.
-    pub throttled_ratio: Option<f64>,
-    pub cpu_some_ratio: Option<f64>,
-    pub memory_some_ratio: Option<f64>,
-    pub io_some_ratio: Option<f64>,
-    pub quota_bound: bool,
-    pub starved: bool,
 }
 
 fn pressure_report(second: &Sample) -> PressureReport {
@@ -95,24 +77,7 @@ fn pressure_report(second: &Sample) -> PressureReport {
             top: 5,
         };
     };
-    let mut cgroups: Vec<CgroupReport> = v
-        .cgroups
-        .iter()
-        .map(|c| CgroupReport {
-            path: c.path.clone(),
-            name: c.name.clone(),
-            pod_uid: c.pod_uid().map(str::to_string),
-            qos: c.qos().map(|q| q.as_str()),
-            quota_cores: c.quota_cores,
-            cpu_usage_cores: c.cpu_usage_cores,
-            throttled_ratio: c.throttled_ratio,
-            cpu_some_ratio: c.cpu_some_ratio,
-            memory_some_ratio: c.memory_some_ratio,
-            io_some_ratio: c.io_some_ratio,
-            quota_bound: c.quota_bound,
-            starved: c.starved,
-        })
-        .collect();
+    let mut cgroups = v.cgroups.clone();
     cgroups.sort_by(|a, b| {
         b.cpu_some_ratio
             .unwrap_or(0.0)
@@ -548,7 +513,7 @@ fn pressure_text(o: &mut String, p: &PressureReport) {
         let _ = writeln!(o, "  no pods or services found in the cgroup hierarchy");
         return;
     }
-    let row = |o: &mut String, c: &CgroupReport| {
+    let row = |o: &mut String, c: &CgroupRates| {
         let quota = c
             .quota_cores
             .map_or_else(|| "none".into(), |q| format!("{q:.2}"));
@@ -572,7 +537,7 @@ fn pressure_text(o: &mut String, p: &PressureReport) {
     for c in p.cgroups.iter().take(p.top) {
         row(o, c);
     }
-    let mut throttled: Vec<&CgroupReport> = p
+    let mut throttled: Vec<&CgroupRates> = p
         .cgroups
         .iter()
         .filter(|c| c.throttled_ratio.is_some_and(|t| t > 0.0))
