@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Host side of the end-to-end test: a real kernel, systemd, D-Bus and irqbalance in a QEMU VM
-# (tests/vm/run.sh), nodemedic installed from its Debian package (deploy/debian/build-deb.sh).
+# (tests/vm/run.sh), nodemedic installed from its Debian package (deploy/debian/build-deb.sh),
+# and its eBPF probes attached to that kernel (tests/vm/probes-guest.sh).
 #   tests/vm/nodemedic-e2e.sh [NODEMEDIC_DEB]   (default: package the debug build)
 set -euo pipefail
 HERE=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
@@ -15,6 +16,9 @@ DIR=$(mktemp -d /tmp/nodemedic-vm-e2e.XXXXXX)
 cp "$DEB" "$DIR/nodemedic.deb"
 cp "$HERE/nodemedic.toml" "$DIR/"
 cp "$HERE/nodemedic-guest.sh" "$DIR/test.sh"
+cp "$HERE/probes-guest.sh" "$DIR/"
+# The probe test's traffic generator, static: the minbase guest has no compiler.
+cc -O2 -static -Wall -Werror -o "$DIR/perfgen" "$HERE/perfgen.c"
 start=$(date +%s)
 set +e
 bash "$HERE/run.sh" "$DIR"

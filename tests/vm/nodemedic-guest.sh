@@ -5,7 +5,8 @@
 # exposure level), replays the incident (irqbalance stuck, every NIC queue IRQ on CPU 0) and
 # checks that nodemedic detects it, restarts irqbalance over D-Bus once with the hardening
 # on, verifies the re-spread, and takes no second action during the cooldown; finally a
-# sampler made to hang is restarted by systemd's watchdog.
+# sampler made to hang is restarted by systemd's watchdog; then the eBPF probes attach to this
+# kernel and are checked against a traffic generator and bpftrace (probes-guest.sh).
 set -uo pipefail
 H=/mnt/host
 pass=0
@@ -141,4 +142,7 @@ rm -r /etc/systemd/system/nodemedic.service.d
 systemctl daemon-reload
 systemctl restart nodemedic
 check healthy_again wait_for 30 "a healthy service again" systemctl -q is-active nodemedic
+
+# shellcheck source=tests/vm/probes-guest.sh
+. "$H/probes-guest.sh"
 finish

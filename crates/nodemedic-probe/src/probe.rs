@@ -322,7 +322,16 @@ impl PerfProbes {
         let (stats, stats_error) = if opts.bpf_stats {
             match aya::sys::enable_stats(aya::sys::Stats::RunTime) {
                 Ok(fd) => (Some(fd), None),
-                Err(e) => (None, Some(error_chain(&e))),
+                // The kernel allows BPF_ENABLE_STATS to CAP_SYS_ADMIN only, which the hardened
+                // unit and the DaemonSet do not grant; the sysctl is the admin's switch.
+                Err(e) => (
+                    None,
+                    Some(format!(
+                        "{} (BPF_ENABLE_STATS needs CAP_SYS_ADMIN; without it, set \
+                         kernel.bpf_stats_enabled=1 to have run times counted)",
+                        error_chain(&e)
+                    )),
+                ),
             }
         } else {
             (None, None)
