@@ -106,3 +106,15 @@ check flood_emitted [ $((e - e0)) -ge 800 ]
 check flood_overflowed [ "$d" -gt 0 ]
 check ring_accounting [ "$e" -eq $((r + d)) ]
 sysctl -qw kernel.bpf_stats_enabled=0
+
+echo "== when the probes cannot run, one clear reason and everything else works"
+down_reason() { # command... -> the perf probes' down reason from `nodemedic check --format json`
+    "$@" nodemedic --config /etc/nodemedic/nodemedic.toml check --format json --interval 200ms 2>/dev/null |
+        sed -n 's/.*"down_reason": "\(.*\)",\{0,1\}$/\1/p' | head -n1
+}
+no_caps=$(down_reason setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all --bounding-set=-all)
+say "without privileges: $no_caps"
+check no_caps_reason bash -c "[[ \"\$0\" == *'lacks CAP_BPF and CAP_PERFMON'* ]]" "$no_caps"
+no_btf=$(down_reason unshare -m sh -c 'mount --bind /dev/null /sys/kernel/btf/vmlinux && exec "$@"' sh)
+say "without kernel BTF: $no_btf"
+check no_btf_reason bash -c "[[ \"\$0\" == *'/sys/kernel/btf/vmlinux'* ]]" "$no_btf"

@@ -170,6 +170,7 @@ fn the_generated_configuration_is_accepted_by_nodemedic() {
             "features.irqbalanceRestart=false",
             "features.nodeLabel=true",
         ],
+        vec!["features.probes=false"],
     ] {
         let toml = config_toml(&render(&set));
         let dir = tempfile::tempdir().unwrap();
@@ -191,6 +192,12 @@ fn the_generated_configuration_is_accepted_by_nodemedic() {
         let native = set.contains(&"features.nativeRebalance=true");
         assert!(
             effective.contains(&format!("[remediation.native]\nenabled = {native}")),
+            "{effective}"
+        );
+        // The probes run exactly when the chart grants their capabilities.
+        let probes = !set.contains(&"features.probes=false");
+        assert!(
+            effective.contains(&format!("[probes]\nenabled = {probes}")),
             "{effective}"
         );
     }

@@ -2,7 +2,7 @@
 //! either attach (probe_up 1, counters exported) or are marked down with one reason in
 //! /status, the log and `nodemedic_probe_up 0`, while every other collector keeps working.
 //! This repository's CI kernel has neither kprobes nor fentry trampolines: it takes the
-//! second path. The attach path runs on Debian 12's kernel in QEMU (tests/vm/probes-e2e.sh).
+//! second path. The attach path runs on Debian 12's kernel in QEMU (tests/vm/probes-guest.sh, run by tests/vm/nodemedic-e2e.sh).
 
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
 
