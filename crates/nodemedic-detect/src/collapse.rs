@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use nodemedic_kernel::Snapshot;
+use nodemedic_kernel::{counter, Snapshot};
 use serde::{Deserialize, Serialize};
 
 use crate::groups::{build_groups, DeviceGroup, GroupingOptions};
@@ -315,8 +315,8 @@ impl CollapseDetector {
             for (col, &count) in counts.iter().enumerate() {
                 cumulative[col] = cumulative[col].saturating_add(count);
                 let old = before.and_then(|b| b.get(prev_col[col]?));
-                // A count that went backwards is a reset (IRQ reallocated): no rate.
-                if let Some(d) = old.and_then(|o| count.checked_sub(*o)) {
+                // Wrap-aware; a reset (IRQ reallocated) gives no rate.
+                if let Some(d) = old.and_then(|o| counter::delta(*o, count)) {
                     delta[col] = delta[col].saturating_add(d);
                 }
             }
@@ -357,15 +357,16 @@ impl CollapseDetector {
         if let (Some(dt), Some(p)) = (elapsed, prev) {
             if let Some(cpu) = e.hottest_cpu {
                 if let (Some(now), Some(before)) = (cur.net_rx.get(&cpu), p.net_rx.get(&cpu)) {
-                    e.hottest_net_rx_rate = now.checked_sub(*before).map(|d| d as f64 / dt);
+                    e.hottest_net_rx_rate = counter::delta(*before, *now).map(|d| d as f64 / dt);
                 }
             }
             let mut dropped = None;
             let mut squeezed = None;
             for cpu in g.effective_cpus.iter() {
                 if let (Some(now), Some(before)) = (cur.softnet.get(&cpu), p.softnet.get(&cpu)) {
-                    *dropped.get_or_insert(0) += now.0.saturating_sub(before.0);
-                    *squeezed.get_or_insert(0) += now.1.saturating_sub(before.1);
+                    // softnet_stat is 32-bit and not widened: wrap-aware here.
+                    *dropped.get_or_insert(0) += counter::delta(before.0, now.0).unwrap_or(0);
+                    *squeezed.get_or_insert(0) += counter::delta(before.1, now.1).unwrap_or(0);
                 }
             }
             e.softnet_dropped = dropped;

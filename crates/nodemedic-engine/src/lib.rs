@@ -22,6 +22,7 @@ use nodemedic_detect::{
 };
 use nodemedic_detect::{CommitLatencyConfig, CommitLatencyDetector, CommitVerdict};
 use nodemedic_detect::{PressureConfig, PressureDetector, PressureVerdict};
+use nodemedic_kernel::counter::Widener;
 use nodemedic_kernel::Snapshot;
 
 /// Collectors whose failure says something about the kernel or the daemon's privileges, not
@@ -78,6 +79,8 @@ pub struct Engine {
     storm: WakeupStormDetector,
     pressure: PressureDetector,
     samples: u64,
+    /// The kernel's 32-bit counts, accumulated into 64-bit ones (see `counter`).
+    widener: Widener,
     /// Each collector's failure reason in the previous sample, so that a collector that keeps
     /// failing is logged when its state changes, not every sample.
     failing: HashMap<&'static str, String>,
@@ -143,6 +146,7 @@ impl Engine {
             storm: WakeupStormDetector::new(config.wakeup_storm),
             pressure: PressureDetector::new(config.pressure),
             samples: 0,
+            widener: Widener::default(),
             failing: HashMap::new(),
         }
     }
@@ -172,7 +176,15 @@ impl Engine {
 
     pub fn sample(&mut self) -> Sample {
         let start = Instant::now();
-        let (snapshot, runs) = self.collectors.sample(&self.paths, monotonic_now());
+        let (mut snapshot, runs) = self.collectors.sample(&self.paths, monotonic_now());
+        // Before anything reads the counts: detectors, check and the exporter all see the
+        // accumulated 64-bit values, so a wrap is neither a lost rate nor a counter reset.
+        if let Some(ints) = &mut snapshot.interrupts {
+            self.widener.widen_interrupts(ints);
+        }
+        if let Some(s) = &mut snapshot.softirqs {
+            self.widener.widen_softirqs(s);
+        }
         let mut collectors: Vec<CollectorStatus> =
             runs.iter().map(CollectorStatus::from_run).collect();
         self.log_state_changes(&runs);

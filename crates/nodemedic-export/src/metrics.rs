@@ -271,7 +271,12 @@ fn interrupts(e: &mut Encoder, snap: &Snapshot, verdicts: &[GroupVerdict], opts:
         }
     }
     let cpu_names: Vec<String> = ints.cpus.iter().map(u32::to_string).collect();
+    // Plus the IRQs that went away while nodemedic watched, so a freed IRQ does not make
+    // the per-CPU counter go backwards.
     let mut per_cpu = vec![0u64; ints.cpus.len()];
+    for (i, r) in ints.retired.iter().enumerate().take(per_cpu.len()) {
+        per_cpu[i] = *r;
+    }
     for line in &ints.irqs {
         for (i, c) in line.counts.iter().enumerate() {
             per_cpu[i] = per_cpu[i].saturating_add(*c);

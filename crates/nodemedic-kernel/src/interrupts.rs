@@ -22,6 +22,11 @@ pub struct Interrupts {
     /// Architecture rows (`NMI`, `LOC`, `IPI0`, `ERR`, …).
     pub arch: Vec<ArchLine>,
     pub skipped: Vec<SkippedLine>,
+    /// Per CPU (aligned with `cpus`), the interrupts of IRQs that disappeared while nodemedic
+    /// watched, so that per-CPU sums stay monotonic. Filled by [`crate::counter::Widener`];
+    /// empty from the parser.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub retired: Vec<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -7,6 +7,7 @@
 //! surface it.
 
 pub mod cgroup;
+pub mod counter;
 pub mod cpuset;
 pub mod device;
 pub mod fuzz_logic;

@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write;
 
+use nodemedic_kernel::counter;
 use nodemedic_kernel::interrupts::Interrupts;
 
 use nodemedic_collect::{CollectorState, CollectorStatus};
@@ -210,12 +211,12 @@ pub fn build_report(first: &Sample, second: &Sample) -> CheckReport {
                 then_sums.as_ref().and_then(|t| t.get(cpu)),
                 now_sums.get(cpu),
             ) {
-                (Some(b), Some(n)) => n.saturating_sub(*b) as f64 / dt,
+                (Some(b), Some(n)) => counter::delta(*b, *n).unwrap_or(0) as f64 / dt,
                 _ => 0.0,
             };
             let net_rx = match (&first.snapshot.softirqs, &snap.softirqs) {
                 (Some(a), Some(b)) => match (a.count("NET_RX", *cpu), b.count("NET_RX", *cpu)) {
-                    (Some(x), Some(y)) => Some(y.saturating_sub(x) as f64 / dt),
+                    (Some(x), Some(y)) => counter::delta(x, y).map(|d| d as f64 / dt),
                     _ => None,
                 },
                 _ => None,
@@ -228,7 +229,7 @@ pub fn build_report(first: &Sample, second: &Sample) -> CheckReport {
                     .iter()
                     .find(|(c, _)| c == cpu)?;
                 let b = snap.softnet.as_ref()?.iter().find(|(c, _)| c == cpu)?;
-                Some(u64::from(f(&b.1).saturating_sub(f(&a.1))))
+                counter::delta(u64::from(f(&a.1)), u64::from(f(&b.1)))
             };
             per_cpu.push(CpuInterrupts {
                 cpu: *cpu,
