@@ -5,6 +5,7 @@ use std::sync::Mutex;
 use nodemedic_kernel::snapshot::IrqAffinity;
 use nodemedic_kernel::{CpuSet, Snapshot};
 
+use super::complete;
 use crate::fsread::read_dir;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError, Reader};
 
@@ -63,8 +64,11 @@ impl Collector for IrqAffinityCollector {
             let irq_dir = dir.join(irq.to_string());
             let known_node = nodes.get(irq).copied();
             match read_irq(ctx.reader, &irq_dir, &mut buf, known_node, &mut errors) {
-                IrqRead::Read(aff) => {
-                    nodes.insert(*irq, aff.node);
+                IrqRead::Read(aff, node_known) => {
+                    // A node that could not be read is retried (and named) next sample.
+                    if node_known {
+                        nodes.insert(*irq, aff.node);
+                    }
                     snap.affinity.insert(*irq, aff);
                 }
                 IrqRead::Unusable => {}
@@ -77,10 +81,22 @@ impl Collector for IrqAffinityCollector {
         }
         listed.retain(|irq| !gone.contains(irq));
         if vanished > 0 {
-            out.warnings.push(format!(
-                "{vanished} IRQ(s) vanished between listing {} and reading them",
-                dir.display()
-            ));
+            // Named (a few of them): a warning must say which file it is about.
+            const NAMED: usize = 5;
+            for irq in gone.iter().take(NAMED) {
+                out.warnings.push(format!(
+                    "{}: IRQ vanished between listing {} and reading it",
+                    dir.join(irq.to_string()).display(),
+                    dir.display()
+                ));
+            }
+            if vanished > NAMED {
+                out.warnings.push(format!(
+                    "{} more IRQ(s) vanished between listing {} and reading them",
+                    vanished - NAMED,
+                    dir.display()
+                ));
+            }
         }
         // Nothing readable at all (permission denied everywhere, say) is a failure; a few
         // bad files among many are warnings.
@@ -93,7 +109,8 @@ impl Collector for IrqAffinityCollector {
 }
 
 enum IrqRead {
-    Read(IrqAffinity),
+    /// The masks, and whether the node is known (read, or absent on this kernel).
+    Read(IrqAffinity, bool),
     /// The directory exists but neither mask could be read; the reasons are in `errors`.
     Unusable,
     Vanished,
@@ -110,7 +127,7 @@ fn read_irq(
     let mut mask = |name: &str| -> Result<Option<CpuSet>, ReadError> {
         let path: PathBuf = dir.join(name);
         match reader.read_into(&path, buf) {
-            Ok(()) => CpuSet::parse_mask(buf)
+            Ok(()) => CpuSet::parse_mask(complete(&path, buf)?)
                 .map(Some)
                 .map_err(|e| ReadError::parse(&path, e)),
             Err(e) if e.is_missing() => Ok(None),
@@ -135,16 +152,35 @@ fn read_irq(
             return IrqRead::Unusable;
         }
     }
+    // A missing `node` is an old kernel (no data); any other problem is named.
+    let before_node = errors.len();
     let node = match known_node {
         Some(node) => node,
-        None => reader
-            .read_into(&dir.join("node"), buf)
-            .ok()
-            .and_then(|_| buf.trim().parse().ok()),
+        None => {
+            let path = dir.join("node");
+            let node = reader.read_into(&path, buf).and_then(|()| {
+                complete(&path, buf)?
+                    .trim()
+                    .parse::<i32>()
+                    .map_err(|e| ReadError::parse(&path, format!("not a NUMA node: {e}")))
+            });
+            match node {
+                Ok(n) => Some(n),
+                Err(e) if e.is_missing() => None,
+                Err(e) => {
+                    errors.push(e);
+                    None
+                }
+            }
+        }
     };
-    IrqRead::Read(IrqAffinity {
-        smp,
-        effective,
-        node,
-    })
+    let node_known = errors.len() == before_node;
+    IrqRead::Read(
+        IrqAffinity {
+            smp,
+            effective,
+            node,
+        },
+        node_known,
+    )
 }

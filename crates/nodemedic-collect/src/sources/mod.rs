@@ -83,12 +83,33 @@ fn cpuset_file(reader: &Reader, path: &Path, mask: bool) -> Result<Option<CpuSet
     let Some(text) = reader.read_optional(path)? else {
         return Ok(None);
     };
+    let text = complete(path, &text)?;
     let parsed = if mask {
-        CpuSet::parse_mask(&text)
+        CpuSet::parse_mask(text)
     } else {
-        CpuSet::parse_list(&text)
+        CpuSet::parse_list(text)
     };
     parsed.map(Some).map_err(|e| ReadError::parse(path, e))
+}
+
+/// A one-value sysfs or procfs file as the kernel writes it: never empty (an empty CPU list is
+/// a lone newline) and always ending in a newline. Anything else was cut short (a truncated
+/// copy, a short read), and `0000` cut from `00000010` still parses: it is refused, naming the
+/// file, rather than trusted.
+fn complete<'a>(path: &Path, text: &'a str) -> Result<&'a str, ReadError> {
+    if text.is_empty() {
+        return Err(ReadError::parse(
+            path,
+            "empty (the kernel writes at least a newline): the file was cut short",
+        ));
+    }
+    if !text.ends_with('\n') {
+        return Err(ReadError::parse(
+            path,
+            "no final newline: the value was cut short",
+        ));
+    }
+    Ok(text)
 }
 
 fn skipped_warnings(path: &Path, skipped: &[nodemedic_kernel::SkippedLine]) -> Vec<String> {

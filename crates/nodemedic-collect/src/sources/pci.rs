@@ -5,9 +5,9 @@ use std::sync::Mutex;
 use nodemedic_kernel::snapshot::PciDevice;
 use nodemedic_kernel::{device, Snapshot};
 
-use super::cpuset_file;
+use super::{complete, cpuset_file};
 use crate::fsread::link_name;
-use crate::{CollectError, Collected, Collector, Ctx};
+use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 
 /// The PCI devices that own interrupts (driver, NUMA node, local CPUs) and the network
 /// interfaces backed by PCI devices. Reads only devices named in `/proc/interrupts`, so its
@@ -84,10 +84,18 @@ fn read_sysfs(ctx: &Ctx<'_>, mut addrs: BTreeSet<String>) -> PciRead {
         if !dir.exists() {
             continue;
         }
-        let numa_node = match ctx.reader.read_optional(&dir.join("numa_node")) {
-            Ok(v) => v
-                .and_then(|s| s.trim().parse::<i64>().ok())
-                .and_then(|n| u32::try_from(n).ok()),
+        // `-1` is "no NUMA affinity" (a single-node machine); anything unparsable is named.
+        let numa_path = dir.join("numa_node");
+        let numa_node = match ctx.reader.read_optional(&numa_path).and_then(|v| {
+            v.map(|s| {
+                complete(&numa_path, &s)?
+                    .trim()
+                    .parse::<i64>()
+                    .map_err(|e| ReadError::parse(&numa_path, format!("not a NUMA node: {e}")))
+            })
+            .transpose()
+        }) {
+            Ok(n) => n.and_then(|n| u32::try_from(n).ok()),
             Err(e) => {
                 out.warnings.push(e.to_string());
                 None

@@ -16,8 +16,14 @@ impl Collector for SoftnetCollector {
         let text = ctx.reader.read(&path)?;
         let parsed = softnet::parse(&text);
         let mut warnings = skipped_warnings(&path, &parsed.skipped);
-        if parsed.rows.is_empty() && !text.trim().is_empty() {
-            return Err(ReadError::parse(&path, "no usable rows").into());
+        // The kernel writes one row per possible CPU: no rows at all is a broken read.
+        if parsed.rows.is_empty() {
+            let why = if text.trim().is_empty() {
+                "empty (the kernel writes one row per CPU)"
+            } else {
+                "no usable rows"
+            };
+            return Err(ReadError::parse(&path, why).into());
         }
         let online: Vec<u32> = match &snap.topology {
             Some(t) => t.online.iter().collect(),

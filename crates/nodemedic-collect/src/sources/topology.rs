@@ -3,7 +3,7 @@ use std::collections::BTreeMap;
 use nodemedic_kernel::snapshot::Topology;
 use nodemedic_kernel::{CpuSet, Snapshot};
 
-use super::{cpuset_file, RescanCache};
+use super::{complete, cpuset_file, RescanCache};
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 
 /// Online, isolated and `nohz_full` CPUs and NUMA nodes, from sysfs.
@@ -23,7 +23,7 @@ impl Collector for TopologyCollector {
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
         let cpu = ctx.paths.sysfs.join("devices/system/cpu");
         let online_path = cpu.join("online");
-        let online = CpuSet::parse_list(&ctx.reader.read(&online_path)?)
+        let online = CpuSet::parse_list(complete(&online_path, &ctx.reader.read(&online_path)?)?)
             .map_err(|e| ReadError::parse(&online_path, e))?;
         let hotplugged = self.cache.peek(|t| t.online != online).unwrap_or(true);
         let (topology, warnings) = self.cache.get(ctx.rescan || hotplugged, || {

@@ -1,0 +1,850 @@
+//! Fault injection over the fixture trees: every file kind nodemedic reads, every fault
+//! (missing, empty, garbage, truncated mid-number, no final newline, EACCES, vanished after
+//! listing), at the first, a middle and the last entry, through the real collectors, the real
+//! read layer and the real detectors.
+//!
+//! For each case three things must hold:
+//! 1. nothing outside what depends on the broken file changes (group verdicts, counts, other
+//!    collectors' state);
+//! 2. a collector names the file (and why) in its warnings or its failure, as `/status` shows
+//!    them — except where the fault is a normal kernel state (an optional file missing, a CPU
+//!    list that is legitimately empty), which is "no data";
+//! 3. the fixture's collapse is still reported when the broken file is not one it depends on.
+//!
+//! EACCES cannot be made with `chmod 000` as root (root bypasses it): those cases run the
+//! engine in a child process (this test binary again) as uid/gid 65534, which the kernel then
+//! denies for real.
+
+#![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nodemedic_collect::{CollectorState, Paths};
+use nodemedic_engine::{Engine, EngineConfig, Sample};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    Missing,
+    Empty,
+    Garbage,
+    Truncated,
+    NoNewline,
+    Eacces,
+    /// Gone after the collectors listed (or opened) it: removed between two samples, the
+    /// first of which listed it.
+    Vanish,
+}
+
+const FAULTS: [Fault; 7] = [
+    Fault::Missing,
+    Fault::Empty,
+    Fault::Garbage,
+    Fault::Truncated,
+    Fault::NoNewline,
+    Fault::Eacces,
+    Fault::Vanish,
+];
+
+/// What may change when a file of this kind breaks.
+#[derive(Debug, Clone, Copy)]
+enum Impact {
+    /// Any group (the file feeds every verdict: `/proc/interrupts`, online CPUs).
+    AllGroups,
+    /// Groups holding the IRQ named in the path (`proc/irq/N/...`).
+    Irq,
+    /// Groups of the PCI device named in the path.
+    Pci,
+    /// No group: only this collector's own data.
+    NoGroup,
+}
+
+struct Kind {
+    name: &'static str,
+    tree: &'static str,
+    /// Path pattern under the tree; `*` matches one component.
+    pattern: &'static str,
+    /// A table (one entry per line): garbage and truncation hit a line at the position.
+    table: bool,
+    /// Missing is a normal kernel state (no such feature): no data, no warning.
+    optional: bool,
+    /// Empty is a valid value (an empty configuration file; an empty kernel CPU list is a
+    /// lone newline, not zero bytes).
+    empty_ok: bool,
+    impact: Impact,
+    /// Summary keys (prefixes) that may change besides groups.
+    may_change: &'static [&'static str],
+}
+
+const IRQ_SIDE: &str = "8cpu-collapsed";
+const PRESSURE_SIDE: &str = "k8s-systemd-v2";
+
+const KINDS: &[Kind] = &[
+    Kind {
+        name: "interrupts",
+        tree: IRQ_SIDE,
+        pattern: "proc/interrupts",
+        table: true,
+        optional: false,
+        empty_ok: false,
+        impact: Impact::AllGroups,
+        may_change: &[
+            "collector/interrupts",
+            "collector/irq_affinity",
+            "collector/pci_devices",
+            "count/irqs",
+            "count/pci",
+        ],
+    },
+    Kind {
+        name: "softirqs",
+        tree: IRQ_SIDE,
+        pattern: "proc/softirqs",
+        table: true,
+        optional: false,
+        empty_ok: false,
+        impact: Impact::NoGroup,
+        may_change: &["collector/softirqs", "count/softirqs"],
+    },
+    Kind {
+        name: "softnet_stat",
+        tree: IRQ_SIDE,
+        pattern: "proc/net/softnet_stat",
+        table: true,
+        optional: false,
+        empty_ok: false,
+        impact: Impact::NoGroup,
+        may_change: &["collector/softnet", "count/softnet"],
+    },
+    Kind {
+        name: "smp_affinity",
+        tree: IRQ_SIDE,
+        pattern: "proc/irq/*/smp_affinity",
+        table: false,
+        // Per-CPU interrupts (timer, IPIs on some arches) have no affinity files.
+        optional: true,
+        empty_ok: false,
+        impact: Impact::Irq,
+        may_change: &["collector/irq_affinity", "count/affinity"],
+    },
+    Kind {
+        name: "effective_affinity",
+        tree: IRQ_SIDE,
+        pattern: "proc/irq/*/effective_affinity",
+        table: false,
+        optional: true,
+        empty_ok: false,
+        impact: Impact::Irq,
+        may_change: &["collector/irq_affinity", "count/affinity"],
+    },
+    Kind {
+        name: "irq node",
+        tree: IRQ_SIDE,
+        pattern: "proc/irq/*/node",
+        table: false,
+        optional: true,
+        empty_ok: false,
+        impact: Impact::Irq,
+        may_change: &["collector/irq_affinity", "count/affinity"],
+    },
+    Kind {
+        name: "cpu online",
+        tree: IRQ_SIDE,
+        pattern: "sys/devices/system/cpu/online",
+        table: false,
+        optional: false,
+        empty_ok: false,
+        impact: Impact::AllGroups,
+        may_change: &[
+            "collector/topology",
+            "count/topology",
+            "collector/softnet",
+            "count/softnet",
+        ],
+    },
+    Kind {
+        name: "cpu possible",
+        tree: IRQ_SIDE,
+        pattern: "sys/devices/system/cpu/possible",
+        table: false,
+        optional: true,
+        empty_ok: false,
+        impact: Impact::NoGroup,
+        may_change: &["collector/topology", "count/topology"],
+    },
+    Kind {
+        name: "cpu isolated",
+        tree: IRQ_SIDE,
+        pattern: "sys/devices/system/cpu/isolated",
+        table: false,
+        optional: true,
+        empty_ok: false,
+        impact: Impact::AllGroups,
+        may_change: &["collector/topology", "count/topology"],
+    },
+    Kind {
+        name: "numa node cpulist",
+        tree: IRQ_SIDE,
+        pattern: "sys/devices/system/node/*/cpulist",
+        table: false,
+        optional: true,
+        empty_ok: false,
+        impact: Impact::AllGroups,
+        may_change: &["collector/topology", "count/topology"],
+    },
+    Kind {
+        name: "pci numa_node",
+        tree: IRQ_SIDE,
+        pattern: "sys/bus/pci/devices/*/numa_node",
+        table: false,
+        optional: true,
+        empty_ok: false,
+        impact: Impact::Pci,
+        may_change: &["collector/pci_devices", "count/pci"],
+    },
+    Kind {
+        name: "pci local_cpulist",
+        tree: IRQ_SIDE,
+        pattern: "sys/bus/pci/devices/*/local_cpulist",
+        table: false,
+        optional: true,
+        empty_ok: false,
+        impact: Impact::Pci,
+        may_change: &["collector/pci_devices", "count/pci"],
+    },
+    Kind {
+        name: "irqbalance config",
+        tree: IRQ_SIDE,
+        pattern: "etc/default/irqbalance",
+        table: true,
+        optional: true,
+        empty_ok: true,
+        impact: Impact::AllGroups,
+        may_change: &["collector/irqbalance_config", "count/banned"],
+    },
+    Kind {
+        name: "node pressure",
+        tree: PRESSURE_SIDE,
+        pattern: "proc/pressure/*",
+        table: true,
+        optional: false,
+        empty_ok: false,
+        impact: Impact::NoGroup,
+        may_change: &["collector/pressure", "pressure/"],
+    },
+    Kind {
+        name: "cgroup cpu.max",
+        tree: PRESSURE_SIDE,
+        pattern: "sys/fs/cgroup/kubepods.slice/*/*/cpu.max",
+        table: false,
+        optional: true,
+        empty_ok: false,
+        impact: Impact::NoGroup,
+        may_change: &["collector/cgroups", "cgroup/", "count/cgroups"],
+    },
+    Kind {
+        name: "cgroup cpu.stat",
+        tree: PRESSURE_SIDE,
+        pattern: "sys/fs/cgroup/kubepods.slice/*/*/cpu.stat",
+        table: true,
+        optional: true,
+        empty_ok: false,
+        impact: Impact::NoGroup,
+        may_change: &["collector/cgroups", "cgroup/", "count/cgroups"],
+    },
+    Kind {
+        name: "cgroup cpu.pressure",
+        tree: PRESSURE_SIDE,
+        pattern: "sys/fs/cgroup/kubepods.slice/*/*/cpu.pressure",
+        table: true,
+        optional: true,
+        empty_ok: false,
+        impact: Impact::NoGroup,
+        may_change: &["collector/cgroups", "cgroup/", "count/cgroups"],
+    },
+    Kind {
+        name: "cgroup memory.pressure",
+        tree: PRESSURE_SIDE,
+        pattern: "sys/fs/cgroup/kubepods.slice/*/*/memory.pressure",
+        table: true,
+        optional: true,
+        empty_ok: false,
+        impact: Impact::NoGroup,
+        may_change: &["collector/cgroups", "cgroup/", "count/cgroups"],
+    },
+];
+
+// ---------------------------------------------------------------------------------------------
+// Trees
+
+fn copy_fixture(name: &str) -> tempfile::TempDir {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures")
+        .join(name);
+    let dir = tempfile::tempdir().unwrap();
+    let ok = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", src.display()))
+        .arg(dir.path())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "cp -a {}", src.display());
+    // The tree must be readable by the unprivileged child of the EACCES cases.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    if name == IRQ_SIDE {
+        // The fixture has no irqbalance config; give it one with a banned CPU that matters.
+        let etc = dir.path().join("etc/default");
+        std::fs::create_dir_all(&etc).unwrap();
+        std::fs::write(
+            etc.join("irqbalance"),
+            "# irqbalance\nIRQBALANCE_ONESHOT=0\nIRQBALANCE_BANNED_CPULIST=6-7\nIRQBALANCE_ARGS=\"\"\n",
+        )
+        .unwrap();
+    }
+    dir
+}
+
+/// Sorts `17` after `4`.
+fn natural(a: &str) -> (u64, String) {
+    (a.parse().unwrap_or(u64::MAX), a.to_string())
+}
+
+fn expand(root: &Path, pattern: &str) -> Vec<PathBuf> {
+    let mut found = vec![PathBuf::new()];
+    for part in pattern.split('/') {
+        let mut next = Vec::new();
+        for rel in &found {
+            if part == "*" {
+                let Ok(entries) = std::fs::read_dir(root.join(rel)) else {
+                    continue;
+                };
+                let mut names: Vec<String> = entries
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir() || t.is_file()))
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect();
+                names.sort_by_key(|n| natural(n));
+                next.extend(names.into_iter().map(|n| rel.join(n)));
+            } else if root.join(rel).join(part).exists() {
+                next.push(rel.join(part));
+            }
+        }
+        found = next;
+    }
+    found.retain(|p| root.join(p).is_file());
+    found
+}
+
+/// First, middle and last of a list, without repeats.
+fn positions<T: Clone>(all: &[T]) -> Vec<(&'static str, T)> {
+    let mut out = Vec::new();
+    let mut seen = BTreeSet::new();
+    for (name, i) in [
+        ("first", 0),
+        ("middle", all.len() / 2),
+        ("last", all.len().saturating_sub(1)),
+    ] {
+        if i < all.len() && seen.insert(i) {
+            out.push((name, all[i].clone()));
+        }
+    }
+    out
+}
+
+/// Cuts `text` in the middle of the first number of line `line` (0-based, among all lines):
+/// lines before it are kept, the rest is lost, as a short read would lose it.
+fn truncate_at(text: &str, line: usize) -> String {
+    let mut out = String::new();
+    for (i, l) in text.split_inclusive('\n').enumerate() {
+        if i < line {
+            out.push_str(l);
+            continue;
+        }
+        let bytes = l.as_bytes();
+        // The first run of at least two digits (or hex digits), cut after its first half.
+        let mut start = None;
+        for (j, b) in bytes.iter().enumerate() {
+            match (start, b.is_ascii_hexdigit()) {
+                (None, true) => start = Some(j),
+                (Some(s), false) if j - s >= 2 => {
+                    out.push_str(&l[..s + (j - s) / 2]);
+                    return out;
+                }
+                (Some(_), false) => start = None,
+                _ => {}
+            }
+        }
+        match start {
+            Some(s) if l.trim_end().len() - s >= 2 => {
+                out.push_str(&l[..s + (l.trim_end().len() - s) / 2]);
+            }
+            _ => out.push_str(l.trim_end()),
+        }
+        return out;
+    }
+    out
+}
+
+/// The data lines of a table (after a header row when the file has one).
+fn data_lines(kind: &Kind, text: &str) -> Vec<usize> {
+    let header = matches!(kind.name, "interrupts" | "softirqs");
+    text.lines()
+        .enumerate()
+        .filter(|(i, l)| {
+            let blank = l.trim().is_empty() || l.starts_with('#');
+            let is_header = header && *i == 0;
+            !blank && !is_header
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// One injected fault, undone on drop.
+struct Injected {
+    path: PathBuf,
+    saved: Option<(Vec<u8>, u32)>,
+    moved: Option<(PathBuf, PathBuf)>,
+}
+
+impl Drop for Injected {
+    fn drop(&mut self) {
+        if let Some((from, to)) = &self.moved {
+            std::fs::rename(to, from).unwrap();
+        }
+        if let Some((bytes, mode)) = &self.saved {
+            std::fs::write(&self.path, bytes).unwrap();
+            std::fs::set_permissions(&self.path, std::fs::Permissions::from_mode(*mode)).unwrap();
+        }
+    }
+}
+
+/// The entry that vanishes: the IRQ's, device's, node's or cgroup's directory for files in
+/// one; the file itself for top-level files.
+fn vanishing_unit(kind: &Kind, rel: &Path) -> PathBuf {
+    if kind.pattern.contains('*') && !kind.pattern.ends_with('*') {
+        rel.parent().unwrap().to_path_buf()
+    } else {
+        rel.to_path_buf()
+    }
+}
+
+fn inject(
+    root: &Path,
+    stash: &Path,
+    kind: &Kind,
+    rel: &Path,
+    fault: Fault,
+    pos: usize,
+) -> Injected {
+    let path = root.join(rel);
+    let bytes = std::fs::read(&path).unwrap();
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let mut inj = Injected {
+        path: path.clone(),
+        saved: Some((bytes, mode)),
+        moved: None,
+    };
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let target_line = if kind.table {
+        let data = data_lines(kind, &text);
+        positions(&data)
+            .get(pos)
+            .map(|(_, l)| *l)
+            .unwrap_or(lines.len().saturating_sub(1))
+    } else {
+        0
+    };
+    match fault {
+        Fault::Missing => std::fs::remove_file(&path).unwrap(),
+        Fault::Empty => std::fs::write(&path, "").unwrap(),
+        Fault::Garbage => {
+            let mut out = String::new();
+            for (i, l) in lines.iter().enumerate() {
+                out.push_str(if i == target_line {
+                    "zz,qq \u{fffd}\u{1}!\n"
+                } else {
+                    l
+                });
+            }
+            std::fs::write(&path, out).unwrap();
+        }
+        Fault::Truncated => std::fs::write(&path, truncate_at(&text, target_line)).unwrap(),
+        Fault::NoNewline => std::fs::write(&path, text.trim_end_matches('\n')).unwrap(),
+        Fault::Eacces => {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o000)).unwrap()
+        }
+        Fault::Vanish => {
+            // Unlinked, as the kernel removes an entry: a rename would leave the read layer's
+            // kept fds reading a file that still exists elsewhere.
+            let unit = vanishing_unit(kind, rel);
+            if unit == rel {
+                std::fs::remove_file(&path).unwrap();
+            } else {
+                let to = stash.join(unit.to_string_lossy().replace('/', "_"));
+                let ok = std::process::Command::new("cp")
+                    .arg("-a")
+                    .arg(root.join(&unit))
+                    .arg(&to)
+                    .status()
+                    .unwrap()
+                    .success();
+                assert!(ok);
+                std::fs::remove_dir_all(root.join(&unit)).unwrap();
+                inj.moved = Some((root.join(&unit), to));
+                inj.saved = None;
+            }
+        }
+    }
+    inj
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running and summarizing
+
+fn engine(root: &Path, rescan: Duration) -> Engine {
+    let mut config = EngineConfig {
+        paths: Paths::under(root.to_path_buf()),
+        rescan_interval: rescan,
+        ..Default::default()
+    };
+    config.collapse.raise_after = 1;
+    config.collapse.clear_after = 1;
+    config.hurting.raise_after = 1;
+    config.hurting.clear_after = 1;
+    config.cgroups.containers = true;
+    config.cgroups.services = true;
+    Engine::new(config)
+}
+
+type Summary = BTreeMap<String, String>;
+
+fn summarize(s: &Sample) -> Summary {
+    let mut m = Summary::new();
+    for v in &s.verdicts {
+        m.insert(
+            format!("group/{}", v.group.name),
+            format!(
+                "collapsed={} hurting={} effective={} eligible={} irqs={:?} other={:?} pci={:?}",
+                v.collapsed,
+                v.hurting,
+                v.group.effective_cpus,
+                v.group.eligible_cpus,
+                v.group.irqs,
+                v.group.other_irqs,
+                v.group.pci
+            ),
+        );
+    }
+    for c in &s.collectors {
+        let (state, reason) = match &c.state {
+            CollectorState::Active => ("ok", String::new()),
+            CollectorState::Disabled { reason } => ("disabled", reason.clone()),
+            CollectorState::Unavailable { reason } => ("unavailable", reason.clone()),
+            CollectorState::Failed { reason } => ("failed", reason.clone()),
+        };
+        m.insert(format!("collector/{}/state", c.name), state.into());
+        let mut said = c.warnings.clone();
+        said.push(reason);
+        m.insert(format!("collector/{}/said", c.name), said.join("\n"));
+    }
+    let snap = &s.snapshot;
+    if let Some(i) = &snap.interrupts {
+        m.insert(
+            "count/irqs".into(),
+            format!("{} {}", i.irqs.len(), i.arch.len()),
+        );
+    }
+    m.insert(
+        "count/affinity".into(),
+        format!("{:?}", snap.affinity.iter().collect::<Vec<_>>()),
+    );
+    m.insert("count/pci".into(), format!("{:?}", snap.pci_devices));
+    if let Some(t) = &snap.topology {
+        m.insert("count/topology".into(), format!("{t:?}"));
+    }
+    if let Some(s) = &snap.softirqs {
+        m.insert("count/softirqs".into(), s.rows.len().to_string());
+    }
+    if let Some(s) = &snap.softnet {
+        m.insert("count/softnet".into(), format!("{s:?}"));
+    }
+    if let Some(b) = &snap.irqbalance {
+        m.insert("count/banned".into(), format!("{b:?}"));
+    }
+    for (res, p) in snap.pressure.iter().flatten() {
+        m.insert(format!("pressure/{res}"), format!("{p:?}"));
+    }
+    if let Some(c) = &snap.cgroups {
+        m.insert("count/cgroups".into(), c.groups.len().to_string());
+        for (path, stats) in &c.groups {
+            m.insert(format!("cgroup/{path}"), format!("{stats:?}"));
+        }
+    }
+    m
+}
+
+/// Two samples; `between` runs after the first. Returns the second's summary.
+fn run(root: &Path, rescan: Duration, between: impl FnOnce()) -> Summary {
+    let mut e = engine(root, rescan);
+    e.sample();
+    between();
+    summarize(&e.sample())
+}
+
+/// The same as [`run`] with nothing between the samples, in a child process as uid 65534.
+fn run_unprivileged(root: &Path) -> Summary {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "unprivileged_child", "--nocapture"])
+        .env("NODEMEDIC_FAULT_CHILD_ROOT", root)
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("the EACCES cases run a child as uid 65534, which needs root: {e}")
+        });
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let body = stdout
+        .split_once("<<<SUMMARY\n")
+        .and_then(|(_, rest)| rest.split_once("SUMMARY>>>"))
+        .map(|(b, _)| b)
+        .unwrap_or_else(|| {
+            panic!(
+                "child failed: {}\n{stdout}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    serde_json::from_str(body).unwrap()
+}
+
+/// Not a test: the body of [`run_unprivileged`]'s child process.
+#[test]
+#[ignore = "run by the fault harness as an unprivileged child"]
+fn unprivileged_child() {
+    let root = std::env::var("NODEMEDIC_FAULT_CHILD_ROOT").expect("run by the harness");
+    let summary = run(Path::new(&root), Duration::ZERO, || {});
+    println!(
+        "<<<SUMMARY\n{}SUMMARY>>>",
+        serde_json::to_string(&summary).unwrap()
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Judging
+
+fn allowed(kind: &Kind, key: &str, groups_hit: &BTreeSet<String>) -> bool {
+    if kind.may_change.iter().any(|p| key.starts_with(p)) {
+        return true;
+    }
+    if let Some(g) = key.strip_prefix("group/") {
+        return match kind.impact {
+            Impact::AllGroups => true,
+            Impact::NoGroup => false,
+            Impact::Irq | Impact::Pci => groups_hit.contains(g),
+        };
+    }
+    false
+}
+
+/// Groups that hold the IRQ or PCI device named by `rel`.
+fn groups_hit(kind: &Kind, rel: &Path, base: &Summary) -> BTreeSet<String> {
+    let comps: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    let mut hit = BTreeSet::new();
+    match kind.impact {
+        Impact::Irq => {
+            let irq: u32 = comps[2].parse().unwrap();
+            for (k, v) in base {
+                if let Some(g) = k.strip_prefix("group/") {
+                    let holds = |field: &str| {
+                        v.split(field)
+                            .nth(1)
+                            .and_then(|s| s.split(']').next())
+                            .is_some_and(|list| {
+                                list.trim_start_matches('[')
+                                    .split(", ")
+                                    .any(|n| n.parse() == Ok(irq))
+                            })
+                    };
+                    if holds("irqs=") || holds("other=") {
+                        hit.insert(g.to_string());
+                    }
+                }
+            }
+        }
+        Impact::Pci => {
+            let addr = format!("pci=Some({:?})", comps[4]);
+            for (k, v) in base {
+                if let Some(g) = k.strip_prefix("group/") {
+                    if v.contains(&addr) {
+                        hit.insert(g.to_string());
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+    hit
+}
+
+fn expects_named(kind: &Kind, fault: Fault) -> bool {
+    match fault {
+        Fault::Missing => !kind.optional,
+        Fault::Empty => !kind.empty_ok,
+        // A configuration file an administrator edits may lack its final newline.
+        Fault::NoNewline => !kind.pattern.starts_with("etc/"),
+        // A directory that vanished with its IRQ/device/cgroup is "no data" unless the
+        // collector listed it first (the IRQ directories are listed at rescans).
+        Fault::Vanish => kind.pattern.starts_with("proc/irq/") || !kind.optional,
+        _ => true,
+    }
+}
+
+#[test]
+fn every_file_kind_every_fault_every_position() {
+    let mut failures = Vec::new();
+    let mut cases = 0;
+    for tree in [IRQ_SIDE, PRESSURE_SIDE] {
+        let dir = copy_fixture(tree);
+        let root = dir.path();
+        let stash = tempfile::tempdir().unwrap();
+        let base = run(root, Duration::from_secs(3600), || {});
+        let base_unpriv = run_unprivileged(root);
+        if tree == IRQ_SIDE {
+            assert!(
+                base.iter()
+                    .any(|(k, v)| k.starts_with("group/") && v.starts_with("collapsed=true")),
+                "the fixture shows a collapse"
+            );
+        }
+        for kind in KINDS.iter().filter(|k| k.tree == tree) {
+            let files = expand(root, kind.pattern);
+            assert!(
+                !files.is_empty(),
+                "{}: no file matches {}",
+                kind.name,
+                kind.pattern
+            );
+            let single = files.len() == 1;
+            let by_file = positions(&files);
+            for fault in FAULTS {
+                // Position: which entry for per-entry kinds; which line for a single table.
+                let targets: Vec<(&str, PathBuf, usize)> = if single && kind.table {
+                    let text = std::fs::read_to_string(root.join(&files[0])).unwrap();
+                    positions(&data_lines(kind, &text))
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, (name, _))| (name, files[0].clone(), i))
+                        .collect()
+                } else {
+                    by_file.iter().map(|(n, f)| (*n, f.clone(), 2)).collect()
+                };
+                for (pos_name, rel, pos) in targets {
+                    cases += 1;
+                    let label = format!(
+                        "{} {:?} at {pos_name} ({})",
+                        kind.name,
+                        fault,
+                        rel.display()
+                    );
+                    let (got, reference) = match fault {
+                        Fault::Eacces => {
+                            let _inj = inject(root, stash.path(), kind, &rel, fault, pos);
+                            (run_unprivileged(root), &base_unpriv)
+                        }
+                        Fault::Vanish => {
+                            let mut inj = None;
+                            let got = run(root, Duration::from_secs(3600), || {
+                                inj = Some(inject(root, stash.path(), kind, &rel, fault, pos));
+                            });
+                            drop(inj);
+                            (got, &base)
+                        }
+                        _ => {
+                            let _inj = inject(root, stash.path(), kind, &rel, fault, pos);
+                            (run(root, Duration::from_secs(3600), || {}), &base)
+                        }
+                    };
+                    judge(kind, fault, &rel, reference, &got, &label, &mut failures);
+                }
+            }
+        }
+    }
+    eprintln!("{cases} fault cases");
+    assert!(
+        failures.is_empty(),
+        "{} of {cases} fault cases failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+fn judge(
+    kind: &Kind,
+    fault: Fault,
+    rel: &Path,
+    base: &Summary,
+    got: &Summary,
+    label: &str,
+    failures: &mut Vec<String>,
+) {
+    let hit = groups_hit(kind, rel, base);
+    // 1. Nothing outside the broken file changes.
+    let keys: BTreeSet<&String> = base.keys().chain(got.keys()).collect();
+    for key in keys {
+        if key.ends_with("/said") {
+            continue;
+        }
+        let (a, b) = (base.get(key), got.get(key));
+        if a != b && !allowed(kind, key, &hit) {
+            failures.push(format!(
+                "{label}: {key} changed:\n    before: {a:?}\n    after:  {b:?}"
+            ));
+        }
+    }
+    // 2. The file (or for a vanished directory, the directory) is named with a reason.
+    if expects_named(kind, fault) {
+        let unit = if fault == Fault::Vanish {
+            vanishing_unit(kind, rel)
+        } else {
+            rel.to_path_buf()
+        };
+        let needle = unit.to_string_lossy().into_owned();
+        let said: Vec<&String> = got
+            .iter()
+            .filter(|(k, _)| k.ends_with("/said"))
+            .map(|(_, v)| v)
+            .collect();
+        let named = said.iter().flat_map(|s| s.lines()).any(|l| {
+            l.contains(&needle)
+                && l.len() > needle.len() + 8
+                && (fault != Fault::Eacces || l.contains("permission denied"))
+        });
+        if !named {
+            failures.push(format!(
+                "{label}: no collector names {needle}; they said: {:?}",
+                said.iter().filter(|s| !s.is_empty()).collect::<Vec<_>>()
+            ));
+        }
+    }
+    // 3. A collapse that does not depend on the broken file is still reported.
+    for (key, v) in base {
+        if key.starts_with("group/")
+            && v.starts_with("collapsed=true")
+            && !allowed(kind, key, &hit)
+            && !got
+                .get(key)
+                .is_some_and(|g| g.starts_with("collapsed=true"))
+        {
+            failures.push(format!(
+                "{label}: the collapse of {key} is no longer reported"
+            ));
+        }
+    }
+}
