@@ -4,9 +4,12 @@
 #   tests/fuzz.sh                  # 20 s per target
 #   FUZZ_SECONDS=300 tests/fuzz.sh
 #
-# Needs the nightly toolchain; installs cargo-fuzz (--locked) if it is missing. Without
-# nightly it skips with exit 0: `cargo test` still replays fuzz/corpus and runs a bounded
-# mutation loop on stable (crates/nodemedic-kernel/tests/fuzz_corpus.rs).
+# Needs the nightly toolchain: installs it with rustup when it is missing, and cargo-fuzz
+# (--locked); fails (exit 1) when it cannot, so a machine without nightly never passes
+# without fuzzing. (`cargo test` also replays fuzz/corpus and runs a bounded mutation loop on
+# stable: crates/nodemedic-kernel/tests/fuzz_corpus.rs.)
+#
+#   FUZZ_TARGETS="psi cgroup_cpu" tests/fuzz.sh    # only these targets
 #
 # The seed corpus in fuzz/corpus/<target>/ is read but never written: what libFuzzer finds
 # goes to fuzz/target/work-corpus/<target>/ (git-ignored, kept between runs), crashes to
@@ -21,12 +24,16 @@ set -euo pipefail
 FUZZ_SECONDS="${FUZZ_SECONDS:-20}"
 cd "$(dirname "$0")/.."
 
-toolchains="$(rustup toolchain list 2>/dev/null || true)"
-if ! grep -q '^nightly' <<<"$toolchains"; then
-    echo "##################################################################"
-    echo "SKIPPED: no nightly toolchain; corpus replay still runs in cargo test"
-    echo "##################################################################"
-    exit 0
+if ! command -v rustup >/dev/null; then
+    echo "fuzz.sh: FAILED: rustup not found; cargo-fuzz needs a nightly toolchain (https://rustup.rs)" >&2
+    exit 1
+fi
+if ! rustup toolchain list | grep -q '^nightly'; then
+    echo "fuzz.sh: no nightly toolchain; installing it with rustup"
+    if ! rustup toolchain install nightly --profile minimal; then
+        echo "fuzz.sh: FAILED: cannot install the nightly toolchain (rustup toolchain install nightly)" >&2
+        exit 1
+    fi
 fi
 
 if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
@@ -35,7 +42,11 @@ if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
 fi
 
 cd fuzz
-mapfile -t targets < <(cargo +nightly fuzz list)
+if [ -n "${FUZZ_TARGETS:-}" ]; then
+    read -r -a targets <<<"$FUZZ_TARGETS"
+else
+    mapfile -t targets < <(cargo +nightly fuzz list)
+fi
 if [ "${#targets[@]}" -eq 0 ]; then
     echo "fuzz.sh: no fuzz targets found" >&2
     exit 1

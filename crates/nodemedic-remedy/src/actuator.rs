@@ -13,6 +13,8 @@ use crate::policy::{IrqbalanceState, Outcome, Step, Target};
 use crate::spread;
 
 const DBUS_TIMEOUT: Duration = Duration::from_secs(10);
+/// `systemctl try-restart` waits for the restart job; irqbalance restarts in well under this.
+const SYSTEMCTL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The part of systemd's manager interface nodemedic calls (org.freedesktop.systemd1(5)).
 #[zbus::proxy(
@@ -167,10 +169,25 @@ impl Systemd {
         match via_dbus.await {
             Ok(detail) => Outcome::Done(detail),
             Err(e) if self.cfg.systemctl_fallback => {
-                let out = tokio::process::Command::new("systemctl")
-                    .args(["try-restart", &self.cfg.unit])
-                    .output()
-                    .await;
+                // Bounded like the D-Bus calls: a hung systemctl must not hang remediation
+                // (the child is killed when the timeout drops it).
+                let out = tokio::time::timeout(
+                    SYSTEMCTL_TIMEOUT,
+                    tokio::process::Command::new("systemctl")
+                        .args(["try-restart", &self.cfg.unit])
+                        .kill_on_drop(true)
+                        .output(),
+                )
+                .await;
+                let out = match out {
+                    Ok(out) => out,
+                    Err(_) => {
+                        return Outcome::Failed(format!(
+                            "D-Bus failed ({e}); `systemctl try-restart {}` timed out after {SYSTEMCTL_TIMEOUT:?}",
+                            self.cfg.unit
+                        ))
+                    }
+                };
                 match out {
                     Ok(o) if o.status.success() => Outcome::Done(format!(
                         "D-Bus failed ({e}); `systemctl try-restart {}` succeeded",

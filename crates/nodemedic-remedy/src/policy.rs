@@ -90,8 +90,34 @@ pub struct Decision {
     pub mode: Mode,
     pub reason: String,
     pub evidence: String,
-    /// `pending`, `dry_run`, `done`, `failed: …`, `verified`, `not_verified`, `escalated`.
+    /// `pending`, `dry_run`, `done`, `verified`, `not_verified`, `escalated`, or a failure
+    /// class from [`failure_class`] (the error text is in `evidence`). Bounded: it is a label.
     pub result: String,
+}
+
+/// A failed step's class, for the `result` label: the error text itself would make every
+/// distinct message a new series. The text stays in the decision's `evidence` (`/status`, the
+/// audit log).
+pub fn failure_class(err: &str) -> &'static str {
+    let e = err.to_ascii_lowercase();
+    if e.contains("timed out") || e.contains("no answer within") || e.contains("timeout") {
+        "failed_timeout"
+    } else if e.contains("permission denied")
+        || e.contains("operation not permitted")
+        || e.contains("access denied")
+        || e.contains("accessdenied")
+    {
+        "failed_permission"
+    } else if e.contains("not found")
+        || e.contains("no such file")
+        || e.contains("not loaded")
+        || e.contains("serviceunknown")
+        || e.contains("failed to connect")
+    {
+        "failed_unavailable"
+    } else {
+        "failed"
+    }
 }
 
 /// How an action went, reported back by the daemon.
@@ -377,7 +403,7 @@ impl Policy {
                     groups,
                     "action failed",
                     err.clone(),
-                    &format!("failed: {err}"),
+                    failure_class(&err),
                 )
             }
         }

@@ -177,6 +177,55 @@ fn ladder_goes_to_native_then_escalates() {
         vec![ActionKind::NativeRebalance]
     );
     assert_eq!(sim.results("escalate"), vec!["escalated"]);
+    // The failure's text is evidence, not the (label) result.
+    let failed: Vec<&Decision> = sim
+        .log
+        .iter()
+        .filter(|d| d.action == ActionKind::NativeRebalance.as_str() && d.result != "pending")
+        .collect();
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0].result, "failed");
+    assert_eq!(failed[0].evidence, "EIO");
+}
+
+#[test]
+fn failure_results_are_a_bounded_set_of_classes() {
+    use nodemedic_remedy::policy::failure_class;
+    let texts = [
+        "D-Bus: TryRestartUnit: no answer within 10s",
+        "D-Bus failed (x); `systemctl try-restart irqbalance.service` timed out after 30s",
+        "/proc/irq/41/smp_affinity: Permission denied (os error 13)",
+        "D-Bus: org.freedesktop.DBus.Error.AccessDenied: not allowed",
+        "D-Bus: Failed to connect to address `unix:path=/run/dbus/system_bus_socket`",
+        "D-Bus: Unit irqbalance.service not loaded.",
+        "writer task: panicked",
+        "/proc/irq/41/smp_affinity: Input/output error (os error 5)",
+    ];
+    let classes: Vec<&str> = texts.iter().map(|t| failure_class(t)).collect();
+    assert_eq!(
+        classes,
+        vec![
+            "failed_timeout",
+            "failed_timeout",
+            "failed_permission",
+            "failed_permission",
+            "failed_unavailable",
+            "failed_unavailable",
+            "failed",
+            "failed",
+        ]
+    );
+    // Any text at all lands in one of these four.
+    for n in 0..1000 {
+        let c = failure_class(&format!("error {n}: {}", "x".repeat(n % 7)));
+        assert!([
+            "failed_timeout",
+            "failed_permission",
+            "failed_unavailable",
+            "failed"
+        ]
+        .contains(&c));
+    }
 }
 
 #[test]
