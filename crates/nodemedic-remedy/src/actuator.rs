@@ -85,9 +85,17 @@ impl Systemd {
     /// irqbalance's state: installed (per dpkg under the root filesystem, or systemd knowing
     /// the unit), running, or stopped on purpose; and its version.
     pub async fn irqbalance_state(&self) -> IrqbalanceState {
-        let version = std::fs::read_to_string(self.rootfs.join("var/lib/dpkg/status"))
-            .ok()
-            .and_then(|s| dpkg::installed_version(&s, "irqbalance"));
+        // dpkg's status database is megabytes, read on every collapsed sample: off the
+        // (current-thread) runtime, so the endpoint keeps answering meanwhile.
+        let status = self.rootfs.join("var/lib/dpkg/status");
+        let version = tokio::task::spawn_blocking(move || {
+            std::fs::read_to_string(status)
+                .ok()
+                .and_then(|s| dpkg::installed_version(&s, "irqbalance"))
+        })
+        .await
+        .ok()
+        .flatten();
         let manager = match self.manager().await {
             Ok(m) => m,
             Err(e) => {

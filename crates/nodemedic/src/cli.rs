@@ -69,6 +69,10 @@ pub struct RunArgs {
     /// endpoint keeps serving), as a wedged sampler would; systemd's watchdog must notice.
     #[arg(long = "fault.hang-sampler-after", value_name = "N", hide = true)]
     pub hang_sampler_after: Option<u64>,
+    /// Fault injection for tests: this task (`sampler`, `remediator`, `kubernetes`) panics a
+    /// second after start, as a bug would; the daemon must exit non-zero.
+    #[arg(long = "fault.panic-task", value_name = "TASK", hide = true)]
+    pub panic_task: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -28,9 +28,28 @@ struct Shared {
 }
 
 /// Faults a test can inject into the daemon.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Faults {
     pub hang_sampler_after: Option<u64>,
+    /// The task (`sampler`, `remediator`, `kubernetes`) that panics a second after start.
+    pub panic_task: Option<String>,
+}
+
+/// `task`, or a panic in its place when the faults say so.
+async fn with_fault(
+    name: &'static str,
+    faults: &Faults,
+    task: impl std::future::Future<Output = ()>,
+) {
+    if faults.panic_task.as_deref() == Some(name) {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // The point of this fault is a real panic, caught by nothing but the supervisor.
+        #[allow(clippy::panic)]
+        {
+            panic!("fault injection: the {name} task panics");
+        }
+    }
+    task.await
 }
 
 pub fn run(config: Config, faults: Faults) -> anyhow::Result<()> {
@@ -65,21 +84,29 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
     let (tx, rx) = tokio::sync::watch::channel(None);
     let (events_tx, events_rx) = tokio::sync::mpsc::channel(256);
     let kube: SharedKube = Arc::new(Mutex::new(KubeStatus::default()));
-    let remediator = tokio::spawn(crate::remediator::run(
-        config.remediation.clone(),
-        crate::remediator::RealActuators::new(&config.remediation, engine.paths()),
-        rx,
-        remedy.clone(),
-        pause.clone(),
-        events_tx,
-    ));
-    let kube_task = tokio::spawn(crate::kube_task::run(
-        config.kubernetes.clone(),
-        tx.subscribe(),
-        events_rx,
-        pause.clone(),
-        kube.clone(),
-    ));
+    let remediator = tokio::spawn({
+        let faults = faults.clone();
+        let task = crate::remediator::run(
+            config.remediation.clone(),
+            crate::remediator::RealActuators::new(&config.remediation, engine.paths()),
+            rx,
+            remedy.clone(),
+            pause.clone(),
+            events_tx,
+        );
+        async move { with_fault("remediator", &faults, task).await }
+    });
+    let kube_task = tokio::spawn({
+        let faults = faults.clone();
+        let task = crate::kube_task::run(
+            config.kubernetes.clone(),
+            tx.subscribe(),
+            events_rx,
+            pause.clone(),
+            kube.clone(),
+        );
+        async move { with_fault("kubernetes", &faults, task).await }
+    });
     let shared_interval = config.sample_interval;
     let shared = Arc::new(Shared {
         config,
@@ -89,7 +116,13 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
         remedy,
         kube,
     });
-    let sampler = tokio::spawn(sample_loop(engine, shared.clone(), tx, faults));
+    let mut sampler = tokio::spawn({
+        let f = faults.clone();
+        let task = sample_loop(engine, shared.clone(), tx, faults);
+        async move { with_fault("sampler", &f, task).await }
+    });
+    let mut remediator = remediator;
+    let mut kube_task = kube_task;
     let app = Router::new()
         .route("/", get(index))
         .route("/metrics", get(metrics))
@@ -98,16 +131,68 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
         .with_state(shared);
     crate::systemd::check_watchdog(shared_interval);
     crate::systemd::ready(&format!("serving on {addr}"));
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .context("serving HTTP")?;
+    let server = axum::serve(listener, app).with_graceful_shutdown(shutdown_signal());
+    // Supervision: the sampler, remediator and Kubernetes tasks live as long as the daemon.
+    // One that ends (a panic, or a bug that returns) would leave nodemedic serving stale or
+    // partial answers, so the daemon exits non-zero and systemd or the kubelet restarts it.
+    let died = tokio::select! {
+        r = server => {
+            r.context("serving HTTP")?;
+            None
+        }
+        r = &mut sampler => Some(("sampler", ended(r))),
+        r = &mut remediator => Some(("remediator", ended(r))),
+        r = &mut kube_task => Some(("kubernetes", ended(r))),
+    };
     crate::systemd::stopping();
+    if let Some((task, how)) = died {
+        tracing::error!(task, how = %how, "a nodemedic task ended; exiting so that it is restarted");
+        sampler.abort();
+        remediator.abort();
+        kube_task.abort();
+        anyhow::bail!(
+            "the {task} task {how}; exiting so that systemd or the kubelet restarts nodemedic"
+        );
+    }
+    // SIGTERM: no new sample, so the remediator takes no new decision; a step in flight gets
+    // STOP_GRACE to finish (its outcome is audited), else it is recorded as interrupted.
     sampler.abort();
-    remediator.abort();
+    let _ = (&mut sampler).await;
+    match tokio::time::timeout(STOP_GRACE, &mut remediator).await {
+        Ok(_) => {}
+        Err(_) => {
+            tracing::warn!(
+                target: "nodemedic::audit",
+                result = "interrupted",
+                "remediation step in flight interrupted by shutdown after {STOP_GRACE:?}"
+            );
+            remediator.abort();
+        }
+    }
     kube_task.abort();
     tracing::info!("nodemedic stopped");
     Ok(())
+}
+
+/// How long SIGTERM waits for a remediation step in flight: below the kubelet's default
+/// 30 s grace period and systemd's 90 s stop timeout.
+const STOP_GRACE: Duration = Duration::from_secs(20);
+
+/// How a task that should never end ended.
+fn ended(r: Result<(), tokio::task::JoinError>) -> String {
+    match r {
+        Ok(()) => "returned".into(),
+        Err(e) if e.is_panic() => {
+            let p = e.into_panic();
+            let msg = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "non-string payload".into());
+            format!("panicked: {msg}")
+        }
+        Err(e) => format!("was cancelled: {e}"),
+    }
 }
 
 /// Collectors fed from the Kubernetes API, when nodemedic runs in Kubernetes: this node's
@@ -218,6 +303,11 @@ fn latest(shared: &Shared) -> Option<Arc<Sample>> {
 
 async fn metrics(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
     let format = Format::from_accept(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
+    // /proc/self reads block: off the current-thread runtime that serves every request.
+    let process = tokio::task::spawn_blocking(crate::process::self_stats)
+        .await
+        .ok()
+        .flatten();
     let sample = latest(&shared);
     let remedy = shared.remedy.lock().ok();
     let decisions: Vec<((String, String), u64)> = remedy
@@ -236,7 +326,7 @@ async fn metrics(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Respo
             .map(|s| s.collectors.as_slice())
             .unwrap_or(&[]),
         samples_total: sample.as_ref().map(|s| s.samples_total).unwrap_or(0),
-        process: crate::process::self_stats(),
+        process,
         pressure: sample.as_ref().and_then(|s| s.pressure.as_ref()),
         remediation: Some(RemediationExport {
             mode,

@@ -53,6 +53,7 @@ fn main() -> ExitCode {
                         config,
                         daemon::Faults {
                             hang_sampler_after: args.hang_sampler_after,
+                            panic_task: args.panic_task.clone(),
                         },
                     )
                 })

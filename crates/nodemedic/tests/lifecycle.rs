@@ -1,0 +1,94 @@
+//! The daemon's lifecycle: a task that dies makes `nodemedic run` exit non-zero (so systemd or
+//! the kubelet restarts it) instead of serving stale answers, and SIGTERM stops it within
+//! its bound.
+
+#![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
+
+mod common;
+
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn spawn(extra: &[&str], dir: &std::path::Path) -> (Child, u16) {
+    let tree = fixture_dir("8cpu-collapsed");
+    let cfg = dir.join("nodemedic.toml");
+    std::fs::write(&cfg, FAST_CONFIG).unwrap();
+    let port = free_port();
+    let child = Command::new(nodemedic_bin())
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--host-root")
+        .arg(&tree)
+        .arg("--web.listen-address")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("run")
+        .args(extra)
+        .env_remove("NODEMEDIC_CONFIG")
+        .env("NO_COLOR", "1")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("stderr")).unwrap())
+        .spawn()
+        .unwrap();
+    (child, port)
+}
+
+/// Waits for the child to exit, killing it after `limit`.
+fn wait_exit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+#[test]
+fn a_task_that_dies_makes_the_daemon_exit_non_zero() {
+    for task in ["sampler", "remediator", "kubernetes"] {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut child, _) = spawn(&["--fault.panic-task", task], dir.path());
+        let status = wait_exit(&mut child, DEADLINE)
+            .unwrap_or_else(|| panic!("{task}: the daemon kept running without its task"));
+        let stderr = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
+        assert!(!status.success(), "{task}: exit {status}\n{stderr}");
+        assert!(
+            stderr.contains(&format!("the {task} task panicked")),
+            "{task}: the reason is not in the log:\n{stderr}"
+        );
+    }
+}
+
+#[test]
+fn sigterm_stops_the_daemon_cleanly_within_its_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, port) = spawn(&[], dir.path());
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    let start = Instant::now();
+    loop {
+        if http_get(addr, "/healthz", &[]).is_ok_and(|r| r.status == 200) {
+            break;
+        }
+        assert!(start.elapsed() < DEADLINE, "the daemon did not come up");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let ok = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    // STOP_GRACE (20 s) is the most a step in flight may take; with none, it is immediate.
+    let status = wait_exit(&mut child, Duration::from_secs(25))
+        .expect("SIGTERM did not stop the daemon within its bound");
+    let stderr = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
+    assert!(status.success(), "exit {status}\n{stderr}");
+    assert!(stderr.contains("nodemedic stopped"), "{stderr}");
+}
