@@ -164,14 +164,88 @@ fn native_rebalance_spreads_real_irqs_and_dry_run_does_not() {
         "one verification per group: {verified}\n{metrics}"
     );
     assert!(metrics.contains("nodemedic_remediation_last_action_timestamp_seconds "));
-    // The cooldown (12 s) holds off any second action even though the detector keeps running.
-    std::thread::sleep(Duration::from_secs(2));
-    let a = audit(&s);
-    assert_eq!(
-        a.iter()
+    // The cooldown (12 s): a second collapse inside it gets no action, one after it does.
+    // Wait for the fixed verdict to clear, then collapse the IRQs again.
+    let first_done = actions[1]["timestamp"].as_f64().unwrap();
+    let collapsed = |s: &Server| -> usize {
+        s.get("/metrics")
+            .body
+            .lines()
+            .filter(|l| l.starts_with("nodemedic_irq_collapsed{") && l.ends_with(" 1"))
+            .filter(|l| groups.keys().any(|g| l.contains(&format!("group=\"{g}\""))))
+            .count()
+    };
+    s.poll(
+        "the fixed collapse cleared",
+        Duration::from_secs(30),
+        |s| match collapsed(s) {
+            0 => Ok(()),
+            n => Err(format!("{n} groups still collapsed")),
+        },
+    );
+    pin();
+    s.poll(
+        "the second collapse seen",
+        Duration::from_secs(30),
+        |s| match collapsed(s) {
+            0 => Err("not collapsed yet".to_string()),
+            _ => Ok(()),
+        },
+    );
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    };
+    let seen_at = now();
+    assert!(
+        seen_at - first_done < 10.0,
+        "the second collapse came {:.1}s after the action: too late to test the cooldown",
+        seen_at - first_done
+    );
+    // Collapsed, stage fresh, and still no action while the cooldown runs.
+    while now() - first_done < 11.0 {
+        let dones = audit(&s)
+            .iter()
             .filter(|d| d["action"] == "native_rebalance" && d["result"] == "done")
-            .count(),
-        1
+            .count();
+        assert_eq!(dones, 1, "a second action inside the cooldown");
+        assert!(collapsed(&s) > 0, "the second collapse went away by itself");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // After it, the same collapse is acted on: it was the cooldown that held it.
+    s.poll(
+        "a second action after the cooldown",
+        Duration::from_secs(30),
+        |s| {
+            let a = audit(s);
+            let dones: Vec<f64> = a
+                .iter()
+                .filter(|d| d["action"] == "native_rebalance" && d["result"] == "done")
+                .filter_map(|d| d["timestamp"].as_f64())
+                .collect();
+            if dones.len() >= 2 {
+                Ok(dones)
+            } else {
+                Err(format!("{a:?}"))
+            }
+        },
+    );
+    let dones: Vec<f64> = audit(&s)
+        .iter()
+        .filter(|d| d["action"] == "native_rebalance" && d["result"] == "done")
+        .filter_map(|d| d["timestamp"].as_f64())
+        .collect();
+    eprintln!(
+        "cooldown: action at {first_done:.1}, second collapse seen {:.1}s later, second action {:.1}s after the first",
+        seen_at - first_done,
+        dones[1] - dones[0]
+    );
+    assert!(
+        dones[1] - dones[0] >= 12.0 - 0.5,
+        "second action {:.1}s after the first, inside the 12 s cooldown",
+        dones[1] - dones[0]
     );
     assert!(
         s.log().contains("remediation decision"),
