@@ -848,3 +848,105 @@ fn judge(
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Real races: an entry removed and recreated while the collectors walk
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), &dst).unwrap();
+        }
+    }
+}
+
+/// A thread removes and recreates `unit` (a directory) as fast as it can while the engine
+/// samples, rescanning every sample so that listing and reading race for real. Whatever the
+/// interleaving, no collector may fail, and nothing outside the entry may change.
+fn race(tree: &str, unit: &str, depends: impl Fn(&str) -> bool) {
+    let dir = copy_fixture(tree);
+    let root = dir.path().to_path_buf();
+    let base = run(&root, Duration::ZERO, || {});
+    let saved = tempfile::tempdir().unwrap();
+    let src = saved.path().join("unit");
+    copy_tree(&root.join(unit), &src);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let racer = {
+        let (stop, target) = (stop.clone(), root.join(unit));
+        std::thread::spawn(move || {
+            let mut flips = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::fs::remove_dir_all(&target).unwrap();
+                std::thread::sleep(Duration::from_micros(300));
+                copy_tree(&src, &target);
+                std::thread::sleep(Duration::from_micros(300));
+                flips += 1;
+            }
+            flips
+        })
+    };
+    let mut e = engine(&root, Duration::ZERO);
+    let mut problems = Vec::new();
+    for _ in 0..300 {
+        let got = summarize(&e.sample());
+        for (key, want) in &base {
+            if key.ends_with("/said") || depends(key) {
+                continue;
+            }
+            if got.get(key) != Some(want) {
+                problems.push(format!("{key}: {want:?} -> {:?}", got.get(key)));
+            }
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let flips = racer.join().unwrap();
+    problems.dedup();
+    assert!(
+        problems.is_empty(),
+        "{unit} racing ({flips} removals): {}",
+        problems.join("\n")
+    );
+    assert!(flips > 10, "the racer ran ({flips} removals)");
+}
+
+#[test]
+fn an_irq_directory_racing_the_walk_costs_only_its_irq() {
+    // The collapsed group's middle queue IRQ: only that group may change.
+    let dir = copy_fixture(IRQ_SIDE);
+    let base = run(dir.path(), Duration::ZERO, || {});
+    let (_, collapsed) = base
+        .iter()
+        .find(|(k, v)| k.starts_with("group/") && v.starts_with("collapsed=true"))
+        .unwrap();
+    let irqs: Vec<u32> = collapsed
+        .split("irqs=[")
+        .nth(1)
+        .and_then(|s| s.split(']').next())
+        .unwrap()
+        .split(", ")
+        .map(|n| n.parse().unwrap())
+        .collect();
+    let irq = irqs[irqs.len() / 2];
+    let unit = format!("proc/irq/{irq}");
+    let hit = groups_hit(&KINDS[3], &Path::new(&unit).join("smp_affinity"), &base);
+    assert!(!hit.is_empty());
+    race(IRQ_SIDE, &unit, |key| {
+        key.starts_with("collector/irq_affinity")
+            || key == "count/affinity"
+            || key.strip_prefix("group/").is_some_and(|g| hit.contains(g))
+    });
+}
+
+#[test]
+fn a_cgroup_racing_the_walk_costs_only_that_cgroup() {
+    let pod = "sys/fs/cgroup/kubepods.slice/kubepods-pod8f14e45f_ceea_467f_a0e6_4f1a2b3c4d5e.slice";
+    race(PRESSURE_SIDE, pod, |key| {
+        key.starts_with("collector/cgroups")
+            || key == "count/cgroups"
+            || key.starts_with("cgroup/kubepods.slice/kubepods-pod8f14e45f")
+    });
+}
