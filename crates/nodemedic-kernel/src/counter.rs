@@ -95,11 +95,20 @@ struct Cell {
     total: u64,
 }
 
-/// Accumulated counts of one kernel table, rows by key, cells by CPU id.
+#[derive(Debug)]
+struct Row {
+    cells: Vec<Cell>,
+    /// The last call that saw this row.
+    seen: u64,
+}
+
+/// Accumulated counts of one kernel table, rows by key, cells by CPU id. Updated in place:
+/// on a 256-CPU node this is 100,000 cells every sample.
 #[derive(Debug)]
 struct Table<K> {
     cpus: Vec<u32>,
-    rows: HashMap<K, Vec<Cell>>,
+    rows: HashMap<K, Row>,
+    calls: u64,
 }
 
 impl<K> Default for Table<K> {
@@ -107,54 +116,87 @@ impl<K> Default for Table<K> {
         Self {
             cpus: Vec::new(),
             rows: HashMap::new(),
+            calls: 0,
         }
     }
 }
 
 impl<K: Hash + Eq> Table<K> {
-    /// Widens `rows` in place; returns the rows that are gone since the previous call.
+    /// Widens `rows` in place; returns the cells of the rows that are gone since the
+    /// previous call (aligned with the previous header).
     fn widen<'a>(
         &mut self,
         cpus: &[u32],
         rows: impl Iterator<Item = (K, &'a mut Vec<u64>)>,
     ) -> Vec<Vec<Cell>> {
+        self.calls += 1;
+        let call = self.calls;
         // Columns are CPU ids (the header names only online CPUs): when the header changed,
         // each new column finds its CPU's old column by id.
         let same = self.cpus == cpus;
-        let old_col: Vec<Option<usize>> = cpus
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                if same {
-                    Some(i)
-                } else {
-                    self.cpus.iter().position(|x| x == c)
-                }
-            })
-            .collect();
-        let mut next = HashMap::with_capacity(self.rows.len());
-        for (key, counts) in rows {
-            let old = self.rows.remove(&key);
-            let mut cells = Vec::with_capacity(counts.len());
-            for (col, count) in counts.iter_mut().enumerate() {
-                let prev = old_col
-                    .get(col)
-                    .copied()
-                    .flatten()
-                    .and_then(|c| old.as_ref()?.get(c));
-                let total = match prev {
-                    Some(p) => p.total.saturating_add(delta(p.raw, *count).unwrap_or(0)),
-                    None => *count,
-                };
-                cells.push(Cell { raw: *count, total });
-                *count = total;
+        let old_col: Vec<Option<usize>> = if same {
+            Vec::new()
+        } else {
+            cpus.iter()
+                .map(|c| self.cpus.iter().position(|x| x == c))
+                .collect()
+        };
+        let col_of = |col: usize| -> Option<usize> {
+            if same {
+                Some(col)
+            } else {
+                old_col.get(col).copied().flatten()
             }
-            next.insert(key, cells);
+        };
+        for (key, counts) in rows {
+            match self.rows.get_mut(&key) {
+                Some(row) if row.seen != call => {
+                    row.seen = call;
+                    if same && row.cells.len() == counts.len() {
+                        for (cell, count) in row.cells.iter_mut().zip(counts.iter_mut()) {
+                            let d = delta(cell.raw, *count).unwrap_or(0);
+                            cell.total = cell.total.saturating_add(d);
+                            cell.raw = *count;
+                            *count = cell.total;
+                        }
+                    } else {
+                        let old = std::mem::take(&mut row.cells);
+                        row.cells = counts
+                            .iter_mut()
+                            .enumerate()
+                            .map(|(col, count)| {
+                                let total = match col_of(col).and_then(|c| old.get(c)) {
+                                    Some(p) => {
+                                        p.total.saturating_add(delta(p.raw, *count).unwrap_or(0))
+                                    }
+                                    None => *count,
+                                };
+                                let cell = Cell { raw: *count, total };
+                                *count = total;
+                                cell
+                            })
+                            .collect();
+                    }
+                }
+                // New (or the same key twice in one file, which no kernel writes): as read.
+                _ => {
+                    let cells = counts.iter().map(|c| Cell { raw: *c, total: *c }).collect();
+                    self.rows.insert(key, Row { cells, seen: call });
+                }
+            }
         }
-        let gone = std::mem::replace(&mut self.rows, next)
-            .into_values()
-            .collect();
-        self.cpus = cpus.to_vec();
+        let mut gone = Vec::new();
+        self.rows.retain(|_, row| {
+            if row.seen == call {
+                true
+            } else {
+                gone.push(std::mem::take(&mut row.cells));
+                false
+            }
+        });
+        if !same {
+            self.cpus = cpus.to_vec();
+        }
         gone
     }
 }
