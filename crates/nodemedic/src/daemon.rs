@@ -174,9 +174,10 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// How long SIGTERM waits for a remediation step in flight: below the kubelet's default
-/// 30 s grace period and systemd's 90 s stop timeout.
-const STOP_GRACE: Duration = Duration::from_secs(20);
+/// How long SIGTERM waits for a remediation step in flight: below the unit's
+/// `TimeoutStopSec=20s` (deploy/systemd) and the kubelet's default 30 s grace period, so the
+/// `interrupted` audit line is written before a SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(15);
 
 /// How a task that should never end ended.
 fn ended(r: Result<(), tokio::task::JoinError>) -> String {

@@ -85,8 +85,8 @@ fn sigterm_stops_the_daemon_cleanly_within_its_bound() {
         .unwrap()
         .success();
     assert!(ok);
-    // STOP_GRACE (20 s) is the most a step in flight may take; with none, it is immediate.
-    let status = wait_exit(&mut child, Duration::from_secs(25))
+    // STOP_GRACE (15 s) is the most a step in flight may take; with none, it is immediate.
+    let status = wait_exit(&mut child, Duration::from_secs(20))
         .expect("SIGTERM did not stop the daemon within its bound");
     let stderr = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
     assert!(status.success(), "exit {status}\n{stderr}");
