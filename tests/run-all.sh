@@ -31,6 +31,9 @@ echo "== cargo test"
 # 2-core machine with everything else at once.
 cargo test --workspace --locked -- --test-threads="${TEST_THREADS:-2}"
 
+echo "== the container image: built from this repository with buildah, run"
+bash tests/image.sh
+
 echo "== real kernel, systemd, D-Bus and irqbalance in a QEMU VM (nodemedic from its .deb)"
 bash tests/vm/nodemedic-e2e.sh
 

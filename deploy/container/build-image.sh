@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Builds nodemedic's container image from this repository, without a daemon or a registry:
+# the static musl binary with cargo, then `buildah build` of deploy/container/Containerfile
+# (vfs storage, chroot isolation: works as root in a VM or a CI container).
+#
+#   deploy/container/build-image.sh [--oci-archive FILE]
+#
+# Tags nodemedic:<version> (the version in Cargo.toml, which the Helm chart's appVersion
+# matches) in buildah's local storage and prints the image ID. --oci-archive also writes the
+# image as an OCI archive, e.g. for `ctr -n k8s.io images import FILE` on a node.
+set -euo pipefail
+ROOT=$(readlink -f "$(dirname "${BASH_SOURCE[0]}")/../..")
+cd "$ROOT"
+ARCHIVE=
+if [ "${1:-}" = "--oci-archive" ] && [ -n "${2:-}" ]; then
+    ARCHIVE=$(readlink -f "$2")
+elif [ $# -gt 0 ]; then
+    echo "usage: $0 [--oci-archive FILE]" >&2
+    exit 2
+fi
+# shellcheck source=deploy/bootstrap.sh
+. deploy/bootstrap.sh
+ensure_packages buildah musl-tools clang libbpf-dev >&2
+ensure_rust >&2
+TARGET=x86_64-unknown-linux-musl
+rustup target list --installed | grep -qx "$TARGET" || rustup target add "$TARGET" >&2
+VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
+cargo build --release --locked --target "$TARGET" -p nodemedic >&2
+BIN=target/$TARGET/release/nodemedic
+# Static, or the scratch image cannot run it.
+if readelf -l "$BIN" | grep -q INTERP; then
+    echo "build-image: $BIN is dynamically linked" >&2
+    exit 1
+fi
+CTX=$(mktemp -d)
+trap 'rm -rf "$CTX"' EXIT
+# Symbols are not needed at run time (panics keep their messages); they are a fifth of the file.
+strip -o "$CTX/nodemedic" "$BIN"
+chmod 0755 "$CTX/nodemedic"
+install -m 0644 deploy/nodemedic.toml "$CTX/nodemedic.toml"
+export STORAGE_DRIVER=vfs BUILDAH_ISOLATION=chroot
+buildah build --quiet --layers=false --build-arg "VERSION=$VERSION" \
+    -f deploy/container/Containerfile -t "localhost/nodemedic:$VERSION" "$CTX" >&2
+if [ -n "$ARCHIVE" ]; then
+    rm -f "$ARCHIVE"
+    buildah push --quiet "localhost/nodemedic:$VERSION" "oci-archive:$ARCHIVE:nodemedic:$VERSION" >&2
+fi
+buildah images --noheading --format '{{.ID}}' "localhost/nodemedic:$VERSION"
