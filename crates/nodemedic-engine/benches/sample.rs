@@ -1,0 +1,140 @@
+//! CPU per sample of the whole pipeline (every collector through the read layer, then every
+//! detector), as `nodemedic run` does it each `sample_interval`:
+//!
+//! - `256cpu-collapsed`: the 256-CPU, 422-IRQ fixture;
+//! - `256cpu-collapsed + 500 pods`: the same plus a cgroup v2 tree of 500 burstable pods (5
+//!   files each, systemd driver layout) generated in a temporary directory;
+//! - `1024cpu`: `$NODEMEDIC_BENCH_1024` (`python3 tests/fixtures/generate.py --big DIR`), if set;
+//! - `this machine`: the real `/proc`, `/sys` and `/sys/fs/cgroup`.
+//!
+//! Per case: `$NODEMEDIC_BENCH_SAMPLES` samples (default 300) after 5 warm-up samples, 200 ms
+//! of simulated time apart; wall median and p90 per sample, and process CPU time (utime +
+//! stime from /proc/self/stat) divided by the samples. `cargo bench -p nodemedic-engine`.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nodemedic_collect::Paths;
+use nodemedic_engine::{Engine, EngineConfig};
+
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // Fields 14 and 15 (utime, stime) are 12 and 13 after the comm; USER_HZ is 100 on Linux.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+fn pods(dir: &Path, n: usize) {
+    std::fs::write(dir.join("cgroup.controllers"), "cpu io memory pids\n").ok();
+    let psi = "some avg10=0.12 avg60=0.08 avg300=0.02 total=1234567\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=2345\n";
+    let base = dir.join("kubepods.slice/kubepods-burstable.slice");
+    for i in 0..n {
+        let d = base.join(format!(
+            "kubepods-burstable-pod{:08x}_0000_4000_8000_{:012x}.slice",
+            i + 1,
+            i + 1
+        ));
+        std::fs::create_dir_all(&d).ok();
+        for (name, text) in [
+            ("cpu.max", "50000 100000\n"),
+            (
+                "cpu.stat",
+                "usage_usec 123456789\nuser_usec 100000000\nsystem_usec 23456789\nnr_periods 100000\nnr_throttled 1234\nthrottled_usec 5678901\nnr_bursts 0\nburst_usec 0\n",
+            ),
+            ("cpu.pressure", psi),
+            ("memory.pressure", psi),
+            ("io.pressure", psi),
+        ] {
+            std::fs::write(d.join(name), text).ok();
+        }
+    }
+}
+
+fn run(name: &str, paths: Paths, samples: usize) {
+    let mut engine = Engine::new(EngineConfig {
+        paths,
+        ..Default::default()
+    });
+    for _ in 0..5 {
+        engine.sample();
+    }
+    let cpu0 = cpu_seconds();
+    let mut walls = Vec::with_capacity(samples);
+    let mut last = None;
+    for _ in 0..samples {
+        let t = Instant::now();
+        let s = engine.sample();
+        walls.push(t.elapsed());
+        last = Some(s);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let cpu = (cpu_seconds() - cpu0) / samples as f64;
+    walls.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let s = last.expect("samples");
+    let groups = s
+        .snapshot
+        .cgroups
+        .as_ref()
+        .map_or(0, |c| c.groups.len());
+    let irqs = s.snapshot.interrupts.as_ref().map_or(0, |i| i.irqs.len());
+    let cpus = s.snapshot.interrupts.as_ref().map_or(0, |i| i.cpus.len());
+    println!(
+        "| {name} | {cpus} CPUs, {irqs} IRQs, {groups} cgroups | {:.2} | {:.2} | {:.2} | {:.1} |",
+        ms(walls[walls.len() / 2]),
+        ms(walls[walls.len() * 9 / 10]),
+        cpu * 1e3,
+        rss_mib()
+    );
+    let per: Vec<String> = s
+        .collectors
+        .iter()
+        .filter(|c| c.last_duration_seconds > 0.0001)
+        .map(|c| format!("{} {:.2}", c.name, c.last_duration_seconds * 1e3))
+        .collect();
+    eprintln!("{name}: last sample's collectors (ms): {}", per.join(", "));
+    let failed: Vec<String> = s
+        .collectors
+        .iter()
+        .filter(|c| !c.is_success())
+        .map(|c| c.name.clone())
+        .collect();
+    if !failed.is_empty() {
+        eprintln!("note: {name}: collectors not succeeding: {failed:?}");
+    }
+}
+
+fn main() {
+    let samples: usize = std::env::var("NODEMEDIC_BENCH_SAMPLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+    println!("{samples} samples per case after 5 warm-up samples; ms per sample; RSS = this process's peak so far.\n");
+    println!("| case | shape | wall median ms | wall p90 ms | CPU ms/sample | peak RSS MiB |");
+    println!("|---|---|---|---|---|---|");
+    let irq256 = fixtures.join("256cpu-collapsed");
+    run("256cpu-collapsed", Paths::under(&irq256), samples);
+    let tmp = std::env::temp_dir().join(format!("nodemedic-sample-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).ok();
+    pods(&tmp, 500);
+    let mut with_pods = Paths::under(&irq256);
+    with_pods.cgroupfs = tmp.clone();
+    run("256cpu-collapsed + 500 pods", with_pods, samples);
+    std::fs::remove_dir_all(&tmp).ok();
+    if let Some(big) = std::env::var_os("NODEMEDIC_BENCH_1024") {
+        run("1024cpu", Paths::under(PathBuf::from(big)), samples.min(100));
+    }
+    run("this machine (real /proc, /sys)", Paths::default(), samples);
+}
