@@ -83,11 +83,7 @@ fn run(name: &str, paths: Paths, samples: usize) {
     walls.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let s = last.expect("samples");
-    let groups = s
-        .snapshot
-        .cgroups
-        .as_ref()
-        .map_or(0, |c| c.groups.len());
+    let groups = s.snapshot.cgroups.as_ref().map_or(0, |c| c.groups.len());
     let irqs = s.snapshot.interrupts.as_ref().map_or(0, |i| i.irqs.len());
     let cpus = s.snapshot.interrupts.as_ref().map_or(0, |i| i.cpus.len());
     println!(
@@ -134,7 +130,11 @@ fn main() {
     run("256cpu-collapsed + 500 pods", with_pods, samples);
     std::fs::remove_dir_all(&tmp).ok();
     if let Some(big) = std::env::var_os("NODEMEDIC_BENCH_1024") {
-        run("1024cpu", Paths::under(PathBuf::from(big)), samples.min(100));
+        run(
+            "1024cpu",
+            Paths::under(PathBuf::from(big)),
+            samples.min(100),
+        );
     }
     run("this machine (real /proc, /sys)", Paths::default(), samples);
 }
