@@ -11,6 +11,8 @@
 //! of simulated time apart; wall median and p90 per sample, and process CPU time (utime +
 //! stime from /proc/self/stat) divided by the samples. `cargo bench -p nodemedic-engine`.
 
+#![allow(clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
