@@ -39,6 +39,9 @@ pub struct GlobalArgs {
     /// Address to serve /metrics, /status and /healthz on.
     #[arg(long = "web.listen-address", global = true, value_name = "ADDR")]
     pub listen_address: Option<SocketAddr>,
+    /// Requests served at once; the excess gets 503 (as node_exporter's flag).
+    #[arg(long = "web.max-requests", global = true, value_name = "N")]
+    pub max_requests: Option<usize>,
     /// More logging (-v debug, -vv trace). RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,

@@ -158,6 +158,18 @@ impl Default for ReaderSection {
 #[serde(default, deny_unknown_fields)]
 pub struct WebConfig {
     pub listen_address: SocketAddr,
+    /// Requests served at once; the excess gets 503 (node_exporter's --web.max-requests).
+    pub max_requests: usize,
+    /// Open connections at most (also capped at a quarter of the fds left after a reserve
+    /// for the collectors). When full, the connection that has waited longest without
+    /// sending a request is closed to make room.
+    pub max_connections: usize,
+    /// A connection must send its request headers within this.
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
+    /// A request is answered within this, or gets 503.
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
 }
 
 impl Default for WebConfig {
@@ -166,6 +178,10 @@ impl Default for WebConfig {
             listen_address: DEFAULT_LISTEN
                 .parse()
                 .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 9847))),
+            max_requests: 40,
+            max_connections: 512,
+            header_read_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(20),
         }
     }
 }
@@ -399,6 +415,12 @@ impl Config {
             .validate()
             .map_err(|e| anyhow::anyhow!("detector.pressure: {e}"))?;
         self.cgroups.selection()?;
+        if self.web.max_requests == 0 || self.web.max_connections == 0 {
+            bail!("web.max_requests and web.max_connections must be at least 1");
+        }
+        if self.web.header_read_timeout.is_zero() || self.web.request_timeout.is_zero() {
+            bail!("web.header_read_timeout and web.request_timeout must be positive");
+        }
         if !self.collectors.interrupts {
             bail!("collectors.interrupts cannot be disabled: every IRQ verdict depends on it");
         }
@@ -424,6 +446,9 @@ impl Config {
         }
         if let Some(addr) = g.listen_address {
             self.web.listen_address = addr;
+        }
+        if let Some(n) = g.max_requests {
+            self.web.max_requests = n;
         }
     }
 

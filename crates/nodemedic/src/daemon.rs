@@ -25,6 +25,8 @@ struct Shared {
     last_sample_at: RwLock<Option<Instant>>,
     remedy: SharedRemedy,
     kube: SharedKube,
+    /// The endpoint's connection counters, for /status.
+    web: crate::web::SharedWebStats,
 }
 
 /// Faults a test can inject into the daemon.
@@ -63,6 +65,20 @@ pub fn run(config: Config, faults: Faults) -> anyhow::Result<()> {
 
 async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
     let addr = config.web.listen_address;
+    let (nofile, nofile_hard) = crate::web::raise_nofile();
+    let limits = crate::web::Limits {
+        header_read_timeout: config.web.header_read_timeout,
+        request_timeout: config.web.request_timeout,
+        max_connections: crate::web::connection_cap(config.web.max_connections, nofile),
+        max_requests: config.web.max_requests,
+    };
+    tracing::info!(
+        nofile,
+        nofile_hard,
+        max_connections = limits.max_connections,
+        max_requests = limits.max_requests,
+        "endpoint limits"
+    );
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding {addr}"))?;
@@ -115,6 +131,7 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
         last_sample_at: RwLock::new(None),
         remedy,
         kube,
+        web: Default::default(),
     });
     let mut sampler = tokio::spawn({
         let f = faults.clone();
@@ -123,15 +140,22 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
     });
     let mut remediator = remediator;
     let mut kube_task = kube_task;
-    let app = Router::new()
-        .route("/", get(index))
-        .route("/metrics", get(metrics))
-        .route("/status", get(status))
-        .route("/healthz", get(healthz))
-        .with_state(shared);
+    let web_stats = shared.web.clone();
+    let app = crate::web::harden(
+        Router::new()
+            .route("/", get(index))
+            .route("/metrics", get(metrics))
+            .route("/status", get(status))
+            .route("/healthz", get(healthz))
+            .with_state(shared),
+        &limits,
+    );
     crate::systemd::check_watchdog(shared_interval);
     crate::systemd::ready(&format!("serving on {addr}"));
-    let server = axum::serve(listener, app).with_graceful_shutdown(shutdown_signal());
+    let server = async {
+        crate::web::serve(listener, app, limits, web_stats, shutdown_signal()).await;
+        Ok::<(), std::io::Error>(())
+    };
     // Supervision: the sampler, remediator and Kubernetes tasks live as long as the daemon.
     // One that ends (a panic, or a bug that returns) would leave nodemedic serving stale or
     // partial answers, so the daemon exits non-zero and systemd or the kubelet restarts it.
@@ -363,6 +387,8 @@ struct StatusBody<'a> {
     /// Node PSI over the last interval, where the cgroup hierarchies were found, and which
     /// cgroups are quota-bound or starved.
     pressure: Option<serde_json::Value>,
+    /// Open connections, the cap, and connections evicted or refused to stay under it.
+    web: crate::web::WebStats,
     remediation: serde_json::Value,
     kubernetes: KubeStatus,
 }
@@ -405,6 +431,7 @@ async fn status(State(shared): State<Arc<Shared>>) -> Response {
         perf_probes: sample.as_ref().and_then(|s| s.snapshot.perf.as_ref()),
         wakeup_storm: sample.as_ref().and_then(|s| s.storm.as_ref()),
         pressure: sample.as_ref().map(|s| pressure_status(s)),
+        web: shared.web.lock().map(|w| w.clone()).unwrap_or_default(),
         remediation,
         kubernetes: shared.kube.lock().map(|k| k.clone()).unwrap_or_default(),
     };

@@ -10,6 +10,7 @@ mod process;
 mod remediator;
 mod report;
 mod systemd;
+mod web;
 
 use std::process::ExitCode;
 

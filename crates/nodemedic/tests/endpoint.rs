@@ -1,0 +1,166 @@
+//! The endpoint under hostile clients, with the real binary: a flood of half-sent requests
+//! under the common `LimitNOFILE=1024`, 200 scrapers at once against a small
+//! `web.max_requests`, and gzip for a client that asks for it.
+
+#![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{fixture_dir, http_get, nodemedic_bin, start_server, wait_for_samples, Server};
+
+fn start(config: &str, nofile: Option<u64>) -> Server {
+    let tree = fixture_dir("8cpu-collapsed");
+    let config = config.to_string();
+    start_server("nodemedic", "/healthz", move |port, dir| {
+        let cfg = dir.join("nodemedic.toml");
+        std::fs::write(&cfg, &config).unwrap();
+        // prlimit(1) sets both limits as systemd's LimitNOFILE=1024 would.
+        let mut cmd = match nofile {
+            Some(n) => {
+                let mut c = Command::new("prlimit");
+                c.arg(format!("--nofile={n}:{n}"))
+                    .arg("--")
+                    .arg(nodemedic_bin());
+                c
+            }
+            None => Command::new(nodemedic_bin()),
+        };
+        cmd.arg("--config")
+            .arg(&cfg)
+            .arg("--host-root")
+            .arg(&tree)
+            .arg("--web.listen-address")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("run")
+            .env_remove("NODEMEDIC_CONFIG")
+            .env("RUST_LOG", "info");
+        cmd
+    })
+}
+
+const CONFIG: &str =
+    "sample_interval = \"200ms\"\n[remediation]\nmode = \"off\"\n[probes]\nenabled = false\n";
+
+/// 1,100 connections that each sent half a request line, under LimitNOFILE=1024: a normal
+/// scrape still succeeds at once, no collector loses its files to EMFILE, and the idle
+/// connections were closed to make room.
+#[test]
+fn half_sent_requests_under_limitnofile_1024_blind_nothing() {
+    let server = start(CONFIG, Some(1024));
+    let mut idle = Vec::new();
+    for _ in 0..1100 {
+        let mut s = TcpStream::connect(server.addr()).unwrap();
+        s.write_all(b"GET /metr").unwrap();
+        idle.push(s);
+    }
+    // Let the daemon accept them all and sample a few times while they hang.
+    std::thread::sleep(Duration::from_millis(800));
+    let r = http_get(server.addr(), "/metrics", &[]).expect("a scrape during the flood");
+    assert_eq!(r.status, 200);
+    assert!(r
+        .body
+        .contains("nodemedic_irq_collapsed{group=\"virtio2\"} 1"));
+    let st: serde_json::Value =
+        serde_json::from_str(&http_get(server.addr(), "/status", &[]).unwrap().body).unwrap();
+    let collectors = st["collectors"].as_array().unwrap();
+    let failed: Vec<&serde_json::Value> = collectors
+        .iter()
+        .filter(|c| c["state"] == "failed")
+        .collect();
+    assert!(failed.is_empty(), "{failed:#?}");
+    assert!(!st.to_string().contains("Too many open files"), "{st:#}");
+    let web = &st["web"];
+    let cap = web["max_connections"].as_u64().unwrap();
+    assert!(cap <= (1024 - 256) / 4, "{web}");
+    assert!(
+        web["evicted_idle_total"].as_u64().unwrap() >= 1100 - cap,
+        "{web}"
+    );
+    assert!(web["open_connections"].as_u64().unwrap() <= cap, "{web}");
+    drop(idle);
+}
+
+/// 200 scrapers at once against web.max_requests = 2: each gets 200 or a 503 that says why,
+/// never a hang or a reset, and the daemon is healthy afterwards.
+#[test]
+fn two_hundred_parallel_scrapers_get_answers_or_503() {
+    let server = start(&format!("{CONFIG}[web]\nmax_requests = 2\n"), None);
+    let addr = server.addr();
+    let handles: Vec<_> = (0..200)
+        .map(|_| std::thread::spawn(move || http_get(addr, "/metrics", &[])))
+        .collect();
+    let mut ok = 0;
+    let mut busy = 0;
+    for h in handles {
+        let r = h.join().unwrap().expect("every scraper gets an answer");
+        match r.status {
+            200 => ok += 1,
+            503 => {
+                assert!(r.body.contains("max_requests"), "{}", r.body);
+                busy += 1;
+            }
+            s => panic!("status {s}: {}", r.body),
+        }
+    }
+    assert_eq!(ok + busy, 200);
+    assert!(ok >= 1);
+    eprintln!("{ok} answered, {busy} told to retry");
+    assert_eq!(http_get(addr, "/healthz", &[]).unwrap().status, 200);
+}
+
+/// `Accept-Encoding: gzip` (what Prometheus sends) gets a gzip body that decodes to the
+/// exposition.
+#[test]
+fn gzip_when_asked() {
+    let mut server = start(CONFIG, None);
+    wait_for_samples(&mut server, 5);
+    let mut s = TcpStream::connect(server.addr()).unwrap();
+    s.write_all(
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
+    assert!(head.contains("content-encoding: gzip"), "{head}");
+    let mut body = raw[split + 4..].to_vec();
+    if head.contains("transfer-encoding: chunked") {
+        body = dechunk(&body);
+    }
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&body[..])
+        .read_to_string(&mut text)
+        .expect("a gzip body");
+    assert!(
+        text.contains("# TYPE nodemedic_irq_collapsed gauge"),
+        "{text}"
+    );
+    assert!(text.contains("nodemedic_irq_collapsed{group=\"virtio2\"} 1"));
+    let plain = http_get(server.addr(), "/metrics", &[]).unwrap();
+    assert!(plain.header("content-encoding").is_none());
+    assert!(
+        body.len() * 3 < plain.body.len(),
+        "gzip should shrink the exposition"
+    );
+}
+
+fn dechunk(mut data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let eol = data.windows(2).position(|w| w == b"\r\n").unwrap();
+        let size =
+            usize::from_str_radix(std::str::from_utf8(&data[..eol]).unwrap().trim(), 16).unwrap();
+        data = &data[eol + 2..];
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&data[..size]);
+        data = &data[size + 2..];
+    }
+}
