@@ -27,6 +27,8 @@ struct Shared {
     kube: SharedKube,
     /// The endpoint's connection counters, for /status.
     web: crate::web::SharedWebStats,
+    /// `/metrics` rendered once per sample and shared by every scrape of it.
+    render: RenderCache,
 }
 
 /// Faults a test can inject into the daemon.
@@ -132,6 +134,7 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
         remedy,
         kube,
         web: Default::default(),
+        render: RenderCache::default(),
     });
     let mut sampler = tokio::spawn({
         let f = faults.clone();
@@ -326,14 +329,66 @@ fn latest(shared: &Shared) -> Option<Arc<Sample>> {
     shared.latest.read().ok().and_then(|l| l.clone())
 }
 
+/// What a rendered exposition depends on besides its format: the sample and the
+/// remediator's counters. Scrapes of the same sample share one rendering.
+#[derive(Debug, Clone, PartialEq)]
+struct RenderKey {
+    samples_total: u64,
+    decisions: u64,
+    paused: bool,
+    last_action: Option<f64>,
+}
+
+/// The last rendering per format (text, OpenMetrics).
+#[derive(Default)]
+pub(crate) struct RenderCache(Mutex<Vec<(RenderKey, Format, axum::body::Bytes)>>);
+
 async fn metrics(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
     let format = Format::from_accept(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
-    // /proc/self reads block: off the current-thread runtime that serves every request.
-    let process = tokio::task::spawn_blocking(crate::process::self_stats)
-        .await
-        .ok()
-        .flatten();
     let sample = latest(&shared);
+    let key = {
+        let remedy = shared.remedy.lock().ok();
+        RenderKey {
+            samples_total: sample.as_ref().map(|s| s.samples_total).unwrap_or(0),
+            decisions: remedy
+                .as_ref()
+                .map(|r| r.counts.values().sum())
+                .unwrap_or(0),
+            paused: remedy.as_ref().is_some_and(|r| r.paused),
+            last_action: remedy.as_ref().and_then(|r| r.last_action_timestamp),
+        }
+    };
+    let cached = shared.render.0.lock().ok().and_then(|c| {
+        c.iter()
+            .find(|(k, f, _)| *k == key && *f == format)
+            .map(|(_, _, b)| b.clone())
+    });
+    let body = match cached {
+        Some(body) => body,
+        None => {
+            // /proc/self reads block: off the current-thread runtime that serves every request.
+            let process = tokio::task::spawn_blocking(crate::process::self_stats)
+                .await
+                .ok()
+                .flatten();
+            let body =
+                axum::body::Bytes::from(render_body(&shared, sample.as_deref(), process, format));
+            if let Ok(mut c) = shared.render.0.lock() {
+                c.retain(|(k, f, _)| *k == key && *f != format);
+                c.push((key, format, body.clone()));
+            }
+            body
+        }
+    };
+    ([(header::CONTENT_TYPE, format.content_type())], body).into_response()
+}
+
+fn render_body(
+    shared: &Shared,
+    sample: Option<&Sample>,
+    process: Option<nodemedic_export::ProcessStats>,
+    format: Format,
+) -> String {
     let remedy = shared.remedy.lock().ok();
     let decisions: Vec<((String, String), u64)> = remedy
         .as_ref()
@@ -341,18 +396,12 @@ async fn metrics(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Respo
         .unwrap_or_default();
     let mode = shared.config.remediation.mode.as_str();
     let input = ExportInput {
-        snapshot: sample.as_ref().map(|s| &s.snapshot),
-        verdicts: sample
-            .as_ref()
-            .map(|s| s.verdicts.as_slice())
-            .unwrap_or(&[]),
-        collectors: sample
-            .as_ref()
-            .map(|s| s.collectors.as_slice())
-            .unwrap_or(&[]),
-        samples_total: sample.as_ref().map(|s| s.samples_total).unwrap_or(0),
+        snapshot: sample.map(|s| &s.snapshot),
+        verdicts: sample.map(|s| s.verdicts.as_slice()).unwrap_or(&[]),
+        collectors: sample.map(|s| s.collectors.as_slice()).unwrap_or(&[]),
+        samples_total: sample.map(|s| s.samples_total).unwrap_or(0),
         process,
-        pressure: sample.as_ref().and_then(|s| s.pressure.as_ref()),
+        pressure: sample.and_then(|s| s.pressure.as_ref()),
         remediation: Some(RemediationExport {
             mode,
             paused: remedy.as_ref().is_some_and(|r| r.paused),
@@ -360,9 +409,7 @@ async fn metrics(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Respo
             last_action_timestamp: remedy.as_ref().and_then(|r| r.last_action_timestamp),
         }),
     };
-    let (body, _) = render(&input, &shared.config.metrics, format);
-    drop(remedy);
-    ([(header::CONTENT_TYPE, format.content_type())], body).into_response()
+    render(&input, &shared.config.metrics, format).0
 }
 
 #[derive(Serialize)]

@@ -164,3 +164,21 @@ fn dechunk(mut data: &[u8]) -> Vec<u8> {
         data = &data[size + 2..];
     }
 }
+
+/// Scrapes of one sample share one rendering: byte-identical bodies, even the daemon's own
+/// CPU time, however many scrapers ask.
+#[test]
+fn one_rendering_per_sample() {
+    let server = start(
+        "sample_interval = \"1h\"\n[remediation]\nmode = \"off\"\n[probes]\nenabled = false\n",
+        None,
+    );
+    let first = http_get(server.addr(), "/metrics", &[]).unwrap().body;
+    assert!(first.contains("nodemedic_samples_total 1\n"), "{first}");
+    // Work in between that would move the daemon's CPU time if it were read again.
+    for _ in 0..50 {
+        http_get(server.addr(), "/status", &[]).unwrap();
+    }
+    let again = http_get(server.addr(), "/metrics", &[]).unwrap().body;
+    assert_eq!(first, again);
+}
