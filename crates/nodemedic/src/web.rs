@@ -9,7 +9,8 @@
 //!   half-sent requests cannot lock a real scraper out;
 //! - at most `max_requests` requests are served at once (node_exporter's
 //!   `--web.max-requests`, default 40); the excess gets 503 at once;
-//! - `/metrics` is gzip-compressed when the client asks for it (Prometheus does).
+//! - `/metrics` is gzip-compressed when the client asks for it (Prometheus does), once per
+//!   sample like its rendering (crates/nodemedic/src/daemon.rs).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -116,14 +117,13 @@ async fn limit_requests(State(l): State<RequestLimits>, req: Request, next: Next
     }
 }
 
-/// Wraps the routes with the request limits and gzip.
+/// Wraps the routes with the request limits.
 pub fn harden(app: Router, limits: &Limits) -> Router {
     let l = RequestLimits {
         inflight: Arc::new(Semaphore::new(limits.max_requests.max(1))),
         timeout: limits.request_timeout,
     };
-    app.layer(tower_http::compression::CompressionLayer::new().gzip(true))
-        .layer(axum::middleware::from_fn_with_state(l, limit_requests))
+    app.layer(axum::middleware::from_fn_with_state(l, limit_requests))
 }
 
 /// Serves `app` on `listener` until `shutdown` completes.
