@@ -13,6 +13,7 @@ pub fn sources(config: &Config, spawn_reader: bool) -> Vec<Box<dyn Collector>> {
     if !config.probes.enabled {
         return vec![Box::new(PerfProbeCollector::not_loaded(opts))];
     }
+    raise_memlock();
     let collector = PerfProbeCollector::load(opts);
     if spawn_reader {
         if let Some(reader) = collector.take_ring_reader() {
@@ -20,4 +21,20 @@ pub fn sources(config: &Config, spawn_reader: bool) -> Vec<Box<dyn Collector>> {
         }
     }
     vec![Box::new(collector)]
+}
+
+/// Kernels before 5.11 charge BPF maps to `RLIMIT_MEMLOCK` (64 KiB by default): lift it, which
+/// needs `CAP_SYS_RESOURCE` (the Helm chart's `features.probesMemlock`, or root outside a
+/// hardened unit). Without it the probes report the limit as their reason.
+fn raise_memlock() {
+    let old_kernel = nodemedic_probe::host::kernel_version().is_some_and(|v| v < (5, 11));
+    if !old_kernel {
+        return;
+    }
+    match rlimit::Resource::MEMLOCK.set(rlimit::INFINITY, rlimit::INFINITY) {
+        Ok(()) => tracing::info!("RLIMIT_MEMLOCK lifted for the eBPF probes (kernel < 5.11)"),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot lift RLIMIT_MEMLOCK for the eBPF probes (needs CAP_SYS_RESOURCE)")
+        }
+    }
 }
