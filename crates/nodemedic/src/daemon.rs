@@ -162,14 +162,17 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
     // Supervision: the sampler, remediator and Kubernetes tasks live as long as the daemon.
     // One that ends (a panic, or a bug that returns) would leave nodemedic serving stale or
     // partial answers, so the daemon exits non-zero and systemd or the kubelet restarts it.
+    // Biased, the sampler first: when it dies, the remediator and the Kubernetes task see
+    // its channel close and return too, and the report must name the cause, not a symptom.
     let died = tokio::select! {
+        biased;
+        r = &mut sampler => Some(("sampler", ended(r))),
+        r = &mut remediator => Some(("remediator", ended(r))),
+        r = &mut kube_task => Some(("kubernetes", ended(r))),
         r = server => {
             r.context("serving HTTP")?;
             None
         }
-        r = &mut sampler => Some(("sampler", ended(r))),
-        r = &mut remediator => Some(("remediator", ended(r))),
-        r = &mut kube_task => Some(("kubernetes", ended(r))),
     };
     crate::systemd::stopping();
     if let Some((task, how)) = died {
