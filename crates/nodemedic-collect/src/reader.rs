@@ -23,11 +23,12 @@
 //! why and uses `pread`.
 
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
 use serde::Serialize;
@@ -109,7 +110,9 @@ struct Kept {
 }
 
 struct State {
-    files: HashMap<PathBuf, Kept>,
+    /// Keyed by the path's bytes with a fast hash: hashing a `Path` walks its components,
+    /// which cost more than the `pread` it looks up (BENCHMARKS.md, "Read layer").
+    files: HashMap<OsString, Kept, foldhash::fast::RandomState>,
     /// Samples begun, and the sample of the last rescan (for closing unused files).
     sample: u64,
     last_rescan: u64,
@@ -195,7 +198,7 @@ impl Reader {
             fallback_reason,
             max_open,
             state: Mutex::new(State {
-                files: HashMap::new(),
+                files: HashMap::default(),
                 sample: 0,
                 last_rescan: 0,
                 over_limit_reads: 0,
@@ -300,7 +303,7 @@ impl Reader {
         for (i, p) in paths.iter().enumerate() {
             let p = p.as_ref();
             let sample = st.sample;
-            if let Some(k) = st.files.get_mut(p) {
+            if let Some(k) = st.files.get_mut(p.as_os_str()) {
                 if k.kernel {
                     k.last_used = sample;
                     kept.push(i);
@@ -319,7 +322,7 @@ impl Reader {
                         kept.push(i);
                     }
                     st.files.insert(
-                        p.to_path_buf(),
+                        p.as_os_str().to_owned(),
                         Kept {
                             file,
                             kernel,
@@ -399,7 +402,7 @@ impl Reader {
     fn read_bytes(&self, path: &Path, bytes: &mut Vec<u8>) -> Result<(), ReadError> {
         let mut st = self.state();
         let sample = st.sample;
-        if let Some(k) = st.files.get_mut(path) {
+        if let Some(k) = st.files.get_mut(path.as_os_str()) {
             k.last_used = sample;
             let fresh = k.kernel || !replaced(&k.file);
             if fresh && pread_all(&k.file, bytes).is_ok() {
@@ -407,7 +410,7 @@ impl Reader {
             }
             // The file went away under the fd (ENODEV/EIO), was replaced, or failed: forget
             // the fd and let a fresh open tell what happened.
-            st.files.remove(path);
+            st.files.remove(path.as_os_str());
             st.dropped += 1;
         }
         let file = File::open(path).map_err(|e| ReadError::from_io(path, e))?;
@@ -429,7 +432,7 @@ impl Reader {
         }
         let kernel = sys::is_kernel_generated(&file);
         st.files.insert(
-            path.to_path_buf(),
+            path.as_os_str().to_owned(),
             Kept {
                 file,
                 kernel,

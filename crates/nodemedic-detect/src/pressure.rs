@@ -12,13 +12,14 @@
 //! exposition and by `nodemedic check`.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::finding::{Finding, Severity};
 use crate::hysteresis::{ratio as check_ratio, ConfigError, Hysteresis, Latch};
-use nodemedic_kernel::cgroup::{CgroupStats, Qos, Workload};
+use nodemedic_kernel::cgroup::{CgroupStats, Cgroups, Qos, Workload};
 use nodemedic_kernel::psi::Psi;
 use nodemedic_kernel::Snapshot;
 
@@ -133,20 +134,27 @@ pub struct PressureVerdict {
     /// Every watched cgroup with rates, by path.
     pub cgroups: Vec<CgroupRates>,
     /// Verdicts that changed with this sample: (path or `node`, what, now active).
-    pub changes: Vec<(String, &'static str, bool)>,
+    pub changes: Vec<Change>,
 }
+
+/// A verdict that changed: (cgroup path or `node`, what, now active).
+pub type Change = (String, &'static str, bool);
 
 #[derive(Debug, Clone, Default)]
 struct Previous {
     at: Duration,
     node: Option<BTreeMap<String, Psi>>,
-    cgroups: BTreeMap<String, CgroupStats>,
 }
 
 #[derive(Debug, Default)]
 pub struct PressureDetector {
     config: PressureConfig,
     previous: Option<Previous>,
+    /// The last fresh cgroup reading and when it was first seen. Cgroups are read on their
+    /// own interval: a sample that carries the same reading (the same `Arc`) adds no rates.
+    cgroups_seen: Option<(Duration, Arc<Cgroups>)>,
+    /// The rates and verdicts of the last fresh reading, repeated until the next one.
+    cgroup_rates: Vec<CgroupRates>,
     node: Latch,
     quota: BTreeMap<String, Latch>,
     starved: BTreeMap<String, Latch>,
@@ -167,24 +175,25 @@ impl PressureDetector {
     /// Feeds one snapshot. `None` on the first sample with pressure or cgroup data (rates need
     /// two) and while neither source gives data.
     pub fn observe(&mut self, snap: &Snapshot) -> Option<PressureVerdict> {
-        let groups = snap.cgroups.as_ref().map(|c| &c.groups);
-        if snap.pressure.is_none() && groups.is_none() {
+        if snap.pressure.is_none() && snap.cgroups.is_none() {
             self.previous = None;
+            self.cgroups_seen = None;
+            self.cgroup_rates.clear();
             return None;
         }
         let current = Previous {
             at: snap.at,
             node: snap.pressure.clone(),
-            cgroups: groups.cloned().unwrap_or_default(),
         };
         let previous = self.previous.replace(current);
+        let cgroups = self.observe_cgroups(snap);
         let prev = previous?;
         let dt = snap.at.checked_sub(prev.at)?.as_secs_f64();
         if dt <= 0.0 {
             return None;
         }
         let h = self.config.hysteresis();
-        let mut changes = Vec::new();
+        let (cgroups, mut changes) = cgroups;
 
         let node: BTreeMap<String, PsiRatios> = match (&prev.node, &snap.pressure) {
             (Some(before), Some(now)) => now
@@ -214,10 +223,52 @@ impl PressureDetector {
             changes.push(("node".to_string(), "node_saturated", self.node.active));
         }
 
+        Some(PressureVerdict {
+            interval_seconds: dt,
+            node,
+            node_saturated: self.node.active,
+            node_over,
+            cgroups,
+            changes,
+        })
+    }
+
+    /// Rates and verdicts of every watched cgroup, from a fresh reading; the last ones again
+    /// when this sample repeats the previous reading.
+    fn observe_cgroups(&mut self, snap: &Snapshot) -> (Vec<CgroupRates>, Vec<Change>) {
+        let Some(now_all) = &snap.cgroups else {
+            self.cgroups_seen = None;
+            self.cgroup_rates.clear();
+            self.quota.clear();
+            self.starved.clear();
+            return (Vec::new(), Vec::new());
+        };
+        let fresh = self
+            .cgroups_seen
+            .as_ref()
+            .is_none_or(|(_, seen)| !Arc::ptr_eq(seen, now_all));
+        if !fresh {
+            // The same reading, but the pod list may have arrived or changed since.
+            let mut rates = self.cgroup_rates.clone();
+            for r in &mut rates {
+                (r.name, r.namespace, r.pod, r.container) = names(snap, &r.workload);
+            }
+            return (rates, Vec::new());
+        }
+        let before = self.cgroups_seen.replace((snap.at, now_all.clone()));
+        let Some((before_at, before_all)) = before else {
+            return (Vec::new(), Vec::new());
+        };
+        let dt = match snap.at.checked_sub(before_at) {
+            Some(d) if !d.is_zero() => d.as_secs_f64(),
+            _ => return (Vec::new(), Vec::new()),
+        };
+        let h = self.config.hysteresis();
+        let mut changes = Vec::new();
         let mut cgroups = Vec::new();
         let mut seen = BTreeSet::new();
-        for (path, now) in groups.into_iter().flatten() {
-            let Some(before) = prev.cgroups.get(path) else {
+        for (path, now) in &now_all.groups {
+            let Some(before) = before_all.groups.get(path) else {
                 continue;
             };
             seen.insert(path.clone());
@@ -253,14 +304,8 @@ impl PressureDetector {
         // A cgroup that is gone takes its state with it.
         self.quota.retain(|p, _| seen.contains(p));
         self.starved.retain(|p, _| seen.contains(p));
-        Some(PressureVerdict {
-            interval_seconds: dt,
-            node,
-            node_saturated: self.node.active,
-            node_over,
-            cgroups,
-            changes,
-        })
+        self.cgroup_rates.clone_from(&cgroups);
+        (cgroups, changes)
     }
 }
 
@@ -494,12 +539,60 @@ mod tests {
                 )]
                 .into(),
             ),
-            cgroups: Some(nodemedic_kernel::cgroup::Cgroups {
+            cgroups: Some(Arc::new(nodemedic_kernel::cgroup::Cgroups {
                 groups: [("kubepods/burstable/pod1a2b".to_string(), g)].into(),
                 ..Default::default()
-            }),
+            })),
             ..Default::default()
         }
+    }
+
+    /// Cgroups are read on their own interval: samples in between carry the same reading.
+    /// They repeat its rates and verdicts, and do not count towards hysteresis; the next
+    /// fresh reading's rates span the time since the last fresh one.
+    #[test]
+    fn a_repeated_cgroup_reading_adds_no_rates_and_no_hysteresis() {
+        let mut d = PressureDetector::new(PressureConfig {
+            raise_after: 2,
+            clear_after: 2,
+            ..Default::default()
+        });
+        assert!(d.observe(&snap(0, 0, pod(0, 0, 0))).is_none());
+        let fresh = snap(15, 3_000_000, pod(60, 100, 5_250_000));
+        let v = d.observe(&fresh).unwrap();
+        assert_eq!(v.cgroups[0].throttled_ratio, Some(0.6));
+        assert_eq!(v.cgroups[0].cpu_some_ratio, Some(0.35), "5.25 s of 15");
+        assert!(!v.cgroups[0].quota_bound, "one reading of two");
+        // Two samples 5 s apart that carry the same reading (same Arc), node PSI moving on.
+        for at in [20, 25] {
+            let mut repeat = snap(at, 4_000_000, pod(0, 0, 0));
+            repeat.cgroups = fresh.cgroups.clone();
+            let v = d.observe(&repeat).unwrap();
+            assert_eq!(v.cgroups.len(), 1);
+            assert_eq!(
+                v.cgroups[0].throttled_ratio,
+                Some(0.6),
+                "repeated, not zero"
+            );
+            assert!(
+                !v.cgroups[0].quota_bound,
+                "a repeat is not a second reading"
+            );
+            assert!(
+                v.changes.iter().all(|(p, ..)| p == "node"),
+                "{:?}",
+                v.changes
+            );
+        }
+        // The next fresh reading, 15 s after the last: its rates span those 15 s.
+        let v = d
+            .observe(&snap(30, 5_000_000, pod(120, 200, 10_500_000)))
+            .unwrap();
+        assert_eq!(v.cgroups[0].cpu_some_ratio, Some(0.35));
+        assert!(
+            v.cgroups[0].quota_bound,
+            "the second fresh reading raises it"
+        );
     }
 
     #[test]

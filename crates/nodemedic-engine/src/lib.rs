@@ -49,6 +49,9 @@ pub struct EngineConfig {
     pub wakeup_storm: WakeupStormConfig,
     /// Which cgroups the cgroups collector watches.
     pub cgroups: CgroupSelection,
+    /// How often the cgroups are walked and read; zero reads them on every sample (the
+    /// daemon's configuration defaults to 15 s, see `CgroupsCollector`).
+    pub cgroups_interval: Duration,
     pub pressure: PressureConfig,
 }
 
@@ -65,6 +68,7 @@ impl Default for EngineConfig {
             commit_latency: CommitLatencyConfig::default(),
             wakeup_storm: WakeupStormConfig::default(),
             cgroups: CgroupSelection::default(),
+            cgroups_interval: Duration::ZERO,
             pressure: PressureConfig::default(),
         }
     }
@@ -115,7 +119,10 @@ impl Engine {
     /// An engine over `nodemedic-collect`'s collectors plus `extra` (sources that live in
     /// other crates), run after them.
     pub fn with_extra(config: EngineConfig, extra: Vec<Box<dyn Collector>>) -> Self {
-        let cgroups = Box::new(CgroupsCollector::new(config.cgroups.clone()));
+        let cgroups = Box::new(CgroupsCollector::with_interval(
+            config.cgroups.clone(),
+            config.cgroups_interval,
+        ));
         let set = extra
             .into_iter()
             .fold(CollectorSet::all().with(cgroups), |set, c| set.with(c));
@@ -175,8 +182,13 @@ impl Engine {
     }
 
     pub fn sample(&mut self) -> Sample {
+        self.sample_at(monotonic_now())
+    }
+
+    /// One sample at monotonic time `at` (benchmarks and tests step time themselves).
+    pub fn sample_at(&mut self, at: Duration) -> Sample {
         let start = Instant::now();
-        let (mut snapshot, runs) = self.collectors.sample(&self.paths, monotonic_now());
+        let (mut snapshot, runs) = self.collectors.sample(&self.paths, at);
         // Before anything reads the counts: detectors, check and the exporter all see the
         // accumulated 64-bit values, so a wrap is neither a lost rate nor a counter reset.
         if let Some(ints) = &mut snapshot.interrupts {

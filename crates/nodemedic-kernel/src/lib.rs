@@ -107,35 +107,39 @@ pub(crate) fn parse_cpu_header(line: &str) -> Result<Vec<u32>, String> {
 /// and the byte offset where the rest begins. A hand-rolled scanner: a 256-CPU
 /// `/proc/interrupts` has over 100,000 counts, and this is most of the cost of reading it.
 pub(crate) fn leading_counts(s: &str, max: usize) -> (Vec<u64>, usize) {
-    let bytes = s.as_bytes();
+    // Index loops with the bound in the condition, so the compiler drops the bounds checks;
+    // up to 19 digits cannot overflow a u64, so only a 20th digit is checked.
+    let b = s.as_bytes();
+    let n = b.len();
     let mut counts = Vec::with_capacity(max);
     let mut pos = 0;
     while counts.len() < max {
-        let start = pos
-            + bytes[pos..]
-                .iter()
-                .take_while(|b| b.is_ascii_whitespace())
-                .count();
-        let mut end = start;
+        let mut i = pos;
+        while i < n && b[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        let start = i;
         let mut value: u64 = 0;
-        let mut overflow = false;
-        while let Some(b) = bytes.get(end).filter(|b| b.is_ascii_digit()) {
+        while i < n && i - start < 19 && b[i].is_ascii_digit() {
+            value = value * 10 + u64::from(b[i] - b'0');
+            i += 1;
+        }
+        if i < n && b[i].is_ascii_digit() {
             match value
                 .checked_mul(10)
-                .and_then(|v| v.checked_add(u64::from(b - b'0')))
+                .and_then(|v| v.checked_add(u64::from(b[i] - b'0')))
             {
                 Some(v) => value = v,
-                None => overflow = true,
+                None => break,
             }
-            end += 1;
+            i += 1;
         }
         // A token that is not all digits (or does not fit in u64) ends the counts.
-        let token_ends = bytes.get(end).is_none_or(|b| b.is_ascii_whitespace());
-        if end == start || overflow || !token_ends {
+        if i == start || (i < n && !b[i].is_ascii_whitespace()) {
             break;
         }
         counts.push(value);
-        pos = end;
+        pos = i;
     }
     (counts, pos)
 }
@@ -153,6 +157,14 @@ mod tests {
         assert_eq!(leading_counts(" 1 2 3", 2), (vec![1, 2], 4));
         assert_eq!(leading_counts(" 12x 3", 4), (vec![], 0));
         assert_eq!(leading_counts(" 99999999999999999999 1", 4), (vec![], 0));
+        assert_eq!(leading_counts(" 1 184467440737095516150", 4), (vec![1], 2));
+        assert_eq!(
+            leading_counts(" 1234567890123456789 12345678901234567890", 4),
+            (
+                vec![1_234_567_890_123_456_789, 12_345_678_901_234_567_890],
+                41
+            )
+        );
         assert_eq!(leading_counts("", 4), (vec![], 0));
         assert_eq!(
             leading_counts(" 18446744073709551615", 1),

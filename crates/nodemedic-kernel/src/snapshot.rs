@@ -46,8 +46,10 @@ pub struct Snapshot {
     /// the resources this kernel reports. `None` when PSI is off or absent.
     pub pressure: Option<BTreeMap<String, Psi>>,
     /// Per-cgroup CPU quota, throttling and pressure; `None` when the cgroups collector is off
-    /// or found no hierarchy.
-    pub cgroups: Option<crate::cgroup::Cgroups>,
+    /// or found no hierarchy. Shared, not copied: the collector reads cgroups on its own
+    /// interval (`cgroups.interval`) and samples in between carry the same reading, which is
+    /// how a detector tells a fresh reading from a repeated one (`Arc::ptr_eq`).
+    pub cgroups: Option<Arc<crate::cgroup::Cgroups>>,
 }
 
 /// etcd's `wal_fsync_duration_seconds` buckets: 1 ms doubling to 8.192 s

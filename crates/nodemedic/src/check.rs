@@ -139,6 +139,8 @@ pub fn run(config: &Config, args: &CheckArgs) -> anyhow::Result<u8> {
             hurting,
             wakeup_storm,
             pressure,
+            // Both samples read the cgroups, however far apart they are.
+            cgroups_interval: std::time::Duration::ZERO,
             ..config.engine_config()
         },
         crate::probes::sources(config, false),

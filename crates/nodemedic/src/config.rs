@@ -69,6 +69,11 @@ pub struct CgroupsSection {
     pub include: Option<String>,
     /// No cgroup whose path matches this regex.
     pub exclude: Option<String>,
+    /// How often the cgroups are walked and read (like cAdvisor's housekeeping interval):
+    /// 500 pods are ~2,000 kernfs reads, too many for every sample. Samples in between carry
+    /// the last reading; `0s` reads them on every sample.
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
 }
 
 impl Default for CgroupsSection {
@@ -78,6 +83,7 @@ impl Default for CgroupsSection {
             services: true,
             include: None,
             exclude: None,
+            interval: Duration::from_secs(15),
         }
     }
 }
@@ -484,6 +490,7 @@ impl Config {
             pressure: self.detector.pressure.clone(),
             // validate() has compiled these; a config that fails here never got this far.
             cgroups: self.cgroups.selection().unwrap_or_default(),
+            cgroups_interval: self.cgroups.interval,
             wakeup_storm: self.detector.wakeup_storm.clone(),
         }
     }

@@ -1,6 +1,8 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use nodemedic_kernel::cgroup::{
     classify, parse_cfs, parse_cpu_max, parse_cpu_stat, parse_cpuacct_usage, CgroupStats, Cgroups,
@@ -56,19 +58,54 @@ const KUBEPODS_DEPTH: usize = 6;
 /// host tree mounted without its submounts): a v2 root with `cgroup.controllers`, the hybrid
 /// `unified/`, v1 `cpu,cpuacct/` or `cpu/`. On v1 and hybrid nodes the quota and throttling
 /// come from the v1 cpu hierarchy and the pressure from the unified one, joined by path.
+///
+/// Cgroups are walked and read on their own interval (`cgroups.interval`), like cAdvisor's
+/// housekeeping: on a node with 500 pods that is 2,000–2,500 kernfs reads (≈ 3 µs each,
+/// BENCHMARKS.md), too many for every IRQ sample. Samples in between carry the last reading
+/// (the same `Arc`, and its warnings), so the exposition never loses a series and the
+/// pressure detector computes rates only between fresh readings.
 #[derive(Default)]
 pub struct CgroupsCollector {
     selection: CgroupSelection,
+    /// Zero: every sample.
+    interval: Duration,
     /// The mounts found under a root, re-read at each rescan (or when the root changes).
     layout: RescanCache<(PathBuf, CgroupMounts, bool)>,
+    last: Mutex<Option<Reading>>,
+}
+
+/// One reading of the cgroups and where and when it was taken.
+struct Reading {
+    root: PathBuf,
+    at: Duration,
+    cgroups: Arc<Cgroups>,
+    warnings: Vec<String>,
 }
 
 impl CgroupsCollector {
+    /// A collector that reads the cgroups on every sample.
     pub fn new(selection: CgroupSelection) -> Self {
+        Self::with_interval(selection, Duration::ZERO)
+    }
+
+    /// A collector that reads the cgroups when `interval` has passed since the last reading.
+    pub fn with_interval(selection: CgroupSelection, interval: Duration) -> Self {
         Self {
             selection,
+            interval,
             layout: RescanCache::default(),
+            last: Mutex::new(None),
         }
+    }
+
+    /// The last reading, when it is recent enough for this sample. A sample that comes a
+    /// little early (timer jitter) still reads: 10% of the interval is slack.
+    fn recent(&self, root: &Path, at: Duration) -> Option<(Arc<Cgroups>, Vec<String>)> {
+        let last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let r = last.as_ref()?;
+        let age = at.checked_sub(r.at)?;
+        (r.root == root && age + self.interval / 10 < self.interval)
+            .then(|| (r.cgroups.clone(), r.warnings.clone()))
     }
 }
 
@@ -80,6 +117,11 @@ impl Collector for CgroupsCollector {
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
         let root = &ctx.paths.cgroupfs;
         let mut out = Collected::default();
+        if let Some((cgroups, warnings)) = self.recent(root, snap.at) {
+            snap.cgroups = Some(cgroups);
+            out.warnings = warnings;
+            return Ok(out);
+        }
         if !root.is_dir() {
             out.unavailable = Some(format!(
                 "{} does not exist: no cgroup filesystem to read (set --path.cgroupfs)",
@@ -113,10 +155,17 @@ impl Collector for CgroupsCollector {
         )
         .map_err(|e| ReadError::from_io(&walk_root, e))?;
         let groups = read_all(ctx.reader, &mounts, found, &mut out.warnings);
-        snap.cgroups = Some(Cgroups {
+        let cgroups = Arc::new(Cgroups {
             mounts,
             from_mountinfo,
             groups,
+        });
+        snap.cgroups = Some(cgroups.clone());
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(Reading {
+            root: root.clone(),
+            at: snap.at,
+            cgroups,
+            warnings: out.warnings.clone(),
         });
         Ok(out)
     }
@@ -436,5 +485,49 @@ mod tests {
         assert_eq!(g.cpu_max.and_then(|m| m.cores()), Some(0.5));
         assert_eq!(g.cpu_stat.map(|s| s.nr_throttled), Some(1));
         assert_eq!(g.pressure["cpu"].some.map(|l| l.total_us), Some(5));
+    }
+
+    /// With an interval, samples in between carry the last reading (the same `Arc`, its
+    /// warnings too) and read no file; a pod created meanwhile appears at the next reading.
+    #[test]
+    fn an_interval_reads_cgroups_only_when_due() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("cg");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("cgroup.controllers"), "cpu memory io\n").unwrap();
+        let first = pod(&root, "1111-aaaa");
+        std::fs::write(first.join("memory.pressure"), "garbage\n").unwrap();
+        let mut paths = crate::Paths::under(tmp.path());
+        paths.cgroupfs = root.clone();
+        let mut set = crate::CollectorSet::new(vec![Box::new(CgroupsCollector::with_interval(
+            CgroupSelection::default(),
+            Duration::from_secs(15),
+        ))]);
+        let secs = Duration::from_secs;
+        let (a, runs) = set.sample(&paths, secs(100));
+        let a = a.cgroups.unwrap();
+        assert_eq!(a.groups.len(), 1);
+        let warned = |runs: &[crate::CollectorRun]| match &runs[0].outcome {
+            Ok(c) => c.warnings.iter().any(|w| w.contains("memory.pressure")),
+            Err(e) => panic!("{e}"),
+        };
+        assert!(warned(&runs));
+        pod(&root, "2222-bbbb");
+        for at in [105, 110] {
+            let (s, runs) = set.sample(&paths, secs(at));
+            let s = s.cgroups.unwrap();
+            assert!(Arc::ptr_eq(&s, &a), "sample at {at} s repeats the reading");
+            assert!(warned(&runs), "with its warnings");
+        }
+        // 14 s after: within the 10% slack of a 15 s interval, so a reading.
+        let (s, _) = set.sample(&paths, secs(114));
+        let s = s.cgroups.unwrap();
+        assert!(!Arc::ptr_eq(&s, &a));
+        assert_eq!(
+            s.groups.len(),
+            2,
+            "the new pod is read: {:?}",
+            s.groups.keys()
+        );
     }
 }

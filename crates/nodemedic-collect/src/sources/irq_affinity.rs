@@ -55,15 +55,21 @@ impl Collector for IrqAffinityCollector {
         let irqs: &[u32] = &listed;
         let mut out = Collected::default();
         let mut buf = String::with_capacity(128);
+        let mut num = String::with_capacity(10);
         let mut vanished = 0usize;
         let mut errors = Vec::new();
         let mut nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
         nodes.retain(|irq, _| irqs.binary_search(irq).is_ok());
         let mut gone = Vec::new();
+        // One path buffer for every file: `…/irq/N/name` is pushed and popped around each
+        // read, with nothing in between that can return early.
+        let mut irq_dir = dir.clone();
         for irq in irqs {
-            let irq_dir = dir.join(irq.to_string());
+            irq_dir.push(itoa(*irq, &mut num));
             let known_node = nodes.get(irq).copied();
-            match read_irq(ctx.reader, &irq_dir, &mut buf, known_node, &mut errors) {
+            let read = read_irq(ctx.reader, &mut irq_dir, &mut buf, known_node, &mut errors);
+            irq_dir.pop();
+            match read {
                 IrqRead::Read(aff, node_known) => {
                     // A node that could not be read is retried (and named) next sample.
                     if node_known {
@@ -116,29 +122,44 @@ enum IrqRead {
     Vanished,
 }
 
+/// `n` in decimal, in `out` (no allocation per IRQ).
+fn itoa(n: u32, out: &mut String) -> &str {
+    use std::fmt::Write;
+    out.clear();
+    let _ = write!(out, "{n}");
+    out
+}
+
+/// `f` of `dir/name`; `dir` is as it was afterwards.
+fn in_dir<T>(dir: &mut PathBuf, name: &str, f: impl FnOnce(&Path) -> T) -> T {
+    dir.push(name);
+    let r = f(dir);
+    dir.pop();
+    r
+}
+
 fn read_irq(
     reader: &Reader,
-    dir: &Path,
+    dir: &mut PathBuf,
     buf: &mut String,
     known_node: Option<Option<i32>>,
     errors: &mut Vec<ReadError>,
 ) -> IrqRead {
     let errors_before = errors.len();
-    let mut mask = |name: &str| -> Result<Option<CpuSet>, ReadError> {
-        let path: PathBuf = dir.join(name);
-        match reader.read_into(&path, buf) {
-            Ok(()) => CpuSet::parse_mask(complete(&path, buf)?)
+    let mut mask = |dir: &mut PathBuf, name: &str| -> Result<Option<CpuSet>, ReadError> {
+        in_dir(dir, name, |path| match reader.read_into(path, buf) {
+            Ok(()) => CpuSet::parse_mask(complete(path, buf)?)
                 .map(Some)
-                .map_err(|e| ReadError::parse(&path, e)),
+                .map_err(|e| ReadError::parse(path, e)),
             Err(e) if e.is_missing() => Ok(None),
             Err(e) => Err(e),
-        }
+        })
     };
-    let smp = mask("smp_affinity").unwrap_or_else(|e| {
+    let smp = mask(dir, "smp_affinity").unwrap_or_else(|e| {
         errors.push(e);
         None
     });
-    let effective = mask("effective_affinity").unwrap_or_else(|e| {
+    let effective = mask(dir, "effective_affinity").unwrap_or_else(|e| {
         errors.push(e);
         None
     });
@@ -157,12 +178,13 @@ fn read_irq(
     let node = match known_node {
         Some(node) => node,
         None => {
-            let path = dir.join("node");
-            let node = reader.read_into(&path, buf).and_then(|()| {
-                complete(&path, buf)?
-                    .trim()
-                    .parse::<i32>()
-                    .map_err(|e| ReadError::parse(&path, format!("not a NUMA node: {e}")))
+            let node = in_dir(dir, "node", |path| {
+                reader.read_into(path, buf).and_then(|()| {
+                    complete(path, buf)?
+                        .trim()
+                        .parse::<i32>()
+                        .map_err(|e| ReadError::parse(path, format!("not a NUMA node: {e}")))
+                })
             });
             match node {
                 Ok(n) => Some(n),
