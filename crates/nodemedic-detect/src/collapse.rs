@@ -190,8 +190,9 @@ struct Previous {
     at: std::time::Duration,
     /// The CPU of each count column (the `/proc/interrupts` header).
     cpus: Vec<u32>,
-    /// IRQ → counts, aligned with `cpus`.
-    irq_counts: HashMap<u32, Vec<u64>>,
+    /// The sample's table, shared with the snapshot (not copied), and IRQ → its row.
+    interrupts: Option<std::sync::Arc<nodemedic_kernel::interrupts::Interrupts>>,
+    rows: HashMap<u32, usize>,
     net_rx: HashMap<u32, u64>,
     softnet: HashMap<u32, (u64, u64)>,
 }
@@ -308,16 +309,31 @@ impl CollapseDetector {
             _ => (0..ncols).map(Some).collect(),
         };
         for irq in &g.irqs {
-            let Some(counts) = cur.irq_counts.get(irq) else {
+            let Some(counts) = cur.counts(*irq) else {
                 continue;
             };
-            let before = prev.and_then(|p| p.irq_counts.get(irq));
-            for (col, &count) in counts.iter().enumerate() {
-                cumulative[col] = cumulative[col].saturating_add(count);
-                let old = before.and_then(|b| b.get(prev_col[col]?));
-                // Wrap-aware; a reset (IRQ reallocated) gives no rate.
-                if let Some(d) = old.and_then(|o| counter::delta(*o, count)) {
-                    delta[col] = delta[col].saturating_add(d);
+            for (sum, &count) in cumulative.iter_mut().zip(counts) {
+                *sum = sum.saturating_add(count);
+            }
+            let Some(before) = prev.and_then(|p| p.counts(*irq)) else {
+                continue;
+            };
+            // Wrap-aware; a reset (IRQ reallocated) gives no rate.
+            let mut add = |col: usize, old: u64, now: u64| {
+                if let (Some(d), Some(sum)) = (counter::delta(old, now), delta.get_mut(col)) {
+                    *sum = sum.saturating_add(d);
+                }
+            };
+            if same_header {
+                // Column for column: on 1024 CPUs this loop is most of the detector's time.
+                for (col, (&now, &old)) in counts.iter().zip(before).enumerate() {
+                    add(col, old, now);
+                }
+            } else {
+                for (col, &now) in counts.iter().enumerate() {
+                    if let Some(&old) = prev_col[col].and_then(|c| before.get(c)) {
+                        add(col, old, now);
+                    }
                 }
             }
         }
@@ -377,6 +393,12 @@ impl CollapseDetector {
 }
 
 impl Previous {
+    /// An IRQ's counts, aligned with `cpus`.
+    fn counts(&self, irq: u32) -> Option<&[u64]> {
+        let row = *self.rows.get(&irq)?;
+        Some(&self.interrupts.as_ref()?.irqs.get(row)?.counts)
+    }
+
     fn from_snapshot(snap: &Snapshot) -> Self {
         let mut p = Previous {
             at: snap.at,
@@ -384,10 +406,13 @@ impl Previous {
         };
         if let Some(ints) = &snap.interrupts {
             p.cpus = ints.cpus.clone();
-            p.irq_counts.reserve(ints.irqs.len());
-            for line in &ints.irqs {
-                p.irq_counts.insert(line.irq, line.counts.clone());
-            }
+            p.rows = ints
+                .irqs
+                .iter()
+                .enumerate()
+                .map(|(i, line)| (line.irq, i))
+                .collect();
+            p.interrupts = Some(ints.clone());
         }
         if let Some(s) = &snap.softirqs {
             if let Some(row) = s.row("NET_RX") {

@@ -192,7 +192,9 @@ impl Engine {
         // Before anything reads the counts: detectors, check and the exporter all see the
         // accumulated 64-bit values, so a wrap is neither a lost rate nor a counter reset.
         if let Some(ints) = &mut snapshot.interrupts {
-            self.widener.widen_interrupts(ints);
+            // Not shared yet: make_mut does not copy.
+            self.widener
+                .widen_interrupts(std::sync::Arc::make_mut(ints));
         }
         if let Some(s) = &mut snapshot.softirqs {
             self.widener.widen_softirqs(s);

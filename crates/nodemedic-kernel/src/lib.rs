@@ -106,6 +106,29 @@ pub(crate) fn parse_cpu_header(line: &str) -> Result<Vec<u32>, String> {
 /// Leading whitespace-separated tokens of `s` that are decimal counts, at most `max` of them,
 /// and the byte offset where the rest begins. A hand-rolled scanner: a 256-CPU
 /// `/proc/interrupts` has over 100,000 counts, and this is most of the cost of reading it.
+/// The first index from `i` that is not a space, eight bytes at a time: `/proc/interrupts`
+/// prints each count right-aligned in 10 columns, so most of a wide table is spaces.
+fn skip_spaces(b: &[u8], mut i: usize) -> usize {
+    const SPACES: u64 = u64::from_ne_bytes([b' '; 8]);
+    while let Some(chunk) = b.get(i..i + 8) {
+        let Ok(word) = <[u8; 8]>::try_from(chunk) else {
+            break;
+        };
+        let diff = u64::from_le_bytes(word) ^ SPACES;
+        if diff != 0 {
+            // The lowest differing byte is the first non-space (little-endian load).
+            return i + (diff.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while b.get(i) == Some(&b' ') {
+        i += 1;
+    }
+    i
+}
+
+const ZERO_CELL: &[u8] = b"          0";
+
 pub(crate) fn leading_counts(s: &str, max: usize) -> (Vec<u64>, usize) {
     // Index loops with the bound in the condition, so the compiler drops the bounds checks;
     // up to 19 digits cannot overflow a u64, so only a 20th digit is checked.
@@ -114,7 +137,16 @@ pub(crate) fn leading_counts(s: &str, max: usize) -> (Vec<u64>, usize) {
     let mut counts = Vec::with_capacity(max);
     let mut pos = 0;
     while counts.len() < max {
-        let mut i = pos;
+        // The kernel's own spelling of a zero (`" %10u"`), which is most cells of a wide
+        // table: an IRQ counts on the few CPUs it is routed to.
+        if b.get(pos..pos + 11) == Some(ZERO_CELL)
+            && b.get(pos + 11).is_none_or(|c| c.is_ascii_whitespace())
+        {
+            counts.push(0);
+            pos += 11;
+            continue;
+        }
+        let mut i = skip_spaces(b, pos);
         while i < n && b[i].is_ascii_whitespace() {
             i += 1;
         }
@@ -149,12 +181,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn skip_spaces_finds_the_first_non_space_at_any_offset() {
+        for lead in 0..20 {
+            for tail in ["7", "", "x        "] {
+                let s = format!("{}{tail}", " ".repeat(lead));
+                assert_eq!(skip_spaces(s.as_bytes(), 0), lead, "{s:?}");
+            }
+        }
+    }
+
+    #[test]
     fn leading_counts_stop_at_the_first_non_count() {
         assert_eq!(
             leading_counts("  1 22\t333 IO-APIC 5-edge", 8),
             (vec![1, 22, 333], 10)
         );
         assert_eq!(leading_counts(" 1 2 3", 2), (vec![1, 2], 4));
+        assert_eq!(
+            leading_counts("          7          0 \t         12 x", 8),
+            (vec![7, 0, 12], 35),
+            "runs of spaces longer than a word, and a tab"
+        );
         assert_eq!(leading_counts(" 12x 3", 4), (vec![], 0));
         assert_eq!(leading_counts(" 99999999999999999999 1", 4), (vec![], 0));
         assert_eq!(leading_counts(" 1 184467440737095516150", 4), (vec![1], 2));

@@ -21,7 +21,9 @@ pub struct Snapshot {
     /// Wall-clock time of the sample, seconds since the Unix epoch.
     pub timestamp: f64,
     pub topology: Option<Topology>,
-    pub interrupts: Option<Interrupts>,
+    /// Shared, not copied: the collapse detector keeps the previous sample's table to compute
+    /// rates (on 1024 CPUs it is 600,000 counts).
+    pub interrupts: Option<Arc<Interrupts>>,
     /// Per-IRQ affinity from `/proc/irq/N/`.
     pub affinity: BTreeMap<u32, IrqAffinity>,
     /// PCI devices that own interrupts, by address.

@@ -200,7 +200,7 @@ pub fn build_report(first: &Sample, second: &Sample) -> CheckReport {
     if let Some(ints) = &snap.interrupts {
         // The rate counts only IRQs present in both samples, so that an IRQ appearing between
         // them does not count its whole history as one interval's work.
-        let before = first.snapshot.interrupts.as_ref();
+        let before = first.snapshot.interrupts.as_deref();
         let irqs_of = |i: &Interrupts| i.irqs.iter().map(|l| l.irq).collect::<HashSet<u32>>();
         let now_irqs = irqs_of(ints);
         let then_irqs = before.map(irqs_of).unwrap_or_default();

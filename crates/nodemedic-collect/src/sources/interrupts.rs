@@ -1,4 +1,4 @@
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use nodemedic_kernel::{interrupts, Snapshot};
 
@@ -25,7 +25,7 @@ impl Collector for InterruptsCollector {
         ctx.reader.read_into(&path, &mut text)?;
         let parsed = interrupts::parse(&text).map_err(|e| ReadError::parse(&path, e))?;
         let warnings = skipped_warnings(&path, &parsed.skipped);
-        snap.interrupts = Some(parsed);
+        snap.interrupts = Some(Arc::new(parsed));
         Ok(Collected {
             warnings,
             ..Default::default()
