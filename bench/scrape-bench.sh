@@ -16,6 +16,8 @@
 #   -k          keep the work dir (logs, raw per-scrape times, last scrape bodies) [KEEP=1]
 #               [STARTUP_TIMEOUT, default 120]: seconds to wait for each exporter's first 200
 #   -h          this help
+#   [NODEMEDIC_EXTRA_CONFIG]: TOML appended to nodemedic's config, e.g.
+#               $'[probes]\nenabled = false\n[remediation]\nmode = "off"'
 #
 # Both exporters are started, listen on 127.0.0.1 only, and are scraped in the
 # same loop: each tick (every -i ms) scrapes each exporter once with curl
@@ -47,6 +49,7 @@ SKIP_NODEMEDIC=${SKIP_NODEMEDIC:-0}
 SKIP_NODE_EXPORTER=${SKIP_NODE_EXPORTER:-0}
 KEEP=${KEEP:-0}
 STARTUP_TIMEOUT=${STARTUP_TIMEOUT:-120}
+NODEMEDIC_EXTRA_CONFIG=${NODEMEDIC_EXTRA_CONFIG:-}
 
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
 die() { echo "scrape-bench: $*" >&2; exit 1; }
@@ -139,8 +142,11 @@ for n in "${names[@]}"; do
         --web.listen-address "127.0.0.1:${port[$n]}" >"$work/$n.log" 2>&1 &
       ;;
     nodemedic)
-      printf 'sample_interval = "%dms"\n' "$INTERVAL_MS" >"$work/nodemedic.toml"
-      "${bin[$n]}" run --path.procfs "$root/proc" --path.sysfs "$root/sys" \
+      printf 'sample_interval = "%dms"\n%s\n' "$INTERVAL_MS" "$NODEMEDIC_EXTRA_CONFIG" >"$work/nodemedic.toml"
+      # A fixture tree brings its own cgroup tree (or none); "/" reads the real one.
+      cg=()
+      [[ -n $root ]] && cg=(--path.cgroupfs "$root/sys/fs/cgroup")
+      "${bin[$n]}" run --path.procfs "$root/proc" --path.sysfs "$root/sys" "${cg[@]}" \
         --path.rootfs "${root:-/}" --web.listen-address "127.0.0.1:${port[$n]}" \
         --config "$work/nodemedic.toml" >"$work/$n.log" 2>&1 &
       ;;

@@ -13,6 +13,7 @@ pub mod sources;
 mod status;
 #[allow(unsafe_code)]
 mod sys;
+pub use sys::cap_malloc_arenas;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;

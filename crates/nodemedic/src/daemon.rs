@@ -57,6 +57,7 @@ async fn with_fault(
 }
 
 pub fn run(config: Config, faults: Faults) -> anyhow::Result<()> {
+    nodemedic_collect::cap_malloc_arenas();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .max_blocking_threads(2)
@@ -260,36 +261,66 @@ async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
+/// The engine on a thread of its own: every sample allocates on the same thread, so its
+/// memory is reused from one sample to the next (tokio's blocking pool would move samples
+/// between threads, and glibc keeps a heap per thread: on a 1024-CPU tree that cost 12 MiB
+/// of RSS, BENCHMARKS.md "Scale"). Requests carry the reply channel.
+fn start_sampler(
+    engine: Engine,
+    faults: Faults,
+) -> std::io::Result<tokio::sync::mpsc::Sender<tokio::sync::oneshot::Sender<Sample>>> {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<tokio::sync::oneshot::Sender<Sample>>(1);
+    let mut engine = engine;
+    std::thread::Builder::new()
+        .name("nodemedic-sampler".into())
+        .spawn(move || {
+            while let Some(reply) = rx.blocking_recv() {
+                // The engine contains its collectors' and detectors' panics; one that escapes
+                // it (a bug) costs this sample, not the thread.
+                let sample = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    engine.sample()
+                })) {
+                    Ok(s) => s,
+                    Err(_) => continue,
+                };
+                if faults
+                    .hang_sampler_after
+                    .is_some_and(|n| sample.samples_total >= n)
+                {
+                    tracing::error!("fault injection: the sampler hangs now");
+                    loop {
+                        std::thread::sleep(Duration::from_secs(3600));
+                    }
+                }
+                let _ = reply.send(sample);
+            }
+        })?;
+    Ok(tx)
+}
+
 async fn sample_loop(
     engine: Engine,
     shared: Arc<Shared>,
     remediator: tokio::sync::watch::Sender<Option<Arc<Sample>>>,
     faults: Faults,
 ) {
-    let engine = Arc::new(Mutex::new(engine));
+    let sampler = match start_sampler(engine, faults) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the sampler thread");
+            return;
+        }
+    };
     let mut ticker = tokio::time::interval(shared.config.sample_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        let e = engine.clone();
-        // A panic that escaped the engine poisons its lock; the engine is still usable (its
-        // collectors and detectors contain their own panics), so take it back.
-        let sample = tokio::task::spawn_blocking(move || {
-            let mut engine = e.lock().unwrap_or_else(|p| p.into_inner());
-            let sample = engine.sample();
-            if faults
-                .hang_sampler_after
-                .is_some_and(|n| sample.samples_total >= n)
-            {
-                tracing::error!("fault injection: the sampler hangs now");
-                loop {
-                    std::thread::sleep(Duration::from_secs(3600));
-                }
-            }
-            Some(sample)
-        })
-        .await;
-        let Ok(Some(sample)) = sample else {
+        let (reply, sample) = tokio::sync::oneshot::channel();
+        if sampler.send(reply).await.is_err() {
+            tracing::error!("the sampler thread is gone (a bug)");
+            return;
+        }
+        let Ok(sample) = sample.await else {
             tracing::error!("sampling failed unexpectedly (a bug); retrying next interval");
             continue;
         };
