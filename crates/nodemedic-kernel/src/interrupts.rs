@@ -8,7 +8,7 @@
 
 use serde::Serialize;
 
-use crate::{cpu_table, leading_counts, SkippedLine, TableError};
+use crate::{leading_counts, parse_cpu_header, SkippedLine, TableError};
 
 pub type InterruptsError = TableError;
 
@@ -62,20 +62,68 @@ impl Interrupts {
 }
 
 pub fn parse(text: &str) -> Result<Interrupts, InterruptsError> {
-    let (cpus, body) = cpu_table(text)?;
-    let mut out = Interrupts {
-        cpus,
-        skipped: body.skipped,
-        ..Default::default()
-    };
-    for (n, line) in body.lines {
-        match parse_row(line, out.cpus.len()) {
-            Ok(Row::Irq(irq)) => out.irqs.push(irq),
-            Ok(Row::Arch(arch)) => out.arch.push(arch),
-            Err(reason) => out.skipped.push(SkippedLine { line: n, reason }),
+    let mut p = Parser::default();
+    for line in text.split_inclusive('\n') {
+        match line.strip_suffix('\n') {
+            Some(l) => p.line(l.strip_suffix('\r').unwrap_or(l), true),
+            None => p.line(line.strip_suffix('\r').unwrap_or(line), false),
         }
     }
-    Ok(out)
+    p.finish()
+}
+
+/// [`parse`] a line at a time, for a reader that streams the file (a 1024-CPU table is
+/// 7 MB). `parse` is this parser fed from a string, so the two cannot disagree.
+#[derive(Debug, Default)]
+pub struct Parser {
+    line_no: usize,
+    header: Option<Result<(), InterruptsError>>,
+    out: Interrupts,
+}
+
+impl Parser {
+    /// One line without its newline; `complete` is false for a last line the file did not
+    /// end with a newline (a truncated read: a count cut mid-number still parses as one, so
+    /// the line is skipped, not trusted).
+    pub fn line(&mut self, line: &str, complete: bool) {
+        self.line_no += 1;
+        let n = self.line_no;
+        if !complete {
+            self.out.skipped.push(SkippedLine {
+                line: n,
+                reason: "last line has no newline: the file was cut short".into(),
+            });
+            return;
+        }
+        if line.trim().is_empty() {
+            return;
+        }
+        match &self.header {
+            None => {
+                self.header = Some(match parse_cpu_header(line) {
+                    Ok(cpus) => {
+                        self.out.cpus = cpus;
+                        Ok(())
+                    }
+                    Err(e) => Err(TableError::BadHeader(e)),
+                });
+            }
+            Some(Ok(())) => match parse_row(line, self.out.cpus.len()) {
+                Ok(Row::Irq(irq)) => self.out.irqs.push(irq),
+                Ok(Row::Arch(arch)) => self.out.arch.push(arch),
+                Err(reason) => self.out.skipped.push(SkippedLine { line: n, reason }),
+            },
+            Some(Err(_)) => {}
+        }
+    }
+
+    pub fn finish(self) -> Result<Interrupts, InterruptsError> {
+        match self.header {
+            None => Err(TableError::Empty),
+            Some(Err(e)) => Err(e),
+            Some(Ok(())) => Ok(self.out),
+        }
+    }
 }
 
 enum Row {

@@ -1,18 +1,14 @@
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use nodemedic_kernel::{interrupts, Snapshot};
 
 use super::skipped_warnings;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 
-/// `/proc/interrupts`.
-///
-/// The text is read into a buffer kept between samples: on 256 CPUs it is over a megabyte,
-/// and growing a fresh one to that size every sample cost more than parsing it.
+/// `/proc/interrupts`, streamed a line at a time into the parser: on 1024 CPUs the file is
+/// 7 MB, which would otherwise sit in memory whole next to the counts parsed from it.
 #[derive(Default)]
-pub struct InterruptsCollector {
-    text: Mutex<String>,
-}
+pub struct InterruptsCollector;
 
 impl Collector for InterruptsCollector {
     fn name(&self) -> &'static str {
@@ -21,9 +17,10 @@ impl Collector for InterruptsCollector {
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
         let path = ctx.paths.procfs.join("interrupts");
-        let mut text = self.text.lock().unwrap_or_else(|p| p.into_inner());
-        ctx.reader.read_into(&path, &mut text)?;
-        let parsed = interrupts::parse(&text).map_err(|e| ReadError::parse(&path, e))?;
+        let mut parser = interrupts::Parser::default();
+        ctx.reader
+            .read_lines(&path, |line, complete| parser.line(line, complete))?;
+        let parsed = parser.finish().map_err(|e| ReadError::parse(&path, e))?;
         let warnings = skipped_warnings(&path, &parsed.skipped);
         snap.interrupts = Some(Arc::new(parsed));
         Ok(Collected {

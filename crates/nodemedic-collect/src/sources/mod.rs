@@ -67,7 +67,7 @@ impl<T: Clone> RescanCache<T> {
 pub fn all() -> Vec<Box<dyn Collector>> {
     vec![
         Box::new(TopologyCollector::default()),
-        Box::new(InterruptsCollector::default()),
+        Box::new(InterruptsCollector),
         Box::new(IrqAffinityCollector::default()),
         Box::new(PciDevicesCollector::default()),
         Box::new(SoftirqsCollector),
