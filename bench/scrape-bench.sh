@@ -136,8 +136,12 @@ for n in "${names[@]}"; do
   pick_port; port[$n]=$picked
   case $n in
     node_exporter)
+      # --collector.softirqs is node_exporter >= 1.6; Debian 12's 1.5 has /proc/stat's
+      # softirq totals only (collector.stat).
+      softirqs=()
+      "${bin[$n]}" --help 2>&1 | grep -q -- '--collector.softirqs' && softirqs=(--collector.softirqs)
       "${bin[$n]}" --path.procfs "$root/proc" --path.sysfs "$root/sys" \
-        --collector.disable-defaults --collector.interrupts --collector.softirqs \
+        --collector.disable-defaults --collector.interrupts "${softirqs[@]}" \
         --collector.stat --collector.softnet \
         --web.listen-address "127.0.0.1:${port[$n]}" >"$work/$n.log" 2>&1 &
       ;;

@@ -123,6 +123,9 @@ struct State {
     ring: Option<sys::Ring>,
     /// Byte buffers for batches, reused between samples.
     batch_bufs: Vec<Vec<u8>>,
+    /// [`Reader::read_lines`]'s chunk, reused: allocating and freeing 64 KiB every sample
+    /// makes glibc consolidate its free lists each time.
+    line_chunk: Vec<u8>,
 }
 
 /// Reads kernel files by path. Shared by all collectors of a [`crate::CollectorSet`].
@@ -207,6 +210,7 @@ impl Reader {
                 bound_warned: false,
                 ring,
                 batch_bufs: Vec::new(),
+                line_chunk: Vec::new(),
             }),
         }
     }
@@ -412,7 +416,18 @@ impl Reader {
         path: &Path,
         mut each: impl FnMut(&str, bool),
     ) -> Result<(), ReadError> {
-        let mut chunk = Vec::new();
+        let mut chunk = std::mem::take(&mut self.state().line_chunk);
+        let result = self.read_lines_with(path, &mut chunk, &mut each);
+        self.state().line_chunk = chunk;
+        result
+    }
+
+    fn read_lines_with(
+        &self,
+        path: &Path,
+        chunk: &mut Vec<u8>,
+        mut each: impl FnMut(&str, bool),
+    ) -> Result<(), ReadError> {
         let kept = {
             let mut st = self.state();
             let sample = st.sample;
@@ -430,7 +445,7 @@ impl Reader {
             }
         };
         if let Some(file) = kept {
-            match stream_lines(&file, &mut chunk, &mut each) {
+            match stream_lines(&file, chunk, &mut each) {
                 Ok(()) => return Ok(()),
                 // Gone under the fd before the first line: a fresh open tells what happened.
                 Err((e, 0)) => {
@@ -443,7 +458,7 @@ impl Reader {
             }
         }
         let file = File::open(path).map_err(|e| ReadError::from_io(path, e))?;
-        stream_lines(&file, &mut chunk, &mut each).map_err(|(e, _)| ReadError::from_io(path, e))?;
+        stream_lines(&file, chunk, &mut each).map_err(|(e, _)| ReadError::from_io(path, e))?;
         let mut st = self.state();
         if self.max_open > 0 && st.files.len() < self.max_open {
             let kernel = sys::is_kernel_generated(&file);
