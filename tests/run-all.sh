@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 
 # shellcheck source=deploy/bootstrap.sh
 . deploy/bootstrap.sh
-ensure_packages build-essential pkg-config ca-certificates curl python3 prometheus clang libbpf-dev python3-seccomp
+ensure_packages build-essential pkg-config ca-certificates curl openssl python3 prometheus prometheus-node-exporter clang libbpf-dev python3-seccomp
 ensure_rust
 
 echo "== fixtures match their generator"

@@ -1,4 +1,4 @@
-use std::net::SocketAddr;
+use crate::config::ListenAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -36,9 +36,14 @@ pub struct GlobalArgs {
     /// under DIR. Explicit --path.* flags still win.
     #[arg(long = "host-root", global = true, value_name = "DIR")]
     pub host_root: Option<PathBuf>,
-    /// Address to serve /metrics, /status and /healthz on.
+    /// Address to serve /metrics, /status and /healthz on: host:port or unix:/path.
+    /// Repeat it to listen on several.
     #[arg(long = "web.listen-address", global = true, value_name = "ADDR")]
-    pub listen_address: Option<SocketAddr>,
+    pub listen_address: Vec<ListenAddr>,
+    /// Prometheus exporter-toolkit web configuration file: TLS, client certificates, basic
+    /// auth, headers (docs/web-config.md). Re-read when it is modified.
+    #[arg(long = "web.config.file", global = true, value_name = "FILE")]
+    pub web_config_file: Option<PathBuf>,
     /// Requests served at once; the excess gets 503 (as node_exporter's flag).
     #[arg(long = "web.max-requests", global = true, value_name = "N")]
     pub max_requests: Option<usize>,

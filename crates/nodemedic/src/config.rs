@@ -160,10 +160,80 @@ impl Default for ReaderSection {
     }
 }
 
+/// Where the endpoint listens: `host:port`, or `unix:/path/to.sock`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListenAddr {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl std::str::FromStr for ListenAddr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Some(path) = s.strip_prefix("unix:") {
+            if !path.starts_with('/') {
+                return Err(format!(
+                    "{s:?}: a unix socket needs an absolute path (unix:/run/nodemedic.sock)"
+                ));
+            }
+            return Ok(Self::Unix(PathBuf::from(path)));
+        }
+        s.parse::<SocketAddr>()
+            .map(Self::Tcp)
+            .map_err(|e| format!("{s:?} is neither host:port nor unix:/path ({e})"))
+    }
+}
+
+impl std::fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Tcp(a) => write!(f, "{a}"),
+            Self::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+impl Serialize for ListenAddr {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ListenAddr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// One address or several (`listen_address = "…"` or `["…", "unix:/…"]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct ListenAddrs(pub Vec<ListenAddr>);
+
+impl<'de> Deserialize<'de> for ListenAddrs {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum OneOrMany {
+            One(ListenAddr),
+            Many(Vec<ListenAddr>),
+        }
+        Ok(Self(match OneOrMany::deserialize(d)? {
+            OneOrMany::One(a) => vec![a],
+            OneOrMany::Many(v) => v,
+        }))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct WebConfig {
-    pub listen_address: SocketAddr,
+    /// Addresses to listen on: `host:port` and `unix:/path` (one string or a list).
+    pub listen_address: ListenAddrs,
+    /// The Prometheus exporter-toolkit web configuration file (TLS, client certificates,
+    /// basic auth, headers): docs/web-config.md. Re-read when it changes.
+    pub config_file: Option<PathBuf>,
     /// Requests served at once; the excess gets 503 (node_exporter's --web.max-requests).
     pub max_requests: usize,
     /// Open connections at most (also capped at a quarter of the fds left after a reserve
@@ -181,9 +251,12 @@ pub struct WebConfig {
 impl Default for WebConfig {
     fn default() -> Self {
         Self {
-            listen_address: DEFAULT_LISTEN
-                .parse()
-                .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 9847))),
+            listen_address: ListenAddrs(vec![ListenAddr::Tcp(
+                DEFAULT_LISTEN
+                    .parse()
+                    .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 9847))),
+            )]),
+            config_file: None,
             max_requests: 40,
             max_connections: 512,
             header_read_timeout: Duration::from_secs(10),
@@ -421,6 +494,9 @@ impl Config {
             .validate()
             .map_err(|e| anyhow::anyhow!("detector.pressure: {e}"))?;
         self.cgroups.selection()?;
+        if self.web.listen_address.0.is_empty() {
+            bail!("web.listen_address names no address");
+        }
         if self.web.max_requests == 0 || self.web.max_connections == 0 {
             bail!("web.max_requests and web.max_connections must be at least 1");
         }
@@ -450,8 +526,11 @@ impl Config {
                 *field = Some(v.clone());
             }
         }
-        if let Some(addr) = g.listen_address {
-            self.web.listen_address = addr;
+        if !g.listen_address.is_empty() {
+            self.web.listen_address = ListenAddrs(g.listen_address.clone());
+        }
+        if let Some(f) = &g.web_config_file {
+            self.web.config_file = Some(f.clone());
         }
         if let Some(n) = g.max_requests {
             self.web.max_requests = n;

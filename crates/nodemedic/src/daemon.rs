@@ -27,6 +27,8 @@ struct Shared {
     kube: SharedKube,
     /// The endpoint's connection counters, for /status.
     web: crate::web::SharedWebStats,
+    /// The web configuration file's state (TLS, users, last reload), for /status.
+    web_config: Arc<crate::web_config::WebConfigWatch>,
     /// `/metrics` rendered once per sample and shared by every scrape of it.
     render: RenderCache,
 }
@@ -67,7 +69,10 @@ pub fn run(config: Config, faults: Faults) -> anyhow::Result<()> {
 }
 
 async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
-    let addr = config.web.listen_address;
+    let security = Arc::new(
+        crate::web_config::WebConfigWatch::new(config.web.config_file.as_deref())
+            .context("loading --web.config.file")?,
+    );
     let (nofile, nofile_hard) = crate::web::raise_nofile();
     let limits = crate::web::Limits {
         header_read_timeout: config.web.header_read_timeout,
@@ -82,14 +87,22 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
         max_requests = limits.max_requests,
         "endpoint limits"
     );
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("binding {addr}"))?;
+    let mut listeners = Vec::new();
+    for addr in &config.web.listen_address.0 {
+        listeners.push(
+            crate::web::Listener::bind(addr)
+                .await
+                .with_context(|| format!("binding {addr}"))?,
+        );
+    }
+    let listening: Vec<String> = listeners.iter().map(crate::web::Listener::local).collect();
     let mut extra = kube_sources(&config);
     extra.extend(crate::probes::sources(&config, true));
     let engine = Engine::with_extra(config.engine_config(), extra);
     tracing::info!(
-        listen = %listener.local_addr().unwrap_or(addr),
+        listen = %listening.join(","),
+        tls = security.current().tls.is_some(),
+        basic_auth = security.current().needs_auth(),
         procfs = %engine.paths().procfs.display(),
         sysfs = %engine.paths().sysfs.display(),
         rootfs = %engine.paths().rootfs.display(),
@@ -135,6 +148,7 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
         remedy,
         kube,
         web: Default::default(),
+        web_config: security.clone(),
         render: RenderCache::default(),
     });
     let mut sampler = tokio::spawn({
@@ -145,19 +159,31 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
     let mut remediator = remediator;
     let mut kube_task = kube_task;
     let web_stats = shared.web.clone();
+    // The request limits outermost: a flood of bad credentials is bounded like any other.
     let app = crate::web::harden(
-        Router::new()
-            .route("/", get(index))
-            .route("/metrics", get(metrics))
-            .route("/status", get(status))
-            .route("/healthz", get(healthz))
-            .with_state(shared),
+        crate::web::secured(
+            Router::new()
+                .route("/", get(index))
+                .route("/metrics", get(metrics))
+                .route("/status", get(status))
+                .route("/healthz", get(healthz))
+                .with_state(shared),
+            security.clone(),
+        ),
         &limits,
     );
     crate::systemd::check_watchdog(shared_interval);
-    crate::systemd::ready(&format!("serving on {addr}"));
+    crate::systemd::ready(&format!("serving on {}", listening.join(", ")));
     let server = async {
-        crate::web::serve(listener, app, limits, web_stats, shutdown_signal()).await;
+        crate::web::serve(
+            listeners,
+            app,
+            limits,
+            web_stats,
+            security,
+            shutdown_signal(),
+        )
+        .await;
         Ok::<(), std::io::Error>(())
     };
     // Supervision: the sampler, remediator and Kubernetes tasks live as long as the daemon.
@@ -522,6 +548,7 @@ struct StatusBody<'a> {
     pressure: Option<serde_json::Value>,
     /// Open connections, the cap, and connections evicted or refused to stay under it.
     web: crate::web::WebStats,
+    web_config: crate::web_config::WebConfigStatus,
     remediation: serde_json::Value,
     kubernetes: KubeStatus,
 }
@@ -565,6 +592,7 @@ async fn status(State(shared): State<Arc<Shared>>) -> Response {
         wakeup_storm: sample.as_ref().and_then(|s| s.storm.as_ref()),
         pressure: sample.as_ref().map(|s| pressure_status(s)),
         web: shared.web.lock().map(|w| w.clone()).unwrap_or_default(),
+        web_config: shared.web_config.status(),
         remediation,
         kubernetes: shared.kube.lock().map(|k| k.clone()).unwrap_or_default(),
     };

@@ -11,6 +11,7 @@ mod remediator;
 mod report;
 mod systemd;
 mod web;
+mod web_config;
 
 use std::process::ExitCode;
 

@@ -13,7 +13,7 @@
 //!   sample like its rendering (crates/nodemedic/src/daemon.rs).
 
 use std::collections::VecDeque;
-use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -27,6 +27,9 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+
+use crate::config::ListenAddr;
+use crate::web_config::WebConfigWatch;
 
 /// What the endpoint allows.
 #[derive(Debug, Clone, Copy)]
@@ -126,41 +129,137 @@ pub fn harden(app: Router, limits: &Limits) -> Router {
     app.layer(axum::middleware::from_fn_with_state(l, limit_requests))
 }
 
-/// Serves `app` on `listener` until `shutdown` completes.
+/// A bound endpoint address.
+pub enum Listener {
+    Tcp(TcpListener),
+    /// A unix socket, and its path (removed at shutdown).
+    Unix(tokio::net::UnixListener, PathBuf),
+}
+
+/// A connection from either kind of listener.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static> Io for T {}
+
+impl Listener {
+    /// Binds `addr`. A stale unix socket left by an earlier run is replaced; the new one is
+    /// readable and writable by its owner and group only (0660).
+    pub async fn bind(addr: &ListenAddr) -> std::io::Result<Self> {
+        match addr {
+            ListenAddr::Tcp(a) => Ok(Self::Tcp(TcpListener::bind(a).await?)),
+            ListenAddr::Unix(path) => {
+                use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+                if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
+                    std::fs::remove_file(path)?;
+                }
+                let l = tokio::net::UnixListener::bind(path)?;
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
+                Ok(Self::Unix(l, path.clone()))
+            }
+        }
+    }
+
+    /// The address, with the port the kernel picked for `:0`.
+    pub fn local(&self) -> String {
+        match self {
+            Self::Tcp(l) => l
+                .local_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_else(|e| e.to_string()),
+            Self::Unix(_, p) => format!("unix:{}", p.display()),
+        }
+    }
+
+    async fn accept(&self) -> std::io::Result<(Box<dyn Io>, String, bool)> {
+        match self {
+            Self::Tcp(l) => {
+                let (s, peer) = l.accept().await?;
+                Ok((Box::new(s), peer.to_string(), true))
+            }
+            Self::Unix(l, p) => {
+                let (s, _) = l.accept().await?;
+                Ok((Box::new(s), format!("unix:{}", p.display()), false))
+            }
+        }
+    }
+}
+
+/// Serves `app` on every listener until `shutdown` completes. All listeners share the
+/// connection cap. TLS (when the web configuration has it) applies to TCP listeners; a unix
+/// socket is guarded by its file permissions.
 pub async fn serve(
-    listener: TcpListener,
+    listeners: Vec<Listener>,
     app: Router,
     limits: Limits,
     stats: SharedWebStats,
+    security: Arc<WebConfigWatch>,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     let slots = Arc::new(Mutex::new(Slots::default()));
     if let Ok(mut s) = stats.lock() {
         s.max_connections = limits.max_connections;
     }
-    tokio::pin!(shutdown);
+    let mut unix_paths = Vec::new();
+    let mut loops = tokio::task::JoinSet::new();
+    for listener in listeners {
+        if let Listener::Unix(_, p) = &listener {
+            unix_paths.push(p.clone());
+        }
+        loops.spawn(accept_loop(
+            listener,
+            app.clone(),
+            limits,
+            stats.clone(),
+            security.clone(),
+            slots.clone(),
+        ));
+    }
+    shutdown.await;
+    loops.abort_all();
+    let s = slots.lock().unwrap_or_else(|p| p.into_inner());
+    for c in &s.conns {
+        c.task.abort();
+    }
+    for p in unix_paths {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+async fn accept_loop(
+    listener: Listener,
+    app: Router,
+    limits: Limits,
+    stats: SharedWebStats,
+    security: Arc<WebConfigWatch>,
+    slots: Arc<Mutex<Slots>>,
+) {
     loop {
-        let (stream, peer) = tokio::select! {
-            _ = &mut shutdown => break,
-            r = listener.accept() => match r {
-                Ok(c) => c,
-                Err(e) => {
-                    // EMFILE and friends: back off instead of spinning; the reserve keeps
-                    // the collectors' fds.
-                    tracing::warn!(error = %e, "accepting a connection failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
+        let (stream, peer, tcp) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning; the reserve keeps
+                // the collectors' fds.
+                tracing::warn!(error = %e, "accepting a connection failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
         };
         if !make_room(&slots, &limits, &stats) {
             drop(stream);
             continue;
         }
         let started = Arc::new(AtomicBool::new(false));
+        // The configuration as of this connection: a rotated certificate is served from the
+        // next connection on.
+        let tls = if tcp {
+            security.current().tls.clone()
+        } else {
+            None
+        };
         let task = tokio::spawn(connection(
             stream,
             peer,
+            tls,
+            security.clone(),
             app.clone(),
             limits,
             started.clone(),
@@ -177,12 +276,7 @@ pub async fn serve(
             out.refused_total = s.stats.refused_total;
         }
     }
-    let s = slots.lock().unwrap_or_else(|p| p.into_inner());
-    for c in &s.conns {
-        c.task.abort();
-    }
 }
-
 /// Whether a new connection may be served: below the cap, or after closing the connection
 /// that has waited longest without sending a request.
 fn make_room(slots: &Mutex<Slots>, limits: &Limits, stats: &SharedWebStats) -> bool {
@@ -216,12 +310,44 @@ fn make_room(slots: &Mutex<Slots>, limits: &Limits, stats: &SharedWebStats) -> b
 }
 
 async fn connection(
-    stream: tokio::net::TcpStream,
-    peer: SocketAddr,
+    stream: Box<dyn Io>,
+    peer: String,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    security: Arc<WebConfigWatch>,
     app: Router,
     limits: Limits,
     started: Arc<AtomicBool>,
 ) {
+    let stream: Box<dyn Io> = match tls {
+        None => stream,
+        Some(config) => {
+            // The handshake is part of sending a request: bounded by the header timeout, so
+            // a client that stalls in it holds its slot no longer than one that stalls in
+            // its headers.
+            let accept = tokio_rustls::TlsAcceptor::from(config).accept(stream);
+            match tokio::time::timeout(limits.header_read_timeout, accept).await {
+                Ok(Ok(tls)) => {
+                    let allowed = &security.current().allowed_sans;
+                    let cert = tls.get_ref().1.peer_certificates().and_then(|c| c.first());
+                    if !allowed.is_empty()
+                        && !cert.is_some_and(|c| crate::web_config::san_allowed(c, allowed))
+                    {
+                        tracing::debug!(%peer, "client certificate names none of client_allowed_sans");
+                        return;
+                    }
+                    Box::new(tls)
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "TLS handshake timed out");
+                    return;
+                }
+            }
+        }
+    };
     let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         started.store(true, Ordering::Relaxed);
         let app = app.clone();
@@ -237,6 +363,61 @@ async fn connection(
     if let Err(e) = conn.await {
         tracing::debug!(%peer, error = %e, "connection ended");
     }
+}
+
+/// Basic auth (when the web configuration has users) and the configured response headers,
+/// on every route as exporter-toolkit does. bcrypt runs on the blocking pool, never on the
+/// runtime thread that serves every request.
+async fn secure(State(w): State<Arc<WebConfigWatch>>, req: Request, next: Next) -> Response {
+    let sec = w.current();
+    let mut resp = if sec.needs_auth() {
+        let creds = req
+            .headers()
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Basic "))
+            .and_then(|b| {
+                use base64::Engine;
+                base64::engine::general_purpose::STANDARD
+                    .decode(b.trim())
+                    .ok()
+            })
+            .and_then(|b| String::from_utf8(b).ok())
+            .and_then(|s| {
+                s.split_once(':')
+                    .map(|(u, p)| (u.to_string(), p.to_string()))
+            });
+        let ok = match creds {
+            Some((user, password)) => {
+                let sec = sec.clone();
+                tokio::task::spawn_blocking(move || sec.check_password(&user, &password))
+                    .await
+                    .unwrap_or(false)
+            }
+            None => false,
+        };
+        if ok {
+            next.run(req).await
+        } else {
+            (
+                StatusCode::UNAUTHORIZED,
+                [(axum::http::header::WWW_AUTHENTICATE, "Basic")],
+                "Unauthorized\n",
+            )
+                .into_response()
+        }
+    } else {
+        next.run(req).await
+    };
+    for (name, value) in &sec.headers {
+        resp.headers_mut().insert(name.clone(), value.clone());
+    }
+    resp
+}
+
+/// Wraps the routes with the web configuration's basic auth and headers.
+pub fn secured(app: Router, security: Arc<WebConfigWatch>) -> Router {
+    app.layer(axum::middleware::from_fn_with_state(security, secure))
 }
 
 #[cfg(test)]

@@ -1,0 +1,745 @@
+//! The endpoint's security, from the Prometheus exporter-toolkit web configuration file
+//! (`--web.config.file`, the same YAML node_exporter and Prometheus read): TLS with rustls,
+//! client certificates, bcrypt basic auth and extra response headers.
+//!
+//! The file and the files it names are watched: a change is loaded for the next connection
+//! (certificates rotate without a restart); a change that does not load keeps the last good
+//! configuration, is logged and shown on `/status`. At start a bad file is an error naming the
+//! field. What rustls cannot do that Go's TLS can (TLS 1.0/1.1, CBC and RSA key exchange
+//! suites, P-521) is said in the error, or in a warning where the effective result is stricter
+//! than asked (`min_version: TLS10`): docs/web-config.md.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use axum::http::{HeaderName, HeaderValue};
+use rustls::crypto::ring as provider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{DistinguishedName, RootCertStore, ServerConfig, SupportedCipherSuite};
+use serde::Deserialize;
+
+/// A web configuration file that cannot be used, with the field it is about.
+#[derive(Debug, thiserror::Error)]
+pub enum WebConfigError {
+    #[error("{path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Syntax { path: PathBuf, message: String },
+    #[error("{path}: {field}: {reason}")]
+    Field {
+        path: PathBuf,
+        field: &'static str,
+        reason: String,
+    },
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    #[serde(default)]
+    tls_server_config: Option<TlsFile>,
+    #[serde(default)]
+    http_server_config: Option<HttpFile>,
+    #[serde(default)]
+    basic_auth_users: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TlsFile {
+    cert_file: Option<PathBuf>,
+    key_file: Option<PathBuf>,
+    /// Inline PEM (exporter-toolkit 0.10+).
+    cert: Option<String>,
+    key: Option<String>,
+    client_auth_type: Option<String>,
+    client_ca_file: Option<PathBuf>,
+    #[serde(default)]
+    client_allowed_sans: Vec<String>,
+    min_version: Option<String>,
+    max_version: Option<String>,
+    #[serde(default)]
+    cipher_suites: Vec<String>,
+    /// Go's flag; rustls always prefers the server's order.
+    #[allow(dead_code)]
+    prefer_server_cipher_suites: Option<bool>,
+    #[serde(default)]
+    curve_preferences: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HttpFile {
+    /// nodemedic serves HTTP/1.1 only; accepted for files shared with other exporters.
+    #[allow(dead_code)]
+    http2: Option<bool>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+}
+
+/// The headers exporter-toolkit allows in `http_server_config.headers`; others are refused
+/// there, so they are here too (a file must mean the same to both).
+const ALLOWED_HEADERS: [&str; 5] = [
+    "Strict-Transport-Security",
+    "X-Content-Type-Options",
+    "X-Frame-Options",
+    "X-XSS-Protection",
+    "Content-Security-Policy",
+];
+
+/// One loaded configuration.
+pub struct WebSecurity {
+    pub tls: Option<Arc<ServerConfig>>,
+    /// Client certificates must name one of these (DNS or IP SAN) when not empty.
+    pub allowed_sans: Vec<String>,
+    pub users: BTreeMap<String, String>,
+    /// A hash of the users' highest cost: an unknown user is checked against it, so that it
+    /// takes as long as a known one.
+    dummy_hash: String,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// Credentials that verified, by a digest of (user, password, hash): bcrypt costs tens of
+    /// milliseconds by design, and Prometheus sends the same credentials every scrape.
+    verified: Mutex<HashSet<[u8; 32]>>,
+}
+
+impl std::fmt::Debug for WebSecurity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebSecurity")
+            .field("tls", &self.tls.is_some())
+            .field("users", &self.users.len())
+            .field("headers", &self.headers.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// At most this many verified credentials are remembered; the set is emptied when full.
+const VERIFIED_CACHE: usize = 1024;
+
+impl WebSecurity {
+    /// No TLS, no auth, no headers: the endpoint without `--web.config.file`.
+    pub fn open() -> Self {
+        Self {
+            tls: None,
+            allowed_sans: Vec::new(),
+            users: BTreeMap::new(),
+            dummy_hash: String::new(),
+            headers: Vec::new(),
+            verified: Mutex::new(HashSet::new()),
+        }
+    }
+
+    pub fn needs_auth(&self) -> bool {
+        !self.users.is_empty()
+    }
+
+    /// Whether `user`/`password` may in. Runs bcrypt (blocking: call it off the runtime).
+    pub fn check_password(&self, user: &str, password: &str) -> bool {
+        let known = self.users.get(user);
+        let hash = known.map_or(self.dummy_hash.as_str(), String::as_str);
+        let key = {
+            let mut d = ring::digest::Context::new(&ring::digest::SHA256);
+            for part in [user, password, hash] {
+                d.update(&(part.len() as u64).to_le_bytes());
+                d.update(part.as_bytes());
+            }
+            let mut k = [0u8; 32];
+            k.copy_from_slice(d.finish().as_ref());
+            k
+        };
+        if known.is_some()
+            && self
+                .verified
+                .lock()
+                .map(|v| v.contains(&key))
+                .unwrap_or(false)
+        {
+            return true;
+        }
+        // Verified even for an unknown user (against the dummy hash), then refused.
+        let ok = bcrypt::verify(password, hash).unwrap_or(false) && known.is_some();
+        if ok {
+            if let Ok(mut v) = self.verified.lock() {
+                if v.len() >= VERIFIED_CACHE {
+                    v.clear();
+                }
+                v.insert(key);
+            }
+        }
+        ok
+    }
+}
+
+/// Loads `path`. Relative paths inside it are relative to its directory, as for
+/// exporter-toolkit.
+pub fn load(path: &Path) -> Result<WebSecurity, WebConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| WebConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let file: FileConfig = serde_yaml_ng::from_str(&text).map_err(|e| WebConfigError::Syntax {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let field = |field: &'static str, reason: String| WebConfigError::Field {
+        path: path.to_path_buf(),
+        field,
+        reason,
+    };
+    let base = path.parent().unwrap_or(Path::new("."));
+    let tls = file
+        .tls_server_config
+        .as_ref()
+        .map(|t| tls_config(t, base, &field))
+        .transpose()?;
+    let mut headers = Vec::new();
+    for (name, value) in file
+        .http_server_config
+        .as_ref()
+        .map(|h| &h.headers)
+        .into_iter()
+        .flatten()
+    {
+        if !ALLOWED_HEADERS.iter().any(|h| h.eq_ignore_ascii_case(name)) {
+            return Err(field(
+                "http_server_config.headers",
+                format!(
+                    "{name:?} is not one of the headers exporter-toolkit allows ({})",
+                    ALLOWED_HEADERS.join(", ")
+                ),
+            ));
+        }
+        let n = HeaderName::try_from(name.as_str())
+            .map_err(|e| field("http_server_config.headers", format!("{name:?}: {e}")))?;
+        let v = HeaderValue::try_from(value.as_str())
+            .map_err(|e| field("http_server_config.headers", format!("{name}: {e}")))?;
+        headers.push((n, v));
+    }
+    let mut cost = 0;
+    for (user, hash) in &file.basic_auth_users {
+        let parts: Vec<&str> = hash.split('$').collect();
+        let c = match parts.as_slice() {
+            ["", "2a" | "2b" | "2x" | "2y", c, rest] if rest.len() == 53 => c.parse::<u32>().ok(),
+            _ => None,
+        };
+        match c {
+            Some(c) if (4..=31).contains(&c) => cost = cost.max(c),
+            _ => {
+                return Err(field(
+                    "basic_auth_users",
+                    format!("{user}: not a bcrypt hash (\"$2y$<cost>$…\", e.g. from `htpasswd -nBC 10 {user}`)"),
+                ))
+            }
+        }
+    }
+    let dummy_hash = if file.basic_auth_users.is_empty() {
+        String::new()
+    } else {
+        bcrypt::hash("nodemedic: no such user", cost).map_err(|e| {
+            field(
+                "basic_auth_users",
+                format!("cannot hash at cost {cost}: {e}"),
+            )
+        })?
+    };
+    Ok(WebSecurity {
+        allowed_sans: file
+            .tls_server_config
+            .map(|t| t.client_allowed_sans)
+            .unwrap_or_default(),
+        tls: tls.map(Arc::new),
+        users: file.basic_auth_users,
+        dummy_hash,
+        headers,
+        verified: Mutex::new(HashSet::new()),
+    })
+}
+
+fn tls_config(
+    t: &TlsFile,
+    base: &Path,
+    field: &impl Fn(&'static str, String) -> WebConfigError,
+) -> Result<ServerConfig, WebConfigError> {
+    let read = |name: &'static str, p: &Path| {
+        let p = base.join(p);
+        std::fs::read(&p).map_err(|e| field(name, format!("{}: {e}", p.display())))
+    };
+    let cert_pem = match (&t.cert_file, &t.cert) {
+        (Some(p), None) => read("tls_server_config.cert_file", p)?,
+        (None, Some(inline)) => inline.clone().into_bytes(),
+        (Some(_), Some(_)) => {
+            return Err(field(
+                "tls_server_config.cert",
+                "set cert_file or cert, not both".into(),
+            ))
+        }
+        (None, None) => {
+            return Err(field(
+                "tls_server_config.cert_file",
+                "required for TLS".into(),
+            ))
+        }
+    };
+    let key_pem = match (&t.key_file, &t.key) {
+        (Some(p), None) => read("tls_server_config.key_file", p)?,
+        (None, Some(inline)) => inline.clone().into_bytes(),
+        (Some(_), Some(_)) => {
+            return Err(field(
+                "tls_server_config.key",
+                "set key_file or key, not both".into(),
+            ))
+        }
+        (None, None) => {
+            return Err(field(
+                "tls_server_config.key_file",
+                "required for TLS".into(),
+            ))
+        }
+    };
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| field("tls_server_config.cert_file", format!("bad PEM: {e}")))?;
+    if certs.is_empty() {
+        return Err(field(
+            "tls_server_config.cert_file",
+            "no CERTIFICATE in it".into(),
+        ));
+    }
+    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
+        field(
+            "tls_server_config.key_file",
+            format!("no usable private key: {e}"),
+        )
+    })?;
+
+    let versions = versions(t, field)?;
+    let mut p = provider::default_provider();
+    if !t.cipher_suites.is_empty() {
+        // Go applies cipher_suites to TLS 1.2 only; TLS 1.3's suites are not configurable.
+        let mut picked: Vec<SupportedCipherSuite> = p
+            .cipher_suites
+            .iter()
+            .filter(|s| s.version() == &rustls::version::TLS13)
+            .copied()
+            .collect();
+        for name in &t.cipher_suites {
+            // Go spells the ChaCha suites with and without `_SHA256`; rustls with it.
+            let s = p
+                .cipher_suites
+                .iter()
+                .filter(|s| s.version() == &rustls::version::TLS12)
+                .find(|s| {
+                    let n = format!("{:?}", s.suite());
+                    n == *name || n == format!("{name}_SHA256")
+                })
+                .ok_or_else(|| {
+                    field(
+                        "tls_server_config.cipher_suites",
+                        format!(
+                            "{name} is not supported (rustls offers the ECDHE AEAD suites only: {})",
+                            p.cipher_suites
+                                .iter()
+                                .filter(|s| s.version() == &rustls::version::TLS12)
+                                .map(|s| format!("{:?}", s.suite()))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    )
+                })?;
+            picked.push(*s);
+        }
+        p.cipher_suites = picked;
+    }
+    if !t.curve_preferences.is_empty() {
+        let mut groups = Vec::new();
+        for name in &t.curve_preferences {
+            let g = match name.as_str() {
+                "X25519" => provider::kx_group::X25519,
+                "CurveP256" => provider::kx_group::SECP256R1,
+                "CurveP384" => provider::kx_group::SECP384R1,
+                other => {
+                    return Err(field(
+                        "tls_server_config.curve_preferences",
+                        format!("{other} is not supported (X25519, CurveP256, CurveP384)"),
+                    ))
+                }
+            };
+            groups.push(g);
+        }
+        p.kx_groups = groups;
+    }
+    let provider = Arc::new(p);
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&versions)
+        .map_err(|e| field("tls_server_config.cipher_suites", e.to_string()))?;
+
+    let auth = t.client_auth_type.as_deref().unwrap_or("NoClientCert");
+    let roots = |required: bool| -> Result<Option<RootCertStore>, WebConfigError> {
+        let Some(ca) = &t.client_ca_file else {
+            return if required {
+                Err(field(
+                    "tls_server_config.client_ca_file",
+                    format!("client_auth_type {auth} needs a client CA"),
+                ))
+            } else {
+                Ok(None)
+            };
+        };
+        let pem = read("tls_server_config.client_ca_file", ca)?;
+        let mut store = RootCertStore::empty();
+        for c in CertificateDer::pem_slice_iter(&pem) {
+            let c =
+                c.map_err(|e| field("tls_server_config.client_ca_file", format!("bad PEM: {e}")))?;
+            store
+                .add(c)
+                .map_err(|e| field("tls_server_config.client_ca_file", e.to_string()))?;
+        }
+        if store.is_empty() {
+            return Err(field(
+                "tls_server_config.client_ca_file",
+                "no CERTIFICATE in it".into(),
+            ));
+        }
+        Ok(Some(store))
+    };
+    let verifier: Option<Arc<dyn ClientCertVerifier>> = match auth {
+        "NoClientCert" => {
+            if t.client_ca_file.is_some() {
+                return Err(field(
+                    "tls_server_config.client_auth_type",
+                    "client_ca_file is set but NoClientCert verifies nothing; use RequireAndVerifyClientCert or VerifyClientCertIfGiven".into(),
+                ));
+            }
+            None
+        }
+        "RequestClientCert" | "RequireAnyClientCert" => Some(Arc::new(AnyClientCert {
+            mandatory: auth == "RequireAnyClientCert",
+            provider: provider.clone(),
+        })),
+        "VerifyClientCertIfGiven" | "RequireAndVerifyClientCert" => {
+            let store = roots(true)?.unwrap_or_else(RootCertStore::empty);
+            let b = WebPkiClientVerifier::builder_with_provider(Arc::new(store), provider.clone());
+            let b = if auth == "VerifyClientCertIfGiven" {
+                b.allow_unauthenticated()
+            } else {
+                b
+            };
+            Some(
+                b.build()
+                    .map_err(|e| field("tls_server_config.client_ca_file", e.to_string()))?,
+            )
+        }
+        other => {
+            return Err(field(
+                "tls_server_config.client_auth_type",
+                format!("{other:?} is not one of NoClientCert, RequestClientCert, RequireAnyClientCert, VerifyClientCertIfGiven, RequireAndVerifyClientCert"),
+            ))
+        }
+    };
+    let builder = match verifier {
+        Some(v) => builder.with_client_cert_verifier(v),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_single_cert(certs, key).map_err(|e| {
+        field(
+            "tls_server_config.key_file",
+            format!("does not match the certificate: {e}"),
+        )
+    })?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+fn versions(
+    t: &TlsFile,
+    field: &impl Fn(&'static str, String) -> WebConfigError,
+) -> Result<Vec<&'static rustls::SupportedProtocolVersion>, WebConfigError> {
+    let rank = |f: &'static str, v: &str| -> Result<u8, WebConfigError> {
+        match v {
+            "TLS10" => Ok(10),
+            "TLS11" => Ok(11),
+            "TLS12" => Ok(12),
+            "TLS13" => Ok(13),
+            other => Err(field(
+                f,
+                format!("{other:?} is not one of TLS10, TLS11, TLS12, TLS13"),
+            )),
+        }
+    };
+    let min = t
+        .min_version
+        .as_deref()
+        .map(|v| rank("tls_server_config.min_version", v))
+        .transpose()?
+        .unwrap_or(12);
+    let max = t
+        .max_version
+        .as_deref()
+        .map(|v| rank("tls_server_config.max_version", v))
+        .transpose()?
+        .unwrap_or(13);
+    if min < 12 {
+        tracing::warn!(
+            min_version = ?t.min_version,
+            "rustls speaks TLS 1.2 and 1.3 only: the effective minimum is TLS12"
+        );
+    }
+    if max < 12 {
+        return Err(field(
+            "tls_server_config.max_version",
+            "rustls speaks TLS 1.2 and 1.3 only".into(),
+        ));
+    }
+    if min.max(12) > max {
+        return Err(field(
+            "tls_server_config.min_version",
+            "is above max_version".into(),
+        ));
+    }
+    Ok(
+        [(12, &rustls::version::TLS12), (13, &rustls::version::TLS13)]
+            .into_iter()
+            .filter(|(v, _)| *v >= min.max(12) && *v <= max)
+            .map(|(_, v)| v)
+            .collect(),
+    )
+}
+
+/// Go's `RequestClientCert`/`RequireAnyClientCert`: a client certificate is asked for (and
+/// required, for the second) but not checked against any CA; the handshake signature still
+/// proves the client holds its key.
+#[derive(Debug)]
+struct AnyClientCert {
+    mandatory: bool,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl ClientCertVerifier for AnyClientCert {
+    fn client_auth_mandatory(&self) -> bool {
+        self.mandatory
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+/// Whether a verified client certificate names one of `allowed` (DNS or IP SAN).
+pub fn san_allowed(cert: &CertificateDer<'_>, allowed: &[String]) -> bool {
+    if allowed.is_empty() {
+        return true;
+    }
+    let Ok(ee) = webpki::EndEntityCert::try_from(cert) else {
+        return false;
+    };
+    allowed.iter().any(|name| {
+        rustls::pki_types::ServerName::try_from(name.as_str())
+            .is_ok_and(|n| ee.verify_is_valid_for_subject_name(&n).is_ok())
+    })
+}
+
+/// (mtime, size, inode) of a file, `None` when it cannot be read.
+type Stamp = Option<(SystemTime, u64, u64)>;
+
+fn stamp(path: &Path) -> Stamp {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.modified().ok()?, m.len(), m.ino()))
+}
+
+/// The files a configuration depends on: the file itself and the PEM files it names.
+fn dependencies(path: &Path) -> Vec<PathBuf> {
+    let mut out = vec![path.to_path_buf()];
+    let base = path.parent().unwrap_or(Path::new("."));
+    if let Ok(text) = std::fs::read_to_string(path) {
+        if let Ok(f) = serde_yaml_ng::from_str::<FileConfig>(&text) {
+            if let Some(t) = f.tls_server_config {
+                out.extend(
+                    [t.cert_file, t.key_file, t.client_ca_file]
+                        .into_iter()
+                        .flatten()
+                        .map(|p| base.join(p)),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// What `/status` shows about the web configuration.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct WebConfigStatus {
+    pub file: Option<PathBuf>,
+    pub tls: bool,
+    pub basic_auth_users: usize,
+    /// Unix time of the last successful load.
+    pub loaded_at: Option<f64>,
+    pub reloads_total: u64,
+    /// Why the last change could not be loaded (the previous configuration is in use).
+    pub last_error: Option<String>,
+}
+
+struct Watched {
+    stamps: Vec<(PathBuf, Stamp)>,
+    checked: Instant,
+    status: WebConfigStatus,
+}
+
+/// The current configuration, re-read when the file or a file it names changes.
+pub struct WebConfigWatch {
+    path: Option<PathBuf>,
+    current: RwLock<Arc<WebSecurity>>,
+    watched: Mutex<Watched>,
+}
+
+/// Changes are looked for at most this often (on new connections).
+const CHECK_EVERY: Duration = Duration::from_secs(1);
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+impl WebConfigWatch {
+    /// Loads `path` (none: an open endpoint). A file that does not load is an error.
+    pub fn new(path: Option<&Path>) -> Result<Self, WebConfigError> {
+        let security = match path {
+            Some(p) => load(p)?,
+            None => WebSecurity::open(),
+        };
+        let status = WebConfigStatus {
+            file: path.map(Path::to_path_buf),
+            tls: security.tls.is_some(),
+            basic_auth_users: security.users.len(),
+            loaded_at: path.map(|_| unix_now()),
+            ..Default::default()
+        };
+        let stamps = path
+            .map(|p| {
+                dependencies(p)
+                    .into_iter()
+                    .map(|d| {
+                        let s = stamp(&d);
+                        (d, s)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(Self {
+            path: path.map(Path::to_path_buf),
+            current: RwLock::new(Arc::new(security)),
+            watched: Mutex::new(Watched {
+                stamps,
+                checked: Instant::now(),
+                status,
+            }),
+        })
+    }
+
+    pub fn status(&self) -> WebConfigStatus {
+        self.watched
+            .lock()
+            .map(|w| w.status.clone())
+            .unwrap_or_default()
+    }
+
+    /// The configuration for a new connection: reloaded first if a file changed.
+    pub fn current(&self) -> Arc<WebSecurity> {
+        if let Some(path) = &self.path {
+            self.reload_if_changed(path);
+        }
+        self.current
+            .read()
+            .map(|c| c.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    fn reload_if_changed(&self, path: &Path) {
+        let Ok(mut w) = self.watched.lock() else {
+            return;
+        };
+        if w.checked.elapsed() < CHECK_EVERY {
+            return;
+        }
+        w.checked = Instant::now();
+        if w.stamps.iter().all(|(p, s)| stamp(p) == *s) {
+            return;
+        }
+        w.stamps = dependencies(path)
+            .into_iter()
+            .map(|d| {
+                let s = stamp(&d);
+                (d, s)
+            })
+            .collect();
+        match load(path) {
+            Ok(security) => {
+                tracing::info!(file = %path.display(), tls = security.tls.is_some(), users = security.users.len(), "web configuration reloaded");
+                w.status.tls = security.tls.is_some();
+                w.status.basic_auth_users = security.users.len();
+                w.status.loaded_at = Some(unix_now());
+                w.status.reloads_total += 1;
+                w.status.last_error = None;
+                if let Ok(mut c) = self.current.write() {
+                    *c = Arc::new(security);
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "web configuration changed but does not load; keeping the previous one");
+                w.status.last_error = Some(e.to_string());
+            }
+        }
+    }
+}

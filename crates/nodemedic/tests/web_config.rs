@@ -1,0 +1,603 @@
+//! `--web.config.file`, the Prometheus exporter-toolkit web configuration, with real clients:
+//! `curl` and `openssl s_client` over TLS with right, wrong and missing credentials; client
+//! certificates checked against a CA; a certificate rotated on disk and served without a
+//! restart; a real Prometheus scraping over TLS with basic auth; node_exporter (Debian's 1.5)
+//! accepting the very same file; bad files refused at start naming the field; several
+//! listen addresses and a unix socket.
+//!
+//! Needs `openssl`, `curl`, `/usr/bin/prometheus` and `/usr/bin/prometheus-node-exporter`
+//! (installed by tests/run-all.sh). Certificates are made per test with the `openssl` CLI.
+
+#![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+const USER: &str = "prometheus";
+const PASSWORD: &str = "correct horse battery staple";
+
+fn run(cmd: &mut Command) -> std::process::Output {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("running {:?}: {e}", cmd.get_program()));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A CA, a server certificate for localhost/127.0.0.1 signed by it (`name` as CN), a client
+/// certificate signed by it, and a self-signed client certificate no CA vouches for.
+struct Pki {
+    dir: PathBuf,
+}
+
+impl Pki {
+    fn new(dir: &Path) -> Self {
+        let p = Self {
+            dir: dir.to_path_buf(),
+        };
+        p.self_signed("ca", "nodemedic-test-ca", true);
+        p.signed(
+            "server",
+            "server-1",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+        );
+        p.signed(
+            "client",
+            "scraper",
+            "subjectAltName=DNS:scraper.example\nextendedKeyUsage=clientAuth\n",
+        );
+        p.self_signed("rogue", "scraper", false);
+        p
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    fn self_signed(&self, name: &str, cn: &str, ca: bool) {
+        let mut cmd = Command::new("openssl");
+        cmd.args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-days",
+            "2",
+        ])
+        .arg("-keyout")
+        .arg(self.path(&format!("{name}.key")))
+        .arg("-out")
+        .arg(self.path(&format!("{name}.pem")))
+        .arg("-subj")
+        .arg(format!("/CN={cn}"));
+        if !ca {
+            cmd.args([
+                "-addext",
+                "basicConstraints=critical,CA:FALSE",
+                "-addext",
+                "extendedKeyUsage=clientAuth",
+            ]);
+        }
+        run(&mut cmd);
+    }
+
+    /// Signs a new key for `cn` with the CA; writes `name.pem` and `name.key`.
+    fn signed(&self, name: &str, cn: &str, ext: &str) {
+        let ext_file = self.path(&format!("{name}.ext"));
+        std::fs::write(&ext_file, ext).unwrap();
+        let csr = self.path(&format!("{name}.csr"));
+        run(Command::new("openssl")
+            .args([
+                "req",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+            ])
+            .arg("-keyout")
+            .arg(self.path(&format!("{name}.key")))
+            .arg("-out")
+            .arg(&csr)
+            .arg("-subj")
+            .arg(format!("/CN={cn}")));
+        run(Command::new("openssl")
+            .args(["x509", "-req", "-days", "2", "-CAcreateserial"])
+            .arg("-in")
+            .arg(&csr)
+            .arg("-CA")
+            .arg(self.path("ca.pem"))
+            .arg("-CAkey")
+            .arg(self.path("ca.key"))
+            .arg("-extfile")
+            .arg(&ext_file)
+            .arg("-out")
+            .arg(self.path(&format!("{name}.pem"))));
+    }
+}
+
+fn bcrypt_hash(password: &str) -> String {
+    // Cost 5: the lowest node_exporter and nodemedic both take, fast enough for tests.
+    bcrypt::hash(password, 5).unwrap()
+}
+
+/// The web configuration file both nodemedic and node_exporter read.
+fn web_config(pki: &Pki, client_auth: Option<&str>) -> String {
+    let mut y = format!(
+        "tls_server_config:\n  cert_file: {}\n  key_file: {}\n  min_version: TLS12\n",
+        pki.path("server.pem").display(),
+        pki.path("server.key").display()
+    );
+    if let Some(auth) = client_auth {
+        y.push_str(&format!(
+            "  client_auth_type: {auth}\n  client_ca_file: {}\n",
+            pki.path("ca.pem").display()
+        ));
+    }
+    y.push_str("http_server_config:\n  headers:\n    X-Frame-Options: deny\n");
+    y.push_str(&format!(
+        "basic_auth_users:\n  {USER}: '{}'\n",
+        bcrypt_hash(PASSWORD)
+    ));
+    y
+}
+
+/// A child process killed on drop.
+struct Proc(Child, PathBuf);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Proc {
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.1).unwrap_or_default()
+    }
+}
+
+/// `curl` exit status, HTTP status and body.
+fn curl(args: &[&str]) -> (i32, u16, String) {
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "10", "-w", "\n%{http_code}"])
+        .args(args)
+        .output()
+        .expect("running curl");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (
+        out.status.code().unwrap_or(-1),
+        code.trim().parse().unwrap_or(0),
+        body.to_string(),
+    )
+}
+
+/// Starts nodemedic on the 8cpu-collapsed fixture with `args`, waiting until `ready`
+/// (curl arguments) answers 200.
+fn start(dir: &Path, args: &[String], ready: &[String]) -> Proc {
+    let tree = fixture_dir("8cpu-collapsed");
+    let cfg = dir.join("nodemedic.toml");
+    std::fs::write(
+        &cfg,
+        "sample_interval = \"200ms\"\n[probes]\nenabled = false\n[remediation]\nmode = \"off\"\n",
+    )
+    .unwrap();
+    let log = dir.join("nodemedic.log");
+    let child = Command::new(nodemedic_bin())
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--host-root")
+        .arg(&tree)
+        .args(args)
+        .arg("run")
+        .env_remove("NODEMEDIC_CONFIG")
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::fs::File::create(dir.join("nodemedic.err")).unwrap())
+        .spawn()
+        .expect("spawning nodemedic");
+    let mut p = Proc(child, log);
+    let start = Instant::now();
+    loop {
+        if let Ok(Some(status)) = p.0.try_wait() {
+            panic!(
+                "nodemedic exited ({status}): {}",
+                std::fs::read_to_string(dir.join("nodemedic.err")).unwrap_or_default()
+            );
+        }
+        let args: Vec<&str> = ready.iter().map(String::as_str).collect();
+        if curl(&args).1 == 200 {
+            return p;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "nodemedic not ready: {}",
+            p.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+/// TLS and basic auth with curl; the configured header; a unix socket beside the TLS port
+/// (auth applies there too, TLS does not); a rotated certificate served without a restart;
+/// a real Prometheus scraping over TLS with basic auth; node_exporter taking the same file.
+#[test]
+fn tls_basic_auth_rotation_prometheus_and_node_exporter() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new(tmp.path());
+    let file = tmp.path().join("web.yml");
+    std::fs::write(&file, web_config(&pki, None)).unwrap();
+    let port = free_port();
+    let sock = tmp.path().join("nodemedic.sock");
+    let url = format!("https://localhost:{port}/metrics");
+    let ca = pki.path("ca.pem").display().to_string();
+    let creds = format!("{USER}:{PASSWORD}");
+    let tls = |extra: &[&str]| -> (i32, u16, String) {
+        let mut a = vec!["--cacert", ca.as_str(), "--resolve"];
+        let resolve = format!("localhost:{port}:127.0.0.1");
+        a.push(&resolve);
+        a.extend_from_slice(extra);
+        a.push(&url);
+        curl(&a)
+    };
+    let nm = start(
+        tmp.path(),
+        &[
+            "--web.config.file".into(),
+            file.display().to_string(),
+            "--web.listen-address".into(),
+            format!("127.0.0.1:{port}"),
+            "--web.listen-address".into(),
+            format!("unix:{}", sock.display()),
+        ],
+        &strings(&[
+            "--cacert",
+            &ca,
+            "-u",
+            &creds,
+            &format!("https://127.0.0.1:{port}/healthz"),
+        ]),
+    );
+
+    let (_, code, body) = tls(&["-u", &creds]);
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("nodemedic_irq_collapsed"), "{body}");
+    let (_, code, _) = tls(&["-u", &format!("{USER}:wrong")]);
+    assert_eq!(code, 401, "wrong password");
+    let (_, code, _) = tls(&["-u", &format!("nobody:{PASSWORD}")]);
+    assert_eq!(code, 401, "unknown user");
+    let (_, code, _) = tls(&[]);
+    assert_eq!(code, 401, "no credentials");
+    let (_, code, head) = tls(&["-u", &creds, "-I"]);
+    assert_eq!(code, 200);
+    assert!(
+        head.to_ascii_lowercase().contains("x-frame-options: deny"),
+        "{head}"
+    );
+    let (_, code, _) = curl(&[&format!("http://127.0.0.1:{port}/metrics")]);
+    assert_ne!(code, 200, "plain HTTP on the TLS port");
+    // The unix socket: plain HTTP (its file mode guards it), basic auth still applies.
+    let s = sock.display().to_string();
+    assert_eq!(
+        curl(&["--unix-socket", &s, "http://localhost/healthz"]).1,
+        401
+    );
+    let (_, code, body) = curl(&[
+        "--unix-socket",
+        &s,
+        "-u",
+        &creds,
+        "http://localhost/metrics",
+    ]);
+    assert_eq!(code, 200, "{body}");
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&sock).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o660);
+
+    // A real Prometheus over TLS with basic auth.
+    if let Some(prometheus) = prometheus_tool("prometheus", "Prometheus over TLS") {
+        let mut prom = start_server("prometheus", "/-/ready", |p, dir| {
+            let config = dir.join("prometheus.yml");
+            std::fs::write(
+                &config,
+                format!(
+                    "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n\
+                     scrape_configs:\n  - job_name: nodemedic\n    scheme: https\n    \
+                     tls_config:\n      ca_file: {ca}\n      server_name: localhost\n    \
+                     basic_auth:\n      username: {USER}\n      password: '{PASSWORD}'\n    \
+                     static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
+                ),
+            )
+            .unwrap();
+            let mut cmd = Command::new(&prometheus);
+            cmd.arg(format!("--config.file={}", config.display()))
+                .arg(format!(
+                    "--storage.tsdb.path={}",
+                    dir.join("data").display()
+                ))
+                .arg(format!("--web.listen-address=127.0.0.1:{p}"))
+                .current_dir(dir);
+            cmd
+        });
+        prom.poll("up == 1 over TLS", Duration::from_secs(60), |p| {
+            let r = http_get(
+                p.addr(),
+                "/api/v1/query?query=up%7Bjob%3D%22nodemedic%22%7D",
+                &[],
+            )?;
+            let v: Value = serde_json::from_str(&r.body).map_err(|e| e.to_string())?;
+            match v["data"]["result"][0]["value"][1].as_str() {
+                Some("1") => Ok(()),
+                other => {
+                    let t = http_get(p.addr(), "/api/v1/targets", &[])
+                        .map(|r| r.body)
+                        .unwrap_or_default();
+                    Err(format!("up = {other:?}; targets: {t}"))
+                }
+            }
+        });
+    }
+
+    // node_exporter reads the same file and enforces it the same way.
+    if let Some(ne) = prometheus_tool(
+        "prometheus-node-exporter",
+        "node_exporter with the same web config",
+    ) {
+        let ne_port = free_port();
+        let log = tmp.path().join("node_exporter.log");
+        let child = Command::new(ne)
+            .arg(format!("--web.config.file={}", file.display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{ne_port}"))
+            .args(["--collector.disable-defaults", "--collector.loadavg"])
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(std::fs::File::create(tmp.path().join("node_exporter.err")).unwrap())
+            .spawn()
+            .expect("spawning node_exporter");
+        let _ne = Proc(child, log);
+        let ne_url = format!("https://127.0.0.1:{ne_port}/metrics");
+        let start = Instant::now();
+        let (code, body) = loop {
+            let (_, code, body) = curl(&["--cacert", &ca, "-u", &creds, &ne_url]);
+            if code == 200 || start.elapsed() > DEADLINE {
+                break (code, body);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert_eq!(
+            code,
+            200,
+            "node_exporter with nodemedic's web config: {}",
+            std::fs::read_to_string(tmp.path().join("node_exporter.err")).unwrap_or_default()
+        );
+        assert!(body.contains("node_load1"), "{body}");
+        assert_eq!(curl(&["--cacert", &ca, &ne_url]).1, 401);
+    }
+
+    // Rotation: a new certificate and key replace the files; new connections get it.
+    let subject = || {
+        let s = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "openssl s_client -connect 127.0.0.1:{port} -servername localhost </dev/null 2>/dev/null | openssl x509 -noout -subject"
+            ))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&s.stdout).to_string()
+    };
+    assert!(subject().contains("server-1"), "{}", subject());
+    let next = tmp.path().join("next");
+    std::fs::create_dir(&next).unwrap();
+    let pki2 = Pki { dir: next.clone() };
+    for f in ["ca.pem", "ca.key"] {
+        std::fs::copy(pki.path(f), pki2.path(f)).unwrap();
+    }
+    pki2.signed(
+        "server",
+        "server-2",
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    );
+    std::fs::rename(pki2.path("server.key"), pki.path("server.key")).unwrap();
+    std::fs::rename(pki2.path("server.pem"), pki.path("server.pem")).unwrap();
+    let start = Instant::now();
+    while !subject().contains("server-2") {
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "still serving {} after rotation\n{}",
+            subject(),
+            nm.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (_, code, _) = tls(&["-u", &creds]);
+    assert_eq!(
+        code, 200,
+        "the rotated certificate verifies against the same CA"
+    );
+    let (_, _, status) = curl(&[
+        "--cacert",
+        &ca,
+        "-u",
+        &creds,
+        &format!("https://127.0.0.1:{port}/status"),
+    ]);
+    let v: Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(v["web_config"]["reloads_total"], 1, "{}", v["web_config"]);
+    assert_eq!(v["web_config"]["tls"], true);
+}
+
+/// RequireAndVerifyClientCert: no certificate, or one no configured CA signed, fails the
+/// handshake; the CA's client certificate gets in (with the password too).
+#[test]
+fn client_certificates_are_checked_against_the_ca() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new(tmp.path());
+    let file = tmp.path().join("web.yml");
+    std::fs::write(&file, web_config(&pki, Some("RequireAndVerifyClientCert"))).unwrap();
+    let port = free_port();
+    let ca = pki.path("ca.pem").display().to_string();
+    let creds = format!("{USER}:{PASSWORD}");
+    let url = format!("https://127.0.0.1:{port}/metrics");
+    let cert = |name: &str| {
+        vec![
+            "--cert".to_string(),
+            pki.path(&format!("{name}.pem")).display().to_string(),
+            "--key".to_string(),
+            pki.path(&format!("{name}.key")).display().to_string(),
+        ]
+    };
+    let mut ready = strings(&["--cacert", &ca, "-u", &creds]);
+    ready.extend(cert("client"));
+    ready.push(url.clone());
+    let _nm = start(
+        tmp.path(),
+        &[
+            "--web.config.file".into(),
+            file.display().to_string(),
+            "--web.listen-address".into(),
+            format!("127.0.0.1:{port}"),
+        ],
+        &ready,
+    );
+    let with = |name: Option<&str>| {
+        let mut a = strings(&["--cacert", &ca, "-u", &creds]);
+        if let Some(n) = name {
+            a.extend(cert(n));
+        }
+        a.push(url.clone());
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        curl(&a)
+    };
+    let (_, code, body) = with(Some("client"));
+    assert_eq!(code, 200, "{body}");
+    let (exit, code, _) = with(None);
+    assert!(
+        code == 0 && exit != 0,
+        "no client certificate: curl exit {exit}, HTTP {code}"
+    );
+    let (exit, code, _) = with(Some("rogue"));
+    assert!(
+        code == 0 && exit != 0,
+        "self-signed client certificate: curl exit {exit}, HTTP {code}"
+    );
+}
+
+/// A file nodemedic cannot use stops it at start, naming the field; nothing is served.
+#[test]
+fn a_bad_web_config_is_a_startup_error_naming_the_field() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new(tmp.path());
+    let good = web_config(&pki, None);
+    for (name, text, field) in [
+        ("unknown key", format!("{good}colour: blue\n"), "colour"),
+        (
+            "bad client_auth_type",
+            good.replace(
+                "  min_version: TLS12\n",
+                "  min_version: TLS12\n  client_auth_type: Sometimes\n",
+            ),
+            "client_auth_type",
+        ),
+        (
+            "missing key file",
+            good.replace("server.key", "missing.key"),
+            "key_file",
+        ),
+        (
+            "not a bcrypt hash",
+            format!("basic_auth_users:\n  {USER}: plaintext\n"),
+            "basic_auth_users",
+        ),
+        (
+            "unsupported curve",
+            good.replace(
+                "  min_version: TLS12\n",
+                "  min_version: TLS12\n  curve_preferences: [CurveP521]\n",
+            ),
+            "curve_preferences",
+        ),
+        (
+            "header exporter-toolkit refuses",
+            good.replace("X-Frame-Options", "X-Powered-By"),
+            "headers",
+        ),
+    ] {
+        let file = tmp.path().join("bad.yml");
+        std::fs::write(&file, &text).unwrap();
+        let out = Command::new(nodemedic_bin())
+            .arg("--host-root")
+            .arg(fixture_dir("8cpu-collapsed"))
+            .arg("--web.config.file")
+            .arg(&file)
+            .arg("--web.listen-address")
+            .arg("127.0.0.1:0")
+            .arg("run")
+            .env_remove("NODEMEDIC_CONFIG")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{name}: started anyway");
+        assert!(err.contains(field), "{name}: {field} not named in: {err}");
+        assert!(
+            err.contains("bad.yml"),
+            "{name}: the file is not named in: {err}"
+        );
+    }
+}
+
+/// Several listen addresses, TCP and unix, without a web configuration file.
+#[test]
+fn several_listen_addresses_and_a_unix_socket() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (free_port(), free_port());
+    let sock = tmp.path().join("s.sock");
+    // A stale socket file from an earlier run is replaced.
+    let _stale = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    drop(_stale);
+    let _nm = start(
+        tmp.path(),
+        &[
+            "--web.listen-address".into(),
+            format!("127.0.0.1:{a}"),
+            "--web.listen-address".into(),
+            format!("127.0.0.1:{b}"),
+            "--web.listen-address".into(),
+            format!("unix:{}", sock.display()),
+        ],
+        &[format!("http://127.0.0.1:{a}/healthz")],
+    );
+    for port in [a, b] {
+        let (_, code, body) = curl(&[&format!("http://127.0.0.1:{port}/metrics")]);
+        assert_eq!(code, 200, "{port}: {body}");
+        assert!(body.contains("nodemedic_irq_collapsed"));
+    }
+    let (_, code, body) = curl(&[
+        "--unix-socket",
+        &sock.display().to_string(),
+        "http://localhost/status",
+    ]);
+    assert_eq!(code, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["web_config"]["tls"], false);
+}
