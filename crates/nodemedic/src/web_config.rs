@@ -743,3 +743,69 @@ impl WebConfigWatch {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn users_file(dir: &Path, hashes: &[(&str, &str)]) -> PathBuf {
+        let mut y = String::from("basic_auth_users:\n");
+        for (u, h) in hashes {
+            y.push_str(&format!("  {u}: '{h}'\n"));
+        }
+        let p = dir.join("web.yml");
+        std::fs::write(&p, y).unwrap();
+        p
+    }
+
+    /// An unknown user is checked against a hash of the highest cost among the users, so it
+    /// costs as much bcrypt work as a wrong password of the slowest user; and a verified
+    /// password is remembered only for the user it belongs to.
+    #[test]
+    fn unknown_users_cost_a_bcrypt_of_the_highest_cost_and_only_successes_are_cached() {
+        let dir = tempfile::tempdir().unwrap();
+        let fast = bcrypt::hash("a", 4).unwrap();
+        let slow = bcrypt::hash("b", 6).unwrap();
+        let sec = load(&users_file(dir.path(), &[("fast", &fast), ("slow", &slow)])).unwrap();
+        assert!(sec.dummy_hash.starts_with("$2b$06$"), "{}", sec.dummy_hash);
+        assert!(!sec.check_password("nobody", "a"));
+        assert!(!sec.check_password("fast", "b"));
+        assert!(
+            sec.verified.lock().unwrap().is_empty(),
+            "failures are not cached"
+        );
+        assert!(sec.check_password("fast", "a"));
+        assert!(sec.check_password("slow", "b"));
+        assert_eq!(sec.verified.lock().unwrap().len(), 2);
+        assert!(
+            !sec.check_password("slow", "a"),
+            "fast's password is not slow's"
+        );
+        assert!(sec.check_password("fast", "a"), "cached");
+    }
+
+    #[test]
+    fn go_version_and_suite_names_map_to_rustls_or_say_why_not() {
+        let t = |min: &str, max: &str| TlsFile {
+            min_version: Some(min.into()),
+            max_version: Some(max.into()),
+            ..Default::default()
+        };
+        let f = |field: &'static str, reason: String| WebConfigError::Field {
+            path: PathBuf::from("web.yml"),
+            field,
+            reason,
+        };
+        assert_eq!(versions(&t("TLS10", "TLS13"), &f).unwrap().len(), 2);
+        assert_eq!(
+            versions(&t("TLS13", "TLS13"), &f).unwrap(),
+            vec![&rustls::version::TLS13]
+        );
+        let e = versions(&t("TLS10", "TLS11"), &f).unwrap_err().to_string();
+        assert!(e.contains("max_version"), "{e}");
+        let e = versions(&t("SSL3", "TLS13"), &f).unwrap_err().to_string();
+        assert!(e.contains("min_version") && e.contains("SSL3"), "{e}");
+    }
+}

@@ -137,7 +137,9 @@ fn bcrypt_hash(password: &str) -> String {
 /// The web configuration file both nodemedic and node_exporter read.
 fn web_config(pki: &Pki, client_auth: Option<&str>) -> String {
     let mut y = format!(
-        "tls_server_config:\n  cert_file: {}\n  key_file: {}\n  min_version: TLS12\n",
+        "tls_server_config:\n  cert_file: {}\n  key_file: {}\n  min_version: TLS12\n  \
+         cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256]\n  \
+         curve_preferences: [X25519, CurveP256]\n",
         pki.path("server.pem").display(),
         pki.path("server.key").display()
     );
@@ -535,6 +537,14 @@ fn a_bad_web_config_is_a_startup_error_naming_the_field() {
                 "  min_version: TLS12\n  curve_preferences: [CurveP521]\n",
             ),
             "curve_preferences",
+        ),
+        (
+            "cipher suite rustls lacks",
+            good.replace(
+                "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+                "TLS_RSA_WITH_AES_128_CBC_SHA",
+            ),
+            "cipher_suites",
         ),
         (
             "header exporter-toolkit refuses",
