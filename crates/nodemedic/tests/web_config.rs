@@ -532,10 +532,7 @@ fn a_bad_web_config_is_a_startup_error_naming_the_field() {
         ),
         (
             "unsupported curve",
-            good.replace(
-                "  min_version: TLS12\n",
-                "  min_version: TLS12\n  curve_preferences: [CurveP521]\n",
-            ),
+            good.replace("[X25519, CurveP256]", "[X25519, CurveP521]"),
             "curve_preferences",
         ),
         (
@@ -569,6 +566,10 @@ fn a_bad_web_config_is_a_startup_error_naming_the_field() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{name}: started anyway");
         assert!(err.contains(field), "{name}: {field} not named in: {err}");
+        assert!(
+            !err.contains("duplicate"),
+            "{name}: the test file is wrong: {err}"
+        );
         assert!(
             err.contains("bad.yml"),
             "{name}: the file is not named in: {err}"
