@@ -319,20 +319,20 @@ impl CollapseDetector {
                 continue;
             };
             // Wrap-aware; a reset (IRQ reallocated) gives no rate.
-            let mut add = |col: usize, old: u64, now: u64| {
-                if let (Some(d), Some(sum)) = (counter::delta(old, now), delta.get_mut(col)) {
-                    *sum = sum.saturating_add(d);
-                }
-            };
             if same_header {
                 // Column for column: on 1024 CPUs this loop is most of the detector's time.
-                for (col, (&now, &old)) in counts.iter().zip(before).enumerate() {
-                    add(col, old, now);
+                for ((sum, &now), &old) in delta.iter_mut().zip(counts).zip(before) {
+                    if let Some(d) = counter::delta(old, now) {
+                        *sum = sum.saturating_add(d);
+                    }
                 }
             } else {
-                for (col, &now) in counts.iter().enumerate() {
-                    if let Some(&old) = prev_col[col].and_then(|c| before.get(c)) {
-                        add(col, old, now);
+                for ((sum, &now), col) in delta.iter_mut().zip(counts).zip(&prev_col) {
+                    if let Some(d) = col
+                        .and_then(|c| before.get(c))
+                        .and_then(|&old| counter::delta(old, now))
+                    {
+                        *sum = sum.saturating_add(d);
                     }
                 }
             }

@@ -120,28 +120,38 @@ fn advance(cell: &mut Cell, count: u64) -> u64 {
 impl Row {
     /// Widens `counts` in place, column for column with this row's cells.
     fn widen_aligned(&mut self, counts: &mut [u64]) {
-        let mut k = 0;
+        // Cells of columns a shorter row (no kernel writes one) no longer has are dropped.
+        let keep = self
+            .cells
+            .partition_point(|(c, _)| (*c as usize) < counts.len());
+        self.cells.truncate(keep);
+        // First the non-zero readings of cells not stored yet (from zero, the count is the
+        // increase): a tight pass, since almost every count of a wide table is zero.
         let mut added = Vec::new();
-        for (col, count) in counts.iter_mut().enumerate() {
-            match self.cells.get_mut(k) {
-                Some((c, cell)) if *c as usize == col => {
-                    *count = advance(cell, *count);
-                    k += 1;
-                }
-                // First non-zero reading of this cell: from zero, the count is the increase.
-                _ if *count != 0 => added.push((
+        let mut k = 0;
+        for (col, &count) in counts.iter().enumerate() {
+            if count == 0 {
+                continue;
+            }
+            while self.cells.get(k).is_some_and(|(c, _)| (*c as usize) < col) {
+                k += 1;
+            }
+            if self.cells.get(k).is_none_or(|(c, _)| *c as usize != col) {
+                added.push((
                     col as u32,
                     Cell {
-                        raw: *count,
-                        total: *count,
+                        raw: count,
+                        total: count,
                     },
-                )),
-                _ => {}
+                ));
             }
         }
-        // Every cell of a column that exists was matched, in order; the rest belong to
-        // columns a shorter row (no kernel writes one) no longer has.
-        self.cells.truncate(k);
+        // Then the stored cells, which are few.
+        for (col, cell) in &mut self.cells {
+            if let Some(count) = counts.get_mut(*col as usize) {
+                *count = advance(cell, *count);
+            }
+        }
         if !added.is_empty() {
             self.cells.extend(added);
             self.cells.sort_unstable_by_key(|(c, _)| *c);

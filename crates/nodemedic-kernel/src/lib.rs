@@ -127,7 +127,17 @@ fn skip_spaces(b: &[u8], mut i: usize) -> usize {
     i
 }
 
-const ZERO_CELL: &[u8] = b"          0";
+/// Whether `b[pos..]` starts with the kernel's `" %10u"` of zero, followed by whitespace or
+/// the end: two word compares rather than a call to `memcmp`.
+fn is_zero_cell(b: &[u8], pos: usize) -> bool {
+    const SPACES: u64 = u64::from_ne_bytes([b' '; 8]);
+    let (Some(head), Some(tail)) = (b.get(pos..pos + 8), b.get(pos + 8..pos + 11)) else {
+        return false;
+    };
+    <[u8; 8]>::try_from(head).is_ok_and(|h| u64::from_ne_bytes(h) == SPACES)
+        && tail == b"  0"
+        && b.get(pos + 11).is_none_or(|c| c.is_ascii_whitespace())
+}
 
 pub(crate) fn leading_counts(s: &str, max: usize) -> (Vec<u64>, usize) {
     // Index loops with the bound in the condition, so the compiler drops the bounds checks;
@@ -139,9 +149,7 @@ pub(crate) fn leading_counts(s: &str, max: usize) -> (Vec<u64>, usize) {
     while counts.len() < max {
         // The kernel's own spelling of a zero (`" %10u"`), which is most cells of a wide
         // table: an IRQ counts on the few CPUs it is routed to.
-        if b.get(pos..pos + 11) == Some(ZERO_CELL)
-            && b.get(pos + 11).is_none_or(|c| c.is_ascii_whitespace())
-        {
+        if is_zero_cell(b, pos) {
             counts.push(0);
             pos += 11;
             continue;
