@@ -459,20 +459,38 @@ impl Reader {
         }
         let file = File::open(path).map_err(|e| ReadError::from_io(path, e))?;
         stream_lines(&file, chunk, &mut each).map_err(|(e, _)| ReadError::from_io(path, e))?;
-        let mut st = self.state();
-        if self.max_open > 0 && st.files.len() < self.max_open {
-            let kernel = sys::is_kernel_generated(&file);
-            let sample = st.sample;
-            st.files.insert(
-                path.as_os_str().to_owned(),
-                Kept {
-                    file: Arc::new(file),
-                    kernel,
-                    last_used: sample,
-                },
-            );
-        }
+        self.keep(&mut self.state(), path, file);
         Ok(())
+    }
+
+    /// Keeps `file` open for the next reads of `path`, unless the bound is reached (then the
+    /// read was an open + read + close, counted and warned about once).
+    fn keep(&self, st: &mut State, path: &Path, file: File) {
+        if self.max_open == 0 {
+            return;
+        }
+        if st.files.len() >= self.max_open {
+            st.over_limit_reads += 1;
+            if !st.bound_warned {
+                st.bound_warned = true;
+                tracing::warn!(
+                    max_open_files = self.max_open,
+                    "read layer: kept-open file bound reached; further files are opened, \
+                     read and closed on every read (raise reader.max_open_files)"
+                );
+            }
+            return;
+        }
+        let kernel = sys::is_kernel_generated(&file);
+        let last_used = st.sample;
+        st.files.insert(
+            path.as_os_str().to_owned(),
+            Kept {
+                file: Arc::new(file),
+                kernel,
+                last_used,
+            },
+        );
     }
 
     fn read_bytes(&self, path: &Path, bytes: &mut Vec<u8>) -> Result<(), ReadError> {
@@ -491,30 +509,7 @@ impl Reader {
         }
         let file = File::open(path).map_err(|e| ReadError::from_io(path, e))?;
         pread_all(&file, bytes).map_err(|e| ReadError::from_io(path, e))?;
-        if self.max_open == 0 {
-            return Ok(());
-        }
-        if st.files.len() >= self.max_open {
-            st.over_limit_reads += 1;
-            if !st.bound_warned {
-                st.bound_warned = true;
-                tracing::warn!(
-                    max_open_files = self.max_open,
-                    "read layer: kept-open file bound reached; further files are opened, \
-                     read and closed on every read (raise reader.max_open_files)"
-                );
-            }
-            return Ok(());
-        }
-        let kernel = sys::is_kernel_generated(&file);
-        st.files.insert(
-            path.as_os_str().to_owned(),
-            Kept {
-                file: Arc::new(file),
-                kernel,
-                last_used: sample,
-            },
-        );
+        self.keep(&mut st, path, file);
         Ok(())
     }
 }

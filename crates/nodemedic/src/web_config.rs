@@ -271,38 +271,31 @@ fn tls_config(
         let p = base.join(p);
         std::fs::read(&p).map_err(|e| field(name, format!("{}: {e}", p.display())))
     };
-    let cert_pem = match (&t.cert_file, &t.cert) {
-        (Some(p), None) => read("tls_server_config.cert_file", p)?,
-        (None, Some(inline)) => inline.clone().into_bytes(),
-        (Some(_), Some(_)) => {
-            return Err(field(
-                "tls_server_config.cert",
-                "set cert_file or cert, not both".into(),
-            ))
-        }
-        (None, None) => {
-            return Err(field(
-                "tls_server_config.cert_file",
-                "required for TLS".into(),
-            ))
-        }
+    // A file or inline PEM (exporter-toolkit 0.10+), exactly one of them.
+    let pem = |file_field: &'static str,
+               inline_field: &'static str,
+               file: &Option<PathBuf>,
+               inline: &Option<String>| match (file, inline) {
+        (Some(p), None) => read(file_field, p),
+        (None, Some(text)) => Ok(text.clone().into_bytes()),
+        (Some(_), Some(_)) => Err(field(
+            inline_field,
+            format!("set {file_field} or {inline_field}, not both"),
+        )),
+        (None, None) => Err(field(file_field, "required for TLS".into())),
     };
-    let key_pem = match (&t.key_file, &t.key) {
-        (Some(p), None) => read("tls_server_config.key_file", p)?,
-        (None, Some(inline)) => inline.clone().into_bytes(),
-        (Some(_), Some(_)) => {
-            return Err(field(
-                "tls_server_config.key",
-                "set key_file or key, not both".into(),
-            ))
-        }
-        (None, None) => {
-            return Err(field(
-                "tls_server_config.key_file",
-                "required for TLS".into(),
-            ))
-        }
-    };
+    let cert_pem = pem(
+        "tls_server_config.cert_file",
+        "tls_server_config.cert",
+        &t.cert_file,
+        &t.cert,
+    )?;
+    let key_pem = pem(
+        "tls_server_config.key_file",
+        "tls_server_config.key",
+        &t.key_file,
+        &t.key,
+    )?;
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem)
         .collect::<Result<_, _>>()
         .map_err(|e| field("tls_server_config.cert_file", format!("bad PEM: {e}")))?;
