@@ -591,7 +591,7 @@ async fn status(State(shared): State<Arc<Shared>>) -> Response {
         perf_probes: sample.as_ref().and_then(|s| s.snapshot.perf.as_ref()),
         wakeup_storm: sample.as_ref().and_then(|s| s.storm.as_ref()),
         pressure: sample.as_ref().map(|s| pressure_status(s)),
-        web: shared.web.lock().map(|w| w.clone()).unwrap_or_default(),
+        web: crate::web::web_stats(&shared.web),
         web_config: shared.web_config.status(),
         remediation,
         kubernetes: shared.kube.lock().map(|k| k.clone()).unwrap_or_default(),

@@ -82,8 +82,10 @@ struct Conn {
     task: tokio::task::AbortHandle,
 }
 
+/// The open connections and the endpoint's counters, in one place: `/status` reads the
+/// counters from here.
 #[derive(Default)]
-struct Slots {
+pub struct Slots {
     conns: VecDeque<Conn>,
     stats: WebStats,
 }
@@ -94,7 +96,16 @@ impl Slots {
     }
 }
 
-pub type SharedWebStats = Arc<Mutex<WebStats>>;
+pub type SharedWebStats = Arc<Mutex<Slots>>;
+
+/// The counters, for `/status`.
+pub fn web_stats(shared: &SharedWebStats) -> WebStats {
+    let s = shared.lock().unwrap_or_else(|p| p.into_inner());
+    WebStats {
+        open_connections: s.conns.iter().filter(|c| !c.task.is_finished()).count(),
+        ..s.stats.clone()
+    }
+}
 
 #[derive(Clone)]
 struct RequestLimits {
@@ -194,9 +205,9 @@ pub async fn serve(
     security: Arc<WebConfigWatch>,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    let slots = Arc::new(Mutex::new(Slots::default()));
-    if let Ok(mut s) = stats.lock() {
-        s.max_connections = limits.max_connections;
+    let slots = stats;
+    if let Ok(mut s) = slots.lock() {
+        s.stats.max_connections = limits.max_connections;
     }
     let mut unix_paths = Vec::new();
     let mut loops = tokio::task::JoinSet::new();
@@ -208,7 +219,6 @@ pub async fn serve(
             listener,
             app.clone(),
             limits,
-            stats.clone(),
             security.clone(),
             slots.clone(),
         ));
@@ -228,9 +238,8 @@ async fn accept_loop(
     listener: Listener,
     app: Router,
     limits: Limits,
-    stats: SharedWebStats,
     security: Arc<WebConfigWatch>,
-    slots: Arc<Mutex<Slots>>,
+    slots: SharedWebStats,
 ) {
     loop {
         let (stream, peer, tcp) = match listener.accept().await {
@@ -243,7 +252,7 @@ async fn accept_loop(
                 continue;
             }
         };
-        if !make_room(&slots, &limits, &stats) {
+        if !make_room(&slots, &limits) {
             drop(stream);
             continue;
         }
@@ -269,17 +278,12 @@ async fn accept_loop(
             started,
             task: task.abort_handle(),
         });
-        s.stats.open_connections = s.conns.len();
-        if let Ok(mut out) = stats.lock() {
-            out.open_connections = s.conns.len();
-            out.evicted_idle_total = s.stats.evicted_idle_total;
-            out.refused_total = s.stats.refused_total;
-        }
     }
 }
+
 /// Whether a new connection may be served: below the cap, or after closing the connection
 /// that has waited longest without sending a request.
-fn make_room(slots: &Mutex<Slots>, limits: &Limits, stats: &SharedWebStats) -> bool {
+fn make_room(slots: &Mutex<Slots>, limits: &Limits) -> bool {
     let mut s = slots.lock().unwrap_or_else(|p| p.into_inner());
     s.prune();
     if s.conns.len() < limits.max_connections {
@@ -289,7 +293,7 @@ fn make_room(slots: &Mutex<Slots>, limits: &Limits, stats: &SharedWebStats) -> b
         .conns
         .iter()
         .position(|c| !c.started.load(Ordering::Relaxed));
-    let ok = match idle {
+    match idle {
         Some(i) => {
             if let Some(c) = s.conns.remove(i) {
                 c.task.abort();
@@ -301,12 +305,7 @@ fn make_room(slots: &Mutex<Slots>, limits: &Limits, stats: &SharedWebStats) -> b
             s.stats.refused_total += 1;
             false
         }
-    };
-    if let Ok(mut out) = stats.lock() {
-        out.evicted_idle_total = s.stats.evicted_idle_total;
-        out.refused_total = s.stats.refused_total;
     }
-    ok
 }
 
 async fn connection(
