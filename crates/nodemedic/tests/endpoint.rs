@@ -8,38 +8,29 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::Command;
 use std::time::Duration;
 
-use common::{fixture_dir, http_get, nodemedic_bin, start_server, wait_for_samples, Server};
+use common::{fixture_dir, http_get, nodemedic_cmd, start_server, wait_for_samples, Server};
 
 fn start(config: &str, nofile: Option<u64>) -> Server {
     let tree = fixture_dir("8cpu-collapsed");
     let config = config.to_string();
+    // prlimit(1) sets both limits as systemd's LimitNOFILE=1024 would.
+    let limit = nofile.map(|n| format!("--nofile={n}:{n}"));
     start_server("nodemedic", "/healthz", move |port, dir| {
         let cfg = dir.join("nodemedic.toml");
         std::fs::write(&cfg, &config).unwrap();
-        // prlimit(1) sets both limits as systemd's LimitNOFILE=1024 would.
-        let mut cmd = match nofile {
-            Some(n) => {
-                let mut c = Command::new("prlimit");
-                c.arg(format!("--nofile={n}:{n}"))
-                    .arg("--")
-                    .arg(nodemedic_bin());
-                c
-            }
-            None => Command::new(nodemedic_bin()),
+        let wrapper: Vec<&str> = match &limit {
+            Some(l) => vec!["prlimit", l, "--"],
+            None => Vec::new(),
         };
-        cmd.arg("--config")
-            .arg(&cfg)
-            .arg("--host-root")
-            .arg(&tree)
-            .arg("--web.listen-address")
-            .arg(format!("127.0.0.1:{port}"))
-            .arg("run")
-            .env_remove("NODEMEDIC_CONFIG")
-            .env("RUST_LOG", "info");
-        cmd
+        nodemedic_cmd(
+            &wrapper,
+            &cfg,
+            &tree,
+            &["--web.listen-address".into(), format!("127.0.0.1:{port}")],
+            &[],
+        )
     })
 }
 

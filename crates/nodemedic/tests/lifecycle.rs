@@ -12,26 +12,20 @@ use std::time::{Duration, Instant};
 use common::*;
 
 fn spawn(extra: &[&str], dir: &std::path::Path) -> (Child, u16) {
-    let tree = fixture_dir("8cpu-collapsed");
     let cfg = dir.join("nodemedic.toml");
     std::fs::write(&cfg, FAST_CONFIG).unwrap();
     let port = free_port();
-    let child = Command::new(nodemedic_bin())
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--host-root")
-        .arg(&tree)
-        .arg("--web.listen-address")
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("run")
-        .args(extra)
-        .env_remove("NODEMEDIC_CONFIG")
-        .env("NO_COLOR", "1")
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("stderr")).unwrap())
-        .spawn()
-        .unwrap();
+    let child = nodemedic_cmd(
+        &[],
+        &cfg,
+        &fixture_dir("8cpu-collapsed"),
+        &["--web.listen-address".into(), format!("127.0.0.1:{port}")],
+        &extra.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+    )
+    .stdout(Stdio::null())
+    .stderr(std::fs::File::create(dir.join("stderr")).unwrap())
+    .spawn()
+    .unwrap();
     (child, port)
 }
 

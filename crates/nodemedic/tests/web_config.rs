@@ -200,15 +200,7 @@ fn start(dir: &Path, args: &[String], ready: &[String]) -> Proc {
     )
     .unwrap();
     let log = dir.join("nodemedic.log");
-    let child = Command::new(nodemedic_bin())
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--host-root")
-        .arg(&tree)
-        .args(args)
-        .arg("run")
-        .env_remove("NODEMEDIC_CONFIG")
-        .env("RUST_LOG", "info")
+    let child = nodemedic_cmd(&[], &cfg, &tree, args, &[])
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&log).unwrap())
         .stderr(std::fs::File::create(dir.join("nodemedic.err")).unwrap())

@@ -19,6 +19,37 @@ pub const DEADLINE: Duration = Duration::from_secs(30);
 /// Set to `1` to skip (loudly) the parts that need Prometheus' own binaries.
 pub const SKIP_ENV: &str = "NODEMEDIC_SKIP_PROMETHEUS";
 
+/// `nodemedic --config CONFIG --host-root TREE GLOBAL… run RUN…` with the environment the
+/// tests rely on (no inherited NODEMEDIC_CONFIG, info logs). `wrapper` runs it under another
+/// command, e.g. `["prlimit", "--nofile=1024:1024", "--"]` for systemd's LimitNOFILE.
+pub fn nodemedic_cmd(
+    wrapper: &[&str],
+    config: &Path,
+    tree: &Path,
+    global: &[String],
+    run: &[String],
+) -> Command {
+    let mut cmd = match wrapper.split_first() {
+        Some((program, args)) => {
+            let mut c = Command::new(program);
+            c.args(args).arg(nodemedic_bin());
+            c
+        }
+        None => Command::new(nodemedic_bin()),
+    };
+    cmd.arg("--config")
+        .arg(config)
+        .arg("--host-root")
+        .arg(tree)
+        .args(global)
+        .arg("run")
+        .args(run)
+        .env_remove("NODEMEDIC_CONFIG")
+        .env("NO_COLOR", "1")
+        .env("RUST_LOG", "info");
+    cmd
+}
+
 pub fn nodemedic_bin() -> &'static str {
     env!("CARGO_BIN_EXE_nodemedic")
 }
