@@ -77,8 +77,10 @@ pub fn golden_dir() -> PathBuf {
 /// The test config used against fixtures: fast sampling, collapse raised after two samples,
 /// remediation off (fixtures are read-only evidence, and the remediator's timing would
 /// make the golden exposition racy; remediation has its own tests), and the eBPF probes off
-/// (they read the running kernel, not the fixture; tests/probes.rs covers them).
-pub const FAST_CONFIG: &str = "sample_interval = \"200ms\"\n\n[detector.collapse]\nraise_after = 2\n\n[remediation]\nmode = \"off\"\n\n[probes]\nenabled = false\n";
+/// (they read the running kernel, not the fixture; tests/probes.rs covers them). The cgroups
+/// are read every sample, not every 15 s, so that pressure verdicts (two readings) appear
+/// within the tests' waits; the interval itself is tested in nodemedic-collect.
+pub const FAST_CONFIG: &str = "sample_interval = \"200ms\"\n\n[detector.collapse]\nraise_after = 2\n\n[remediation]\nmode = \"off\"\n\n[probes]\nenabled = false\n\n[cgroups]\ninterval = \"0s\"\n";
 
 // ---------------------------------------------------------------------------------------------
 // Processes
