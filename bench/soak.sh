@@ -5,7 +5,11 @@
 #
 #   bench/soak.sh [BINARY]          # default target/release/nodemedic
 #   SOAK_SECONDS=1500 SCRAPERS=4 bench/soak.sh target/debug/nodemedic
+#   SOAK_SCRAPES=200000 SCRAPERS=50 MAX_REQUESTS=64 bench/soak.sh   # issue 8's soak
 #
+# SOAK_SCRAPES stops the soak once that many scrapes succeeded (SOAK_SECONDS still bounds it).
+# MAX_REQUESTS sets web.max_requests: with more scrapers than it (default 40), the excess
+# gets 503 by design and counts as failed here.
 # Remediation runs in dry-run (a fixture collapse must not restart this machine's irqbalance).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +18,8 @@ BIN="${1:-target/release/nodemedic}"
 SOAK_SECONDS="${SOAK_SECONDS:-1500}"
 SOAK_EVERY="${SOAK_EVERY:-30}"
 SCRAPERS="${SCRAPERS:-4}"
+SOAK_SCRAPES="${SOAK_SCRAPES:-0}"
+MAX_REQUESTS="${MAX_REQUESTS:-40}"
 PORT="${PORT:-19181}"
 OUT="${OUT:-/tmp/nodemedic-soak}"
 
@@ -21,6 +27,7 @@ rm -rf "$OUT" && mkdir -p "$OUT"
 tree="$OUT/tree"
 cp -a tests/fixtures/8cpu-collapsed "$tree"
 sed -e 's/^mode = "on"/mode = "dry-run"/' -e 's/^enabled = "auto"/enabled = "never"/' \
+    -e "s/^max_requests = 40/max_requests = $MAX_REQUESTS/" \
     deploy/nodemedic.toml >"$OUT/nodemedic.toml"
 
 # The IRQs that come and go: every other numbered IRQ of the fixture.
@@ -83,18 +90,20 @@ for i in $(seq "$SCRAPERS"); do
 done
 
 hz=$(getconf CLK_TCK)
-echo "seconds rss_kib fds cpu_seconds scrapes failed" | tee "$OUT/series.txt"
+echo "seconds rss_kib hwm_kib fds cpu_seconds scrapes failed" | tee "$OUT/series.txt"
 start=$(date +%s)
 while :; do
     now=$(date +%s)
     elapsed=$((now - start))
     kill -0 "$pid" || { echo "daemon died" >&2; exit 1; }
     rss=$(awk '/^VmRSS/ {print $2}' "/proc/$pid/status")
+    hwm=$(awk '/^VmHWM/ {print $2}' "/proc/$pid/status")
     fds=$(ls "/proc/$pid/fd" | wc -l)
     cpu=$(awk -v hz="$hz" '{printf "%.2f", ($14 + $15) / hz}' "/proc/$pid/stat")
     read -r ok bad < <(cat "$OUT"/scraper.* 2>/dev/null | awk '{o += $1; b += $2} END {print o + 0, b + 0}')
-    echo "$elapsed $rss $fds $cpu $ok $bad" | tee -a "$OUT/series.txt"
+    echo "$elapsed $rss $hwm $fds $cpu $ok $bad" | tee -a "$OUT/series.txt"
     ((elapsed >= SOAK_SECONDS)) && break
+    ((SOAK_SCRAPES > 0 && ok >= SOAK_SCRAPES)) && break
     sleep "$SOAK_EVERY"
 done
 echo "soak: done; series in $OUT/series.txt, daemon log in $OUT/daemon.log"
