@@ -299,15 +299,7 @@ impl CollapseDetector {
         let mut cumulative = vec![0u64; ncols];
         let mut delta = vec![0u64; ncols];
         let prev = self.previous.as_ref().filter(|_| elapsed.is_some());
-        let same_header = prev.is_some_and(|p| p.cpus == cur.cpus);
-        let prev_col: Vec<Option<usize>> = match prev {
-            Some(p) if !same_header => cur
-                .cpus
-                .iter()
-                .map(|c| p.cpus.iter().position(|x| x == c))
-                .collect(),
-            _ => (0..ncols).map(Some).collect(),
-        };
+        let map = prev.and_then(|p| crate::rates::column_map(&p.cpus, &cur.cpus));
         for irq in &g.irqs {
             let Some(counts) = cur.counts(*irq) else {
                 continue;
@@ -315,30 +307,8 @@ impl CollapseDetector {
             for (sum, &count) in cumulative.iter_mut().zip(counts) {
                 *sum = sum.saturating_add(count);
             }
-            let Some(before) = prev.and_then(|p| p.counts(*irq)) else {
-                continue;
-            };
-            // Wrap-aware; a reset (IRQ reallocated) gives no rate.
-            if same_header {
-                // Column for column: on 1024 CPUs this loop is most of the detector's time.
-                for ((sum, &now), &old) in delta.iter_mut().zip(counts).zip(before) {
-                    // Widened counts only grow: the branch that calls `delta` is the rare one.
-                    let d = if now >= old {
-                        now - old
-                    } else {
-                        counter::delta(old, now).unwrap_or(0)
-                    };
-                    *sum = sum.saturating_add(d);
-                }
-            } else {
-                for ((sum, &now), col) in delta.iter_mut().zip(counts).zip(&prev_col) {
-                    if let Some(d) = col
-                        .and_then(|c| before.get(c))
-                        .and_then(|&old| counter::delta(old, now))
-                    {
-                        *sum = sum.saturating_add(d);
-                    }
-                }
+            if let Some(before) = prev.and_then(|p| p.counts(*irq)) {
+                crate::rates::add_growth(&mut delta, counts, before, map.as_deref());
             }
         }
         let total_delta: u64 = delta.iter().fold(0u64, |a, d| a.saturating_add(*d));

@@ -7,6 +7,7 @@ pub mod finding;
 pub mod groups;
 pub mod hysteresis;
 pub mod pressure;
+pub mod rates;
 pub mod wakeup_storm;
 
 pub use collapse::{CollapseConfig, CollapseDetector, GroupVerdict, HurtingConfig};

@@ -1,6 +1,6 @@
 //! `nodemedic check`: a one-shot diagnosis for an SRE at a terminal.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 
 use nodemedic_kernel::counter;
@@ -198,24 +198,20 @@ pub fn build_report(first: &Sample, second: &Sample) -> CheckReport {
     let topo = snap.topology.clone().unwrap_or_default();
     let mut per_cpu = Vec::new();
     if let Some(ints) = &snap.interrupts {
-        // The rate counts only IRQs present in both samples, so that an IRQ appearing between
-        // them does not count its whole history as one interval's work.
-        let before = first.snapshot.interrupts.as_deref();
-        let irqs_of = |i: &Interrupts| i.irqs.iter().map(|l| l.irq).collect::<HashSet<u32>>();
-        let now_irqs = irqs_of(ints);
-        let then_irqs = before.map(irqs_of).unwrap_or_default();
-        let then_sums = before.map(|b| cpu_sums(b, Some(&now_irqs)));
-        let now_sums = cpu_sums(ints, Some(&then_irqs));
-        let totals = cpu_sums(ints, None);
-        for cpu in &ints.cpus {
+        // The detector's rate maths (nodemedic_detect::rates): IRQs present in both samples,
+        // wrap-aware, a reset IRQ adding nothing, CPUs matched through the headers.
+        let growth = first
+            .snapshot
+            .interrupts
+            .as_deref()
+            .map(|before| nodemedic_detect::rates::per_cpu_growth(before, ints));
+        let totals = cpu_sums(ints);
+        for (col, cpu) in ints.cpus.iter().enumerate() {
             let now = totals.get(cpu).copied().unwrap_or(0);
-            let rate = match (
-                then_sums.as_ref().and_then(|t| t.get(cpu)),
-                now_sums.get(cpu),
-            ) {
-                (Some(b), Some(n)) => counter::delta(*b, *n).unwrap_or(0) as f64 / dt,
-                _ => 0.0,
-            };
+            let rate = growth
+                .as_ref()
+                .and_then(|g| g.get(col))
+                .map_or(0.0, |d| *d as f64 / dt);
             let net_rx = match (&first.snapshot.softirqs, &snap.softirqs) {
                 (Some(a), Some(b)) => match (a.count("NET_RX", *cpu), b.count("NET_RX", *cpu)) {
                     (Some(x), Some(y)) => counter::delta(x, y).map(|d| d as f64 / dt),
@@ -274,13 +270,10 @@ pub fn build_report(first: &Sample, second: &Sample) -> CheckReport {
 }
 
 /// Device interrupts per CPU, summed over the IRQs in `keep` (all when `None`).
-fn cpu_sums(i: &Interrupts, keep: Option<&HashSet<u32>>) -> HashMap<u32, u64> {
+/// Per CPU, the interrupts of every device IRQ so far.
+fn cpu_sums(i: &Interrupts) -> HashMap<u32, u64> {
     let mut sums: HashMap<u32, u64> = HashMap::with_capacity(i.cpus.len());
-    for line in i
-        .irqs
-        .iter()
-        .filter(|l| keep.is_none_or(|k| k.contains(&l.irq)))
-    {
+    for line in &i.irqs {
         for (cpu, count) in i.per_cpu(&line.counts) {
             let sum = sums.entry(cpu).or_default();
             *sum = sum.saturating_add(count);

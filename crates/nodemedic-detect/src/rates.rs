@@ -1,0 +1,111 @@
+//! Interrupt rates from two samples: the one place where the collapse detector and
+//! `nodemedic check` turn two `/proc/interrupts` tables into per-CPU growth.
+//!
+//! Columns are CPUs through the header, which names only online CPUs: when it changed between
+//! the samples (hotplug), each column finds its CPU's earlier column by id. Growth is
+//! wrap-aware ([`counter::delta`]); an IRQ whose count went backwards (its number reused by
+//! another device) adds nothing, and an IRQ that appeared between the samples adds nothing
+//! either, since its whole history is not one interval's work.
+
+use std::collections::HashMap;
+
+use nodemedic_kernel::counter;
+use nodemedic_kernel::interrupts::Interrupts;
+
+/// How the columns of `now`'s header map to `before`'s: `None` when the headers are the same
+/// (columns line up), else per column the earlier column of the same CPU, if it had one.
+pub fn column_map(before: &[u32], now: &[u32]) -> Option<Vec<Option<usize>>> {
+    (before != now).then(|| {
+        now.iter()
+            .map(|c| before.iter().position(|x| x == c))
+            .collect()
+    })
+}
+
+/// Adds one IRQ's growth from `before` to `now` into `sums`, per column of `now`.
+pub fn add_growth(sums: &mut [u64], now: &[u64], before: &[u64], map: Option<&[Option<usize>]>) {
+    match map {
+        // Column for column: on 1024 CPUs this loop is most of the collapse detector's time.
+        None => {
+            for ((sum, &n), &o) in sums.iter_mut().zip(now).zip(before) {
+                // Widened counts only grow: the branch that calls `delta` is the rare one.
+                let d = if n >= o {
+                    n - o
+                } else {
+                    counter::delta(o, n).unwrap_or(0)
+                };
+                *sum = sum.saturating_add(d);
+            }
+        }
+        Some(map) => {
+            for ((sum, &n), col) in sums.iter_mut().zip(now).zip(map) {
+                if let Some(d) = col
+                    .and_then(|c| before.get(c))
+                    .and_then(|&o| counter::delta(o, n))
+                {
+                    *sum = sum.saturating_add(d);
+                }
+            }
+        }
+    }
+}
+
+/// Per column of `now`, the growth of every IRQ present in both tables.
+pub fn per_cpu_growth(before: &Interrupts, now: &Interrupts) -> Vec<u64> {
+    let map = column_map(&before.cpus, &now.cpus);
+    let rows: HashMap<u32, &[u64]> = before
+        .irqs
+        .iter()
+        .map(|l| (l.irq, l.counts.as_slice()))
+        .collect();
+    let mut sums = vec![0u64; now.cpus.len()];
+    for line in &now.irqs {
+        if let Some(b) = rows.get(&line.irq) {
+            add_growth(&mut sums, &line.counts, b, map.as_deref());
+        }
+    }
+    sums
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodemedic_kernel::interrupts::IrqLine;
+
+    fn table(cpus: &[u32], rows: &[(u32, &[u64])]) -> Interrupts {
+        Interrupts {
+            cpus: cpus.to_vec(),
+            irqs: rows
+                .iter()
+                .map(|(irq, c)| IrqLine {
+                    irq: *irq,
+                    counts: c.to_vec(),
+                    chip: String::new(),
+                    hwirq: None,
+                    trigger: None,
+                    actions: Vec::new(),
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn growth_follows_cpus_through_hotplug_and_skips_resets_and_newcomers() {
+        let top = u64::from(u32::MAX);
+        let before = table(
+            &[0, 1, 2],
+            &[(10, &[5, 100, top - 1]), (11, &[1_000_000, 0, 0])],
+        );
+        // CPU 1 went offline; IRQ 10 wrapped on CPU 2; IRQ 11 was reused (reset); 12 is new.
+        let now = table(&[0, 2], &[(10, &[8, 3]), (11, &[2, 0]), (12, &[50, 50])]);
+        assert_eq!(
+            column_map(&before.cpus, &now.cpus),
+            Some(vec![Some(0), Some(2)])
+        );
+        assert_eq!(per_cpu_growth(&before, &now), vec![3, 5]);
+        let same = table(&[0, 1, 2], &[(10, &[6, 100, top - 1])]);
+        assert_eq!(column_map(&before.cpus, &same.cpus), None);
+        assert_eq!(per_cpu_growth(&before, &same), vec![1, 0, 0]);
+    }
+}
