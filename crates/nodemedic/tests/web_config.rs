@@ -192,11 +192,18 @@ fn curl(args: &[&str]) -> (i32, u16, String) {
 /// Starts nodemedic on the 8cpu-collapsed fixture with `args`, waiting until `ready`
 /// (curl arguments) answers 200.
 fn start(dir: &Path, args: &[String], ready: &[String]) -> Proc {
+    start_with(dir, args, ready, "")
+}
+
+/// `start`, with `extra` appended to the TOML configuration.
+fn start_with(dir: &Path, args: &[String], ready: &[String], extra: &str) -> Proc {
     let tree = fixture_dir("8cpu-collapsed");
     let cfg = dir.join("nodemedic.toml");
     std::fs::write(
         &cfg,
-        "sample_interval = \"200ms\"\n[probes]\nenabled = false\n[remediation]\nmode = \"off\"\n",
+        format!(
+            "sample_interval = \"200ms\"\n[probes]\nenabled = false\n[remediation]\nmode = \"off\"\n{extra}"
+        ),
     )
     .unwrap();
     let log = dir.join("nodemedic.log");
@@ -603,4 +610,148 @@ fn several_listen_addresses_and_a_unix_socket() {
     assert_eq!(code, 200, "{body}");
     let v: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["web_config"]["tls"], false);
+}
+
+/// Curl arguments for `pki`'s certificate `name` (`name.pem`, `name.key`).
+fn client_cert(pki: &Pki, name: &str) -> Vec<String> {
+    vec![
+        "--cert".to_string(),
+        pki.path(&format!("{name}.pem")).display().to_string(),
+        "--key".to_string(),
+        pki.path(&format!("{name}.key")).display().to_string(),
+    ]
+}
+
+/// Starts nodemedic with `yaml` as its web configuration, ready once `ready_cert` (or no
+/// certificate) with the password gets /healthz; returns the process and the port.
+fn start_tls(
+    tmp: &Path,
+    pki: &Pki,
+    yaml: &str,
+    ready_cert: Option<&str>,
+    extra: &str,
+) -> (Proc, u16) {
+    let file = tmp.join("web.yml");
+    std::fs::write(&file, yaml).unwrap();
+    let port = free_port();
+    let ca = pki.path("ca.pem").display().to_string();
+    let mut ready = strings(&["--cacert", &ca, "-u", &format!("{USER}:{PASSWORD}")]);
+    if let Some(c) = ready_cert {
+        ready.extend(client_cert(pki, c));
+    }
+    ready.push(format!("https://127.0.0.1:{port}/healthz"));
+    let p = start_with(
+        tmp,
+        &[
+            "--web.config.file".into(),
+            file.display().to_string(),
+            "--web.listen-address".into(),
+            format!("127.0.0.1:{port}"),
+        ],
+        &ready,
+        extra,
+    );
+    (p, port)
+}
+
+/// `curl` with the CA, the password and optionally a client certificate.
+fn curl_as(pki: &Pki, port: u16, cert: Option<&str>) -> (i32, u16, String) {
+    let ca = pki.path("ca.pem").display().to_string();
+    let mut a = strings(&["--cacert", &ca, "-u", &format!("{USER}:{PASSWORD}")]);
+    if let Some(c) = cert {
+        a.extend(client_cert(pki, c));
+    }
+    a.push(format!("https://127.0.0.1:{port}/metrics"));
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    curl(&a)
+}
+
+/// client_allowed_sans: the CA-signed client certificate (SAN `scraper.example`) is turned
+/// away when only another name is allowed, and let in when its own name is.
+#[test]
+fn client_allowed_sans_picks_among_ca_signed_certificates() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new(tmp.path());
+    let base = web_config(&pki, Some("RequireAndVerifyClientCert"));
+    let with_sans = |sans: &str| {
+        base.replace(
+            "http_server_config:",
+            &format!("  client_allowed_sans: {sans}\nhttp_server_config:"),
+        )
+    };
+    let (nm, port) = start_tls(
+        tmp.path(),
+        &pki,
+        &with_sans("[scraper.example, other.example]"),
+        Some("client"),
+        "",
+    );
+    let (_, code, body) = curl_as(&pki, port, Some("client"));
+    assert_eq!(code, 200, "its own name allowed: {body}");
+
+    // The same server, its file edited to allow another name only: re-read, and the
+    // certificate is turned away.
+    std::fs::write(tmp.path().join("web.yml"), with_sans("[other.example]")).unwrap();
+    let start = Instant::now();
+    loop {
+        let (exit, code, _) = curl_as(&pki, port, Some("client"));
+        if code != 200 && exit != 0 {
+            break;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "a certificate naming none of client_allowed_sans still gets HTTP {code}: {}",
+            nm.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// RequireAnyClientCert, Go's meaning: some certificate is required, but no CA checks it
+/// (a self-signed one gets in); none at all fails the handshake.
+#[test]
+fn require_any_client_cert_takes_any_certificate_but_not_none() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new(tmp.path());
+    let yaml = web_config(&pki, None).replace(
+        "http_server_config:",
+        "  client_auth_type: RequireAnyClientCert\nhttp_server_config:",
+    );
+    let (_nm, port) = start_tls(tmp.path(), &pki, &yaml, Some("rogue"), "");
+    let (_, code, body) = curl_as(&pki, port, Some("rogue"));
+    assert_eq!(code, 200, "a self-signed client certificate: {body}");
+    let (exit, code, _) = curl_as(&pki, port, None);
+    assert!(
+        code == 0 && exit != 0,
+        "no client certificate: curl exit {exit}, HTTP {code}"
+    );
+}
+
+/// A client that stalls in the middle of the TLS handshake is closed by the server within
+/// the header timeout (the handshake runs in the connection's task, under that bound), and
+/// the endpoint keeps serving.
+#[test]
+fn a_stalled_tls_handshake_is_closed_within_the_header_timeout() {
+    use std::io::{Read, Write};
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new(tmp.path());
+    let (_nm, port) = start_tls(
+        tmp.path(),
+        &pki,
+        &web_config(&pki, None),
+        None,
+        "[web]\nheader_read_timeout = \"1s\"\n",
+    );
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    // The first bytes of a TLS record header, then nothing.
+    conn.write_all(&[0x16, 0x03, 0x01]).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
+    let mut buf = [0u8; 64];
+    match conn.read(&mut buf) {
+        Ok(0) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        other => panic!("a stalled handshake was not closed by the server: {other:?}"),
+    }
+    let (_, code, body) = curl_as(&pki, port, None);
+    assert_eq!(code, 200, "{body}");
 }
