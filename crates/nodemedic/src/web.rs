@@ -374,7 +374,9 @@ async fn secure(State(w): State<Arc<WebConfigWatch>>, req: Request, next: Next) 
             .headers()
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Basic "))
+            // The scheme is case-insensitive (RFC 7617; Go's Request.BasicAuth agrees).
+            .and_then(|v| v.trim().split_once(' '))
+            .and_then(|(scheme, b)| scheme.eq_ignore_ascii_case("basic").then_some(b))
             .and_then(|b| {
                 use base64::Engine;
                 base64::engine::general_purpose::STANDARD

@@ -436,6 +436,29 @@ fn tls_config(
             ))
         }
     };
+    // client_allowed_sans is checked on a CA-verified certificate; without one every
+    // connection would be turned away after its handshake, silently. And only names webpki
+    // can match (DNS names, IP addresses) can ever match: anything else is a typo or an
+    // e-mail/URI SAN, refused here rather than never matching.
+    if !t.client_allowed_sans.is_empty() {
+        if !matches!(
+            auth,
+            "VerifyClientCertIfGiven" | "RequireAndVerifyClientCert"
+        ) {
+            return Err(field(
+                "tls_server_config.client_allowed_sans",
+                format!("needs client_auth_type RequireAndVerifyClientCert or VerifyClientCertIfGiven (it is {auth})"),
+            ));
+        }
+        for name in &t.client_allowed_sans {
+            if rustls::pki_types::ServerName::try_from(name.as_str()).is_err() {
+                return Err(field(
+                    "tls_server_config.client_allowed_sans",
+                    format!("{name:?}: only DNS names and IP addresses can be matched"),
+                ));
+            }
+        }
+    }
     let builder = match verifier {
         Some(v) => builder.with_client_cert_verifier(v),
         None => builder.with_no_client_auth(),
@@ -447,6 +470,9 @@ fn tls_config(
         )
     })?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // Go's PreferServerCipherSuites, exporter-toolkit's default true. rustls follows the
+    // client's order unless told otherwise.
+    config.ignore_client_order = t.prefer_server_cipher_suites.unwrap_or(true);
     Ok(config)
 }
 
@@ -751,6 +777,60 @@ mod tests {
         let p = dir.join("web.yml");
         std::fs::write(&p, y).unwrap();
         p
+    }
+
+    #[test]
+    fn client_allowed_sans_needs_a_verified_certificate_and_matchable_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let ok = std::process::Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+            ])
+            .args(["-nodes", "-days", "1", "-subj", "/CN=t", "-keyout"])
+            .arg(d.join("k.pem"))
+            .arg("-out")
+            .arg(d.join("c.pem"))
+            .output()
+            .unwrap()
+            .status
+            .success();
+        assert!(ok, "openssl");
+        std::fs::copy(d.join("c.pem"), d.join("ca.pem")).unwrap();
+        let try_load = |extra: &str| {
+            let p = d.join("web.yml");
+            std::fs::write(
+                &p,
+                format!("tls_server_config:\n  cert_file: c.pem\n  key_file: k.pem\n{extra}"),
+            )
+            .unwrap();
+            load(&p).map(|_| ()).map_err(|e| e.to_string())
+        };
+        let e = try_load("  client_allowed_sans: [a.example]\n").unwrap_err();
+        assert!(
+            e.contains("client_allowed_sans") && e.contains("NoClientCert"),
+            "{e}"
+        );
+        let e = try_load(
+            "  client_auth_type: RequireAnyClientCert\n  client_allowed_sans: [a.example]\n",
+        )
+        .unwrap_err();
+        assert!(e.contains("client_allowed_sans"), "{e}");
+        let verify = "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.pem\n";
+        let e = try_load(&format!(
+            "{verify}  client_allowed_sans: [\"ops@example.com\"]\n"
+        ))
+        .unwrap_err();
+        assert!(e.contains("ops@example.com"), "{e}");
+        try_load(&format!(
+            "{verify}  client_allowed_sans: [a.example, 10.0.0.1]\n"
+        ))
+        .unwrap();
     }
 
     /// An unknown user is checked against a hash of the highest cost among the users, so it

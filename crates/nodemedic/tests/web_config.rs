@@ -755,3 +755,86 @@ fn a_stalled_tls_handshake_is_closed_within_the_header_timeout() {
     let (_, code, body) = curl_as(&pki, port, None);
     assert_eq!(code, 200, "{body}");
 }
+
+/// The `Basic` scheme is matched case-insensitively (RFC 7617), as Go's `BasicAuth` does for
+/// node_exporter: a client sending `basic` is not refused.
+#[test]
+fn the_basic_scheme_is_case_insensitive() {
+    use base64::Engine;
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new(tmp.path());
+    let (_nm, port) = start_tls(tmp.path(), &pki, &web_config(&pki, None), None, "");
+    let ca = pki.path("ca.pem").display().to_string();
+    let token = base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}"));
+    let url = format!("https://127.0.0.1:{port}/metrics");
+    for scheme in ["basic", "BASIC"] {
+        let h = format!("Authorization: {scheme} {token}");
+        let (_, code, body) = curl(&["--cacert", &ca, "-H", &h, &url]);
+        assert_eq!(code, 200, "{scheme}: {body}");
+    }
+    let wrong = base64::engine::general_purpose::STANDARD.encode(format!("{USER}:nope"));
+    let (_, code, _) = curl(&[
+        "--cacert",
+        &ca,
+        "-H",
+        &format!("Authorization: basic {wrong}"),
+        &url,
+    ]);
+    assert_eq!(code, 401);
+}
+
+/// The TLS 1.2 cipher `openssl s_client` negotiates when it prefers ChaCha20 over AES-GCM.
+fn negotiated_tls12_cipher(pki: &Pki, port: u16) -> String {
+    let out = Command::new("openssl")
+        .args([
+            "s_client",
+            "-tls1_2",
+            "-connect",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .args([
+            "-cipher",
+            "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-ECDSA-AES128-GCM-SHA256",
+        ])
+        .arg("-CAfile")
+        .arg(pki.path("ca.pem"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("running openssl s_client");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("Cipher    : "))
+        .unwrap_or_else(|| panic!("no cipher in s_client output: {text}"))
+        .to_string()
+}
+
+/// prefer_server_cipher_suites (exporter-toolkit's default true): the file's cipher_suites
+/// order wins over the client's; `false` lets the client's preference win.
+#[test]
+fn prefer_server_cipher_suites_decides_whose_order_wins() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new(tmp.path());
+    // web_config lists AES-128-GCM before ChaCha20; the client asks for ChaCha20 first.
+    let base = web_config(&pki, None);
+    assert!(
+        base.contains("[TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, TLS_ECDHE_ECDSA_WITH_CHACHA20")
+    );
+    for (setting, expected) in [
+        ("", "ECDHE-ECDSA-AES128-GCM-SHA256"),
+        (
+            "  prefer_server_cipher_suites: false\n",
+            "ECDHE-ECDSA-CHACHA20-POLY1305",
+        ),
+    ] {
+        let yaml = base.replace(
+            "http_server_config:",
+            &format!("{setting}http_server_config:"),
+        );
+        let (_nm, port) = start_tls(tmp.path(), &pki, &yaml, None, "");
+        assert_eq!(
+            negotiated_tls12_cipher(&pki, port),
+            expected,
+            "with {setting:?}"
+        );
+    }
+}
