@@ -296,22 +296,36 @@ impl CollapseDetector {
         // sample. Columns map to CPUs through the header; when it is unchanged (the usual
         // case) the previous sample's columns line up index for index.
         let ncols = cur.cpus.len();
-        let mut cumulative = vec![0u64; ncols];
         let mut delta = vec![0u64; ncols];
         let prev = self.previous.as_ref().filter(|_| elapsed.is_some());
-        let map = prev.and_then(|p| crate::rates::column_map(&p.cpus, &cur.cpus));
-        for irq in &g.irqs {
-            let Some(counts) = cur.counts(*irq) else {
-                continue;
-            };
-            for (sum, &count) in cumulative.iter_mut().zip(counts) {
-                *sum = sum.saturating_add(count);
-            }
-            if let Some(before) = prev.and_then(|p| p.counts(*irq)) {
-                crate::rates::add_growth(&mut delta, counts, before, map.as_deref());
+        if let Some(p) = prev {
+            let map = crate::rates::column_map(&p.cpus, &cur.cpus);
+            for irq in &g.irqs {
+                if let (Some(counts), Some(before)) = (cur.counts(*irq), p.counts(*irq)) {
+                    crate::rates::add_growth(&mut delta, counts, before, map.as_deref());
+                }
             }
         }
         let total_delta: u64 = delta.iter().fold(0u64, |a, d| a.saturating_add(*d));
+        // The counts since boot are the basis only when nothing grew (the first sample, an
+        // idle device), so they are summed only then.
+        let cumulative = if total_delta > 0 {
+            Vec::new()
+        } else {
+            let mut sums = vec![0u64; ncols];
+            for counts in g.irqs.iter().filter_map(|irq| cur.counts(*irq)) {
+                for (sums, counts) in sums.chunks_mut(8).zip(counts.chunks(8)) {
+                    // Mostly zeros on a wide node (see `rates::add_growth`).
+                    if counts.iter().fold(0, |any, &c| any | c) == 0 {
+                        continue;
+                    }
+                    for (sum, &count) in sums.iter_mut().zip(counts) {
+                        *sum = sum.saturating_add(count);
+                    }
+                }
+            }
+            sums
+        };
         if let (Some(dt), Some(_)) = (elapsed, prev) {
             e.irq_rate = Some(total_delta as f64 / dt);
             e.per_cpu_rate = delta

@@ -141,16 +141,19 @@ fn is_zero_cell(b: &[u8], pos: usize) -> bool {
 
 pub(crate) fn leading_counts(s: &str, max: usize) -> (Vec<u64>, usize) {
     // Index loops with the bound in the condition, so the compiler drops the bounds checks;
-    // up to 19 digits cannot overflow a u64, so only a 20th digit is checked.
+    // up to 19 digits cannot overflow a u64, so only a 20th digit is checked. The counts
+    // start zeroed and only non-zero cells are stored, by index with the count in a register
+    // (pushing every zero kept the vector's length in memory, a store and a reload per cell).
     let b = s.as_bytes();
     let n = b.len();
-    let mut counts = Vec::with_capacity(max);
+    let mut counts = vec![0u64; max];
+    let mut k = 0;
     let mut pos = 0;
-    while counts.len() < max {
+    while k < counts.len() {
         // The kernel's own spelling of a zero (`" %10u"`), which is most cells of a wide
         // table: an IRQ counts on the few CPUs it is routed to.
         if is_zero_cell(b, pos) {
-            counts.push(0);
+            k += 1;
             pos += 11;
             continue;
         }
@@ -178,9 +181,11 @@ pub(crate) fn leading_counts(s: &str, max: usize) -> (Vec<u64>, usize) {
         if i == start || (i < n && !b[i].is_ascii_whitespace()) {
             break;
         }
-        counts.push(value);
+        counts[k] = value;
+        k += 1;
         pos = i;
     }
+    counts.truncate(k);
     (counts, pos)
 }
 
