@@ -151,9 +151,11 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
         web_config: security.clone(),
         render: RenderCache::default(),
     });
+    let (sample_requests, sampler_thread) =
+        start_sampler(engine, faults.clone()).context("starting the sampler thread")?;
     let mut sampler = tokio::spawn({
         let f = faults.clone();
-        let task = sample_loop(engine, shared.clone(), tx, faults);
+        let task = sample_loop(sample_requests, shared.clone(), tx);
         async move { with_fault("sampler", &f, task).await }
     });
     let mut remediator = remediator;
@@ -207,6 +209,9 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
         sampler.abort();
         remediator.abort();
         kube_task.abort();
+        // (The aborted sample loop is dropped by the runtime while this waits, which closes
+        // the thread's channel; the task that died was already awaited above.)
+        join_sampler(sampler_thread).await;
         anyhow::bail!(
             "the {task} task {how}; exiting so that systemd or the kubelet restarts nodemedic"
         );
@@ -215,6 +220,7 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
     // STOP_GRACE to finish (its outcome is audited), else it is recorded as interrupted.
     sampler.abort();
     let _ = (&mut sampler).await;
+    join_sampler(sampler_thread).await;
     match tokio::time::timeout(STOP_GRACE, &mut remediator).await {
         Ok(_) => {}
         Err(_) => {
@@ -231,10 +237,29 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// How long SIGTERM waits for a remediation step in flight: below the unit's
-/// `TimeoutStopSec=20s` (deploy/systemd) and the kubelet's default 30 s grace period, so the
-/// `interrupted` audit line is written before a SIGKILL.
+/// How long SIGTERM waits for a remediation step in flight: with [`SAMPLER_STOP`], below the
+/// unit's `TimeoutStopSec=20s` (deploy/systemd) and the kubelet's default 30 s grace period, so
+/// the `interrupted` audit line is written before a SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(15);
+
+/// How long stopping waits for the sampler thread to finish its sample and drop the engine.
+const SAMPLER_STOP: Duration = Duration::from_secs(3);
+
+/// Waits (up to [`SAMPLER_STOP`]) for the sampler thread, which ends once its request channel
+/// is closed (the sample loop is gone). Dropping the engine there stops what it owns: the disk
+/// commit probe's thread ends and its file is removed. Without the wait the process could exit
+/// mid-drop and leave the file behind.
+async fn join_sampler(thread: std::thread::JoinHandle<()>) {
+    let deadline = Instant::now() + SAMPLER_STOP;
+    while !thread.is_finished() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    if thread.is_finished() {
+        let _ = thread.join();
+    } else {
+        tracing::warn!("the sampler thread did not stop within {SAMPLER_STOP:?}; exiting anyway");
+    }
+}
 
 /// How a task that should never end ended.
 fn ended(r: Result<(), tokio::task::JoinError>) -> String {
@@ -291,13 +316,15 @@ async fn shutdown_signal() {
 /// memory is reused from one sample to the next (tokio's blocking pool would move samples
 /// between threads, and glibc keeps a heap per thread: on a 1024-CPU tree that cost 12 MiB
 /// of RSS, BENCHMARKS.md "Scale"). Requests carry the reply channel.
+type SampleRequests = tokio::sync::mpsc::Sender<tokio::sync::oneshot::Sender<Sample>>;
+
 fn start_sampler(
     engine: Engine,
     faults: Faults,
-) -> std::io::Result<tokio::sync::mpsc::Sender<tokio::sync::oneshot::Sender<Sample>>> {
+) -> std::io::Result<(SampleRequests, std::thread::JoinHandle<()>)> {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<tokio::sync::oneshot::Sender<Sample>>(1);
     let mut engine = engine;
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("nodemedic-sampler".into())
         .spawn(move || {
             while let Some(reply) = rx.blocking_recv() {
@@ -321,22 +348,14 @@ fn start_sampler(
                 let _ = reply.send(sample);
             }
         })?;
-    Ok(tx)
+    Ok((tx, thread))
 }
 
 async fn sample_loop(
-    engine: Engine,
+    sampler: SampleRequests,
     shared: Arc<Shared>,
     remediator: tokio::sync::watch::Sender<Option<Arc<Sample>>>,
-    faults: Faults,
 ) {
-    let sampler = match start_sampler(engine, faults) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot start the sampler thread");
-            return;
-        }
-    };
     let mut ticker = tokio::time::interval(shared.config.sample_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
