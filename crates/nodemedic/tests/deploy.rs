@@ -8,46 +8,11 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
 
-use common::{nodemedic_bin, workspace_root};
+use common::{helm, nodemedic_bin, render, workspace_root};
 
 const RENDERED: &str = "deploy/kubernetes/nodemedic.yaml";
-
-fn helm() -> &'static PathBuf {
-    static HELM: OnceLock<PathBuf> = OnceLock::new();
-    HELM.get_or_init(|| {
-        let out = Command::new("bash")
-            .arg(workspace_root().join("tests/k8s/build-helm.sh"))
-            .output()
-            .expect("running tests/k8s/build-helm.sh");
-        assert!(
-            out.status.success(),
-            "building helm failed (tests/k8s/build-helm.sh):\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-    })
-}
-
-/// `helm template nodemedic deploy/helm/nodemedic --set …`.
-pub fn render(set: &[&str]) -> String {
-    let mut cmd = Command::new(helm());
-    cmd.args(["template", "nodemedic", "deploy/helm/nodemedic"])
-        .current_dir(workspace_root());
-    for s in set {
-        cmd.args(["--set", s]);
-    }
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "helm template {set:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 /// The YAML document of `kind`.
 fn doc<'a>(all: &'a str, kind: &str) -> &'a str {
@@ -214,4 +179,84 @@ fn the_man_page_is_generated_from_the_command_line_definitions() {
     }
     // Hidden test and packaging commands stay out of the user's manual.
     assert!(!roff.contains("hang") && !roff.contains("Print the man page"));
+}
+
+/// `webConfig.secretName`: the Secret is mounted read-only at /etc/nodemedic/web and passed
+/// as `--web.config.file`; the kubelet's checks follow `webConfig.probe` (HTTPS, or a TCP
+/// connection when the endpoint wants credentials); anything else is refused at render time.
+/// `scrapeEndpoint` reaches the ServiceMonitor and PodMonitor. (The Secret's file layout and
+/// its update: web_config.rs, `a_secret_volume_update_swapping_data_is_served_without_a_restart`.)
+#[test]
+fn web_config_secret_is_mounted_passed_and_probed_accordingly() {
+    let plain = render(&[]);
+    let ds = doc(&plain, "DaemonSet");
+    assert!(
+        !ds.contains("web.config.file") && !ds.contains("web-config"),
+        "{ds}"
+    );
+    assert!(
+        !ds.contains("scheme: HTTPS") && !ds.contains("tcpSocket"),
+        "{ds}"
+    );
+
+    let tls = render(&["webConfig.secretName=nodemedic-web"]);
+    let ds = doc(&tls, "DaemonSet");
+    assert!(
+        ds.contains(r#""--web.config.file", "/etc/nodemedic/web/web-config.yml"]"#),
+        "{ds}"
+    );
+    let mount = &ds[ds
+        .find("- name: web-config\n              mountPath:")
+        .unwrap()..];
+    assert!(
+        mount
+            .lines()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join("\n")
+            .contains("mountPath: /etc/nodemedic/web\n              readOnly: true"),
+        "{mount}"
+    );
+    assert!(
+        ds.contains("secret:\n            secretName: nodemedic-web"),
+        "{ds}"
+    );
+    assert_eq!(ds.matches("scheme: HTTPS").count(), 2, "{ds}");
+
+    let tcp = render(&["webConfig.secretName=nodemedic-web", "webConfig.probe=tcp"]);
+    let ds = doc(&tcp, "DaemonSet");
+    assert_eq!(ds.matches("tcpSocket:").count(), 2, "{ds}");
+    assert!(!ds.contains("httpGet"), "{ds}");
+
+    let out = Command::new(helm())
+        .args(["template", "nodemedic", "deploy/helm/nodemedic"])
+        .args([
+            "--set",
+            "webConfig.secretName=x",
+            "--set",
+            "webConfig.probe=http",
+        ])
+        .current_dir(workspace_root())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("webConfig.probe must be https or tcp"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let monitors = render(&[
+        "serviceMonitor.enabled=true",
+        "podMonitor.enabled=true",
+        "scrapeEndpoint.scheme=https",
+        "scrapeEndpoint.tlsConfig.insecureSkipVerify=true",
+    ]);
+    for kind in ["ServiceMonitor", "PodMonitor"] {
+        let m = doc(&monitors, kind);
+        assert!(
+            m.contains("scheme: https\n      tlsConfig:\n        insecureSkipVerify: true"),
+            "{m}"
+        );
+    }
 }

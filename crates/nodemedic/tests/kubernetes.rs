@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{fixture_dir, start_server, workspace_root, Server};
+use common::{fixture_dir, render, start_server, workspace_root, Server};
 use serde_json::Value;
 
 const NODE: &str = "nm-test-node";
@@ -602,4 +602,27 @@ fn shipped_manifests_apply_and_pod_security_admits_them_only_as_labelled() {
         err.contains("violates PodSecurity \"baseline:latest\"") && err.contains("hostPath"),
         "{err}"
     );
+
+    // The chart with the endpoint's web configuration from a Secret, each probe kind: the
+    // DaemonSet (Secret volume, the extra arguments, HTTPS or TCP checks) is valid to the API
+    // server and admitted in the chart's namespace.
+    for probe in ["https", "tcp"] {
+        let all = render(&[
+            "webConfig.secretName=nodemedic-web",
+            &format!("webConfig.probe={probe}"),
+        ]);
+        let ds = all
+            .split("\n---")
+            .find(|d| d.lines().any(|l| l == "kind: DaemonSet"))
+            .expect("a DaemonSet in the chart");
+        let (ok, out, err) = cluster.kubectl_as(
+            &cluster.kubeconfig(),
+            &["apply", "--server-side", "--dry-run=server", "-f", "-"],
+            Some(ds),
+        );
+        assert!(
+            ok && out.contains("daemonset.apps/nodemedic"),
+            "{probe}: {out} {err}"
+        );
+    }
 }

@@ -838,3 +838,102 @@ fn prefer_server_cipher_suites_decides_whose_order_wins() {
         );
     }
 }
+
+/// The Helm chart's `webConfig.secretName` (deploy/helm/nodemedic): the Secret's files as the
+/// kubelet mounts them (a timestamped directory, `..data` pointing at it, each key a symlink
+/// through `..data`), the file naming its certificate relatively, as docs/web-config.md shows.
+/// An update of the Secret swaps `..data` to a new directory in one rename and deletes the
+/// old one: the new certificate is served without a restart, and nothing fails meanwhile.
+#[test]
+fn a_secret_volume_update_swapping_data_is_served_without_a_restart() {
+    use std::os::unix::fs::symlink;
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = Pki::new(tmp.path());
+    let mount = tmp.path().join("web");
+    std::fs::create_dir(&mount).unwrap();
+    let yaml = format!(
+        "tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\nbasic_auth_users:\n  {USER}: '{}'\n",
+        bcrypt_hash(PASSWORD)
+    );
+    let version = |name: &str, pki: &Pki| {
+        let dir = mount.join(name);
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("web-config.yml"), &yaml).unwrap();
+        std::fs::copy(pki.path("server.pem"), dir.join("tls.crt")).unwrap();
+        std::fs::copy(pki.path("server.key"), dir.join("tls.key")).unwrap();
+    };
+    version("..2026_11_23_10_00_00.1", &pki);
+    symlink("..2026_11_23_10_00_00.1", mount.join("..data")).unwrap();
+    for key in ["web-config.yml", "tls.crt", "tls.key"] {
+        symlink(format!("..data/{key}"), mount.join(key)).unwrap();
+    }
+    let port = free_port();
+    let ca = pki.path("ca.pem").display().to_string();
+    let creds = format!("{USER}:{PASSWORD}");
+    let healthz = format!("https://127.0.0.1:{port}/healthz");
+    let nm = start(
+        tmp.path(),
+        &[
+            "--web.config.file".into(),
+            mount.join("web-config.yml").display().to_string(),
+            "--web.listen-address".into(),
+            format!("127.0.0.1:{port}"),
+        ],
+        &strings(&["--cacert", &ca, "-u", &creds, &healthz]),
+    );
+    let subject = || {
+        let s = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "openssl s_client -connect 127.0.0.1:{port} -servername localhost </dev/null 2>/dev/null | openssl x509 -noout -subject"
+            ))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&s.stdout).to_string()
+    };
+    assert!(subject().contains("server-1"), "{}", subject());
+
+    // The kubelet's update: a new timestamped directory, `..data` renamed over, the old
+    // directory removed.
+    let next = tmp.path().join("next");
+    std::fs::create_dir(&next).unwrap();
+    let pki2 = Pki { dir: next };
+    for f in ["ca.pem", "ca.key"] {
+        std::fs::copy(pki.path(f), pki2.path(f)).unwrap();
+    }
+    pki2.signed(
+        "server",
+        "server-2",
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    );
+    version("..2026_11_23_11_00_00.2", &pki2);
+    symlink("..2026_11_23_11_00_00.2", mount.join("..data_tmp")).unwrap();
+    std::fs::rename(mount.join("..data_tmp"), mount.join("..data")).unwrap();
+    std::fs::remove_dir_all(mount.join("..2026_11_23_10_00_00.1")).unwrap();
+
+    let start = Instant::now();
+    while !subject().contains("server-2") {
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "still serving {} after the Secret's update\n{}",
+            subject(),
+            nm.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(curl(&["--cacert", &ca, "-u", &creds, &healthz]).1, 200);
+    let (_, _, status) = curl(&[
+        "--cacert",
+        &ca,
+        "-u",
+        &creds,
+        &format!("https://127.0.0.1:{port}/status"),
+    ]);
+    let v: Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(v["web_config"]["reloads_total"], 1, "{}", v["web_config"]);
+    assert!(
+        v["web_config"]["last_error"].is_null(),
+        "{}",
+        v["web_config"]
+    );
+}

@@ -590,3 +590,37 @@ systemctl_fallback = false
 enabled = true
 require_hurting = false
 "#;
+
+/// Helm, built from the Go module proxy by tests/k8s/build-helm.sh (cached).
+pub fn helm() -> &'static PathBuf {
+    static HELM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    HELM.get_or_init(|| {
+        let out = Command::new("bash")
+            .arg(workspace_root().join("tests/k8s/build-helm.sh"))
+            .output()
+            .expect("running tests/k8s/build-helm.sh");
+        assert!(
+            out.status.success(),
+            "building helm failed (tests/k8s/build-helm.sh):\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    })
+}
+
+/// `helm template nodemedic deploy/helm/nodemedic --set …`.
+pub fn render(set: &[&str]) -> String {
+    let mut cmd = Command::new(helm());
+    cmd.args(["template", "nodemedic", "deploy/helm/nodemedic"])
+        .current_dir(workspace_root());
+    for s in set {
+        cmd.args(["--set", s]);
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "helm template {set:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}

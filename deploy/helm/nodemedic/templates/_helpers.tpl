@@ -17,3 +17,21 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "nodemedic.needsRoot" -}}
 {{- if or .Values.features.irqbalanceRestart .Values.features.nativeRebalance .Values.features.probes -}}true{{- end -}}
 {{- end }}
+
+{{/*
+The kubelet's check of /healthz: an HTTP(S) GET, or only a TCP connection when the endpoint
+wants credentials the kubelet cannot present (values.yaml, webConfig.probe).
+*/}}
+{{- define "nodemedic.healthProbe" -}}
+{{- if eq . "tcp" -}}
+tcpSocket:
+  port: metrics
+{{- else -}}
+httpGet:
+  path: /healthz
+  port: metrics
+  {{- if eq . "https" }}
+  scheme: HTTPS
+  {{- end }}
+{{- end }}
+{{- end }}
