@@ -10,6 +10,7 @@
 # stable: crates/nodemedic-kernel/tests/fuzz_corpus.rs.)
 #
 #   FUZZ_TARGETS="psi cgroup_cpu" tests/fuzz.sh    # only these targets
+#   FUZZ_RUNS=10000000 FUZZ_SECONDS=36000 tests/fuzz.sh   # stop each target at 10 M inputs
 #
 # The seed corpus in fuzz/corpus/<target>/ is read but never written: what libFuzzer finds
 # goes to fuzz/target/work-corpus/<target>/ (git-ignored, kept between runs), crashes to
@@ -62,10 +63,14 @@ for t in "${targets[@]}"; do
         continue
     fi
     mkdir -p "target/work-corpus/$t"
-    echo "=== fuzz $t for ${FUZZ_SECONDS}s"
+    runs=()
+    if [ -n "${FUZZ_RUNS:-}" ]; then
+        runs=(-runs="$FUZZ_RUNS")
+    fi
+    echo "=== fuzz $t for ${FUZZ_SECONDS}s${FUZZ_RUNS:+ or $FUZZ_RUNS inputs}"
     if ! cargo +nightly fuzz run -s none --debug-assertions "$t" \
         "target/work-corpus/$t" "corpus/$t" -- \
-        -max_total_time="$FUZZ_SECONDS" -max_len=8192 -timeout=10 -print_final_stats=1; then
+        -max_total_time="$FUZZ_SECONDS" "${runs[@]}" -max_len=8192 -timeout=10 -print_final_stats=1; then
         failed+=("$t")
     fi
 done
