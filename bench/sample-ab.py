@@ -6,7 +6,8 @@
 Each round runs every binary once, in alternating order, so both see the same machine
 (this 2-vCPU VM's timings drift by ±30% from minute to minute). Per case and binary it prints
 the median and the range over the rounds of "CPU ms/sample" and of the wall median, as a
-Markdown table. Build a binary with `cargo bench -p nodemedic-engine --bench sample
+Markdown table, then each build's per-round CPU ratio to the first build (paired within a
+round, so it cancels most of the drift between rounds). Build a binary with `cargo bench -p nodemedic-engine --bench sample
 --no-run` in each checkout; the path is printed as "Executable …". Set
 NODEMEDIC_BENCH_1024 to include the 1024-CPU case.
 """
@@ -66,6 +67,25 @@ def main():
                 f"| {case} | {name} | **{statistics.median(cpu):.2f}** ({min(cpu):.2f}–{max(cpu):.2f}) "
                 f"| {statistics.median(wall):.2f} | {rss:.1f} |"
             )
+    # Paired: each round's builds ran back to back, so their ratio cancels most of the
+    # machine's drift between rounds, which the medians above do not.
+    if len(builds) > 1:
+        base = builds[0][0]
+        print(f"\nPer-round CPU ratio to {base} (same round), median (min–max):\n")
+        print("| case | build | ratio |")
+        print("|---|---|---|")
+        for case in cases:
+            b = results[base].get(case)
+            for name, _ in builds[1:]:
+                vs = results[name].get(case)
+                if not b or not vs:
+                    continue
+                ratios = [v[0] / w[0] for v, w in zip(vs, b) if w[0] > 0]
+                if ratios:
+                    print(
+                        f"| {case} | {name} | **{statistics.median(ratios):.2f}** "
+                        f"({min(ratios):.2f}–{max(ratios):.2f}) |"
+                    )
 
 
 if __name__ == "__main__":

@@ -301,8 +301,8 @@ impl CollapseDetector {
         if let Some(p) = prev {
             let map = crate::rates::column_map(&p.cpus, &cur.cpus);
             for irq in &g.irqs {
-                if let (Some(counts), Some(before)) = (cur.counts(*irq), p.counts(*irq)) {
-                    crate::rates::add_growth(&mut delta, counts, before, map.as_deref());
+                if let (Some(now), Some(before)) = (cur.row(*irq), p.row(*irq)) {
+                    crate::rates::add_growth(&mut delta, now, before, map.as_deref());
                 }
             }
         }
@@ -313,16 +313,8 @@ impl CollapseDetector {
             Vec::new()
         } else {
             let mut sums = vec![0u64; ncols];
-            for counts in g.irqs.iter().filter_map(|irq| cur.counts(*irq)) {
-                for (sums, counts) in sums.chunks_mut(8).zip(counts.chunks(8)) {
-                    // Mostly zeros on a wide node (see `rates::add_growth`).
-                    if counts.iter().fold(0, |any, &c| any | c) == 0 {
-                        continue;
-                    }
-                    for (sum, &count) in sums.iter_mut().zip(counts) {
-                        *sum = sum.saturating_add(count);
-                    }
-                }
+            for row in g.irqs.iter().filter_map(|irq| cur.row(*irq)) {
+                row.add_to(&mut sums);
             }
             sums
         };
@@ -382,9 +374,9 @@ impl CollapseDetector {
 
 impl Previous {
     /// An IRQ's counts, aligned with `cpus`.
-    fn counts(&self, irq: u32) -> Option<&[u64]> {
+    fn row(&self, irq: u32) -> Option<crate::rates::Row<'_>> {
         let row = *self.rows.get(&irq)?;
-        Some(&self.interrupts.as_ref()?.irqs.get(row)?.counts)
+        Some(self.interrupts.as_ref()?.irqs.get(row)?.into())
     }
 
     fn from_snapshot(snap: &Snapshot) -> Self {

@@ -10,7 +10,57 @@
 use std::collections::HashMap;
 
 use nodemedic_kernel::counter;
-use nodemedic_kernel::interrupts::Interrupts;
+use nodemedic_kernel::interrupts::{Interrupts, IrqLine};
+
+/// One IRQ's counts, and the columns where they are not zero when that is known (the parser
+/// and the widener keep it, see [`IrqLine::nonzero`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Row<'a> {
+    pub counts: &'a [u64],
+    pub nonzero: Option<&'a [u32]>,
+}
+
+impl<'a> From<&'a IrqLine> for Row<'a> {
+    fn from(l: &'a IrqLine) -> Self {
+        Row {
+            counts: &l.counts,
+            nonzero: l.nonzero.as_deref(),
+        }
+    }
+}
+
+impl<'a> Row<'a> {
+    /// Counts only (every column is visited).
+    pub fn dense(counts: &'a [u64]) -> Self {
+        Row {
+            counts,
+            nonzero: None,
+        }
+    }
+
+    /// Adds the counts since boot into `sums`, per column.
+    pub fn add_to(&self, sums: &mut [u64]) {
+        if let Some(cols) = self.nonzero {
+            for &c in cols {
+                if let (Some(sum), Some(&v)) =
+                    (sums.get_mut(c as usize), self.counts.get(c as usize))
+                {
+                    *sum = sum.saturating_add(v);
+                }
+            }
+            return;
+        }
+        for (sums, counts) in sums.chunks_mut(8).zip(self.counts.chunks(8)) {
+            // Mostly zeros on a wide node (see `add_growth`).
+            if counts.iter().fold(0, |any, &c| any | c) == 0 {
+                continue;
+            }
+            for (sum, &count) in sums.iter_mut().zip(counts) {
+                *sum = sum.saturating_add(count);
+            }
+        }
+    }
+}
 
 /// How the columns of `now`'s header map to `before`'s: `None` when the headers are the same
 /// (columns line up), else per column the earlier column of the same CPU, if it had one.
@@ -23,7 +73,49 @@ pub fn column_map(before: &[u32], now: &[u32]) -> Option<Vec<Option<usize>>> {
 }
 
 /// Adds one IRQ's growth from `before` to `now` into `sums`, per column of `now`.
-pub fn add_growth(sums: &mut [u64], now: &[u64], before: &[u64], map: Option<&[Option<usize>]>) {
+pub fn add_growth(sums: &mut [u64], now: Row<'_>, before: Row<'_>, map: Option<&[Option<usize>]>) {
+    // Columns line up and both rows say where they are not zero: only those columns can
+    // have grown (or wrapped), so only they are visited: on a 1024-CPU node a few per IRQ.
+    if let (None, Some(a), Some(b)) = (map, now.nonzero, before.nonzero) {
+        let cells = sums.len().min(now.counts.len()).min(before.counts.len());
+        let mut add = |c: u32| {
+            let c = c as usize;
+            if c < cells {
+                let d = counter::delta(before.counts[c], now.counts[c]).unwrap_or(0);
+                sums[c] = sums[c].saturating_add(d);
+            }
+        };
+        // The union of two ascending lists.
+        let (mut i, mut j) = (0, 0);
+        while i < a.len() || j < b.len() {
+            match (a.get(i), b.get(j)) {
+                (Some(&x), Some(&y)) if x == y => {
+                    add(x);
+                    i += 1;
+                    j += 1;
+                }
+                (Some(&x), Some(&y)) if x < y => {
+                    add(x);
+                    i += 1;
+                }
+                (Some(_), Some(&y)) => {
+                    add(y);
+                    j += 1;
+                }
+                (Some(&x), None) => {
+                    add(x);
+                    i += 1;
+                }
+                (None, Some(&y)) => {
+                    add(y);
+                    j += 1;
+                }
+                (None, None) => break,
+            }
+        }
+        return;
+    }
+    let (now, before) = (now.counts, before.counts);
     match map {
         // Column for column: on 1024 CPUs this loop is most of the collapse detector's time.
         // An IRQ counts on the few CPUs it has been routed to, so most of a wide row is zero
@@ -69,15 +161,11 @@ pub fn add_growth(sums: &mut [u64], now: &[u64], before: &[u64], map: Option<&[O
 /// Per column of `now`, the growth of every IRQ present in both tables.
 pub fn per_cpu_growth(before: &Interrupts, now: &Interrupts) -> Vec<u64> {
     let map = column_map(&before.cpus, &now.cpus);
-    let rows: HashMap<u32, &[u64]> = before
-        .irqs
-        .iter()
-        .map(|l| (l.irq, l.counts.as_slice()))
-        .collect();
+    let rows: HashMap<u32, Row<'_>> = before.irqs.iter().map(|l| (l.irq, l.into())).collect();
     let mut sums = vec![0u64; now.cpus.len()];
     for line in &now.irqs {
         if let Some(b) = rows.get(&line.irq) {
-            add_growth(&mut sums, &line.counts, b, map.as_deref());
+            add_growth(&mut sums, line.into(), *b, map.as_deref());
         }
     }
     sums
@@ -100,6 +188,7 @@ mod tests {
                     hwirq: None,
                     trigger: None,
                     actions: Vec::new(),
+                    nonzero: None,
                 })
                 .collect(),
             ..Default::default()
@@ -142,9 +231,30 @@ mod tests {
             for ((sum, &n), &o) in expect.iter_mut().zip(&now).zip(&before) {
                 *sum = sum.saturating_add(counter::delta(o, n).unwrap_or(0));
             }
+            let mut got = start.clone();
+            add_growth(&mut got, Row::dense(&now), Row::dense(&before), None);
+            assert_eq!(got, expect, "dense: before {before:?} now {now:?}");
+            // With the lists of non-zero columns, as the parser and the widener give them.
+            let nz = |v: &[u64]| -> Vec<u32> {
+                (0..v.len() as u32)
+                    .filter(|c| v[*c as usize] != 0)
+                    .collect()
+            };
+            let (nz_now, nz_before) = (nz(&now), nz(&before));
             let mut got = start;
-            add_growth(&mut got, &now, &before, None);
-            assert_eq!(got, expect, "before {before:?} now {now:?}");
+            add_growth(
+                &mut got,
+                Row {
+                    counts: &now,
+                    nonzero: Some(&nz_now),
+                },
+                Row {
+                    counts: &before,
+                    nonzero: Some(&nz_before),
+                },
+                None,
+            );
+            assert_eq!(got, expect, "sparse: before {before:?} now {now:?}");
         }
     }
 

@@ -55,9 +55,28 @@ impl Widener {
     pub fn widen_interrupts(&mut self, ints: &mut Interrupts) {
         let cpus = ints.cpus.clone();
         let old_cpus = self.irqs.cpus.clone();
-        let gone = self
-            .irqs
-            .widen(&cpus, ints.irqs.iter_mut().map(|l| (l.irq, &mut l.counts)));
+        let gone = self.irqs.widen(
+            &cpus,
+            ints.irqs
+                .iter_mut()
+                .map(|l| (l.irq, &mut l.counts, l.nonzero.as_deref())),
+        );
+        // The non-zero columns after widening: those read non-zero now, plus the stored
+        // cells (a widened count is non-zero only there), kept where the count is not zero.
+        for line in &mut ints.irqs {
+            let mut cols: Vec<u32> = line.nonzero.take().unwrap_or_else(|| {
+                (0..line.counts.len() as u32)
+                    .filter(|c| line.counts[*c as usize] != 0)
+                    .collect()
+            });
+            if let Some(row) = self.irqs.rows.get(&line.irq) {
+                cols.extend(row.cells.iter().map(|(c, _)| *c));
+                cols.sort_unstable();
+                cols.dedup();
+            }
+            cols.retain(|c| line.counts.get(*c as usize).is_some_and(|v| *v != 0));
+            line.nonzero = Some(cols);
+        }
         for cells in gone {
             for (col, cell) in cells {
                 if let Some(cpu) = old_cpus.get(col as usize) {
@@ -78,7 +97,7 @@ impl Widener {
             &cpus,
             ints.arch
                 .iter_mut()
-                .map(|l| (l.name.clone(), &mut l.counts)),
+                .map(|l| (l.name.clone(), &mut l.counts, None)),
         );
     }
 
@@ -86,7 +105,9 @@ impl Widener {
         let cpus = s.cpus.clone();
         let _gone = self.softirqs.widen(
             &cpus,
-            s.rows.iter_mut().map(|r| (r.name.clone(), &mut r.counts)),
+            s.rows
+                .iter_mut()
+                .map(|r| (r.name.clone(), &mut r.counts, None)),
         );
     }
 }
@@ -118,8 +139,9 @@ fn advance(cell: &mut Cell, count: u64) -> u64 {
 }
 
 impl Row {
-    /// Widens `counts` in place, column for column with this row's cells.
-    fn widen_aligned(&mut self, counts: &mut [u64]) {
+    /// Widens `counts` in place, column for column with this row's cells. `nonzero`, when
+    /// known, lists the columns whose count is not zero.
+    fn widen_aligned(&mut self, counts: &mut [u64], nonzero: Option<&[u32]>) {
         // Cells of columns a shorter row (no kernel writes one) no longer has are dropped.
         let keep = self
             .cells
@@ -129,27 +151,36 @@ impl Row {
         // increase): a tight pass, since almost every count of a wide table is zero.
         let mut added = Vec::new();
         let mut k = 0;
-        for (chunk_no, chunk) in counts.chunks(8).enumerate() {
-            // Eight zeros at a time: one OR of the chunk, which the compiler vectorises.
-            if chunk.iter().fold(0, |any, &c| any | c) == 0 {
-                continue;
+        let mut add = |col: usize, count: u64, k: &mut usize| {
+            while self.cells.get(*k).is_some_and(|(c, _)| (*c as usize) < col) {
+                *k += 1;
             }
-            for (i, &count) in chunk.iter().enumerate() {
-                if count == 0 {
+            if self.cells.get(*k).is_none_or(|(c, _)| *c as usize != col) {
+                added.push((
+                    col as u32,
+                    Cell {
+                        raw: count,
+                        total: count,
+                    },
+                ));
+            }
+        };
+        if let Some(nonzero) = nonzero {
+            for &col in nonzero {
+                if let Some(&count) = counts.get(col as usize).filter(|c| **c != 0) {
+                    add(col as usize, count, &mut k);
+                }
+            }
+        } else {
+            for (chunk_no, chunk) in counts.chunks(8).enumerate() {
+                // Eight zeros at a time: one OR of the chunk, which the compiler vectorises.
+                if chunk.iter().fold(0, |any, &c| any | c) == 0 {
                     continue;
                 }
-                let col = chunk_no * 8 + i;
-                while self.cells.get(k).is_some_and(|(c, _)| (*c as usize) < col) {
-                    k += 1;
-                }
-                if self.cells.get(k).is_none_or(|(c, _)| *c as usize != col) {
-                    added.push((
-                        col as u32,
-                        Cell {
-                            raw: count,
-                            total: count,
-                        },
-                    ));
+                for (i, &count) in chunk.iter().enumerate() {
+                    if count != 0 {
+                        add(chunk_no * 8 + i, count, &mut k);
+                    }
                 }
             }
         }
@@ -212,7 +243,7 @@ impl<K: Hash + Eq> Table<K> {
     fn widen<'a>(
         &mut self,
         cpus: &[u32],
-        rows: impl Iterator<Item = (K, &'a mut Vec<u64>)>,
+        rows: impl Iterator<Item = (K, &'a mut Vec<u64>, Option<&'a [u32]>)>,
     ) -> Vec<Vec<(u32, Cell)>> {
         self.calls += 1;
         let call = self.calls;
@@ -226,12 +257,12 @@ impl<K: Hash + Eq> Table<K> {
                 .map(|c| self.cpus.iter().position(|x| x == c))
                 .collect()
         };
-        for (key, counts) in rows {
+        for (key, counts, nonzero) in rows {
             match self.rows.get_mut(&key) {
                 Some(row) if row.seen != call => {
                     row.seen = call;
                     if same {
-                        row.widen_aligned(counts);
+                        row.widen_aligned(counts, nonzero);
                     } else {
                         row.widen_remapped(counts, |col| old_col.get(col).copied().flatten());
                     }
@@ -290,6 +321,7 @@ mod tests {
                     hwirq: None,
                     trigger: None,
                     actions: Vec::new(),
+                    nonzero: None,
                 })
                 .collect(),
             ..Default::default()
@@ -361,14 +393,30 @@ mod tests {
                     .collect();
                 rows.push((irq, counts));
             }
-            let table = ints(
+            let mut table = ints(
                 &cpus,
                 &rows
                     .iter()
                     .map(|(i, c)| (*i, c.as_slice()))
                     .collect::<Vec<_>>(),
             );
+            // Every other step with the parser's list of non-zero columns, as read.
+            if step % 2 == 0 {
+                for line in &mut table.irqs {
+                    line.nonzero = Some(
+                        (0..line.counts.len() as u32)
+                            .filter(|c| line.counts[*c as usize] != 0)
+                            .collect(),
+                    );
+                }
+            }
             let got = widened(&mut w, table);
+            for line in &got.irqs {
+                let exact: Vec<u32> = (0..line.counts.len() as u32)
+                    .filter(|c| line.counts[*c as usize] != 0)
+                    .collect();
+                assert_eq!(line.nonzero.as_ref(), Some(&exact), "step {step}");
+            }
             // The plain rules: an unseen cell starts from its reading (from zero, that is the
             // increase); gone rows retire their totals; offline CPUs' cells are dropped.
             let mut next_plain = HashMap::new();

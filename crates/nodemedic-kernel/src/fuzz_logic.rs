@@ -11,6 +11,11 @@ pub fn interrupts(data: &[u8]) {
     if let Ok(p) = interrupts::parse(&text) {
         for irq in &p.irqs {
             assert!(irq.counts.len() <= p.cpus.len());
+            // The parser's list of non-zero columns is exact.
+            let exact: Vec<u32> = (0..irq.counts.len() as u32)
+                .filter(|c| irq.counts[*c as usize] != 0)
+                .collect();
+            assert_eq!(irq.nonzero.as_ref(), Some(&exact));
             let _ = irq.total();
             let _ = device::classify(&irq.chip, irq.hwirq.as_deref(), &irq.actions);
         }

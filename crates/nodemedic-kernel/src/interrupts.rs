@@ -39,6 +39,11 @@ pub struct IrqLine {
     pub trigger: Option<String>,
     /// Handler names (`virtio2-input.0`, `mlx5_comp3@pci:0000:3b:00.0`), in kernel order.
     pub actions: Vec<String>,
+    /// The columns whose count is not zero, ascending, when known: the parser and the
+    /// 64-bit widener fill it, so that work over a wide row (an IRQ counts on the few CPUs it
+    /// has been routed to) can visit those columns only. `None`: scan `counts`.
+    #[serde(skip)]
+    pub nonzero: Option<Vec<u32>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -139,7 +144,7 @@ fn parse_row(line: &str, ncpus: usize) -> Result<Row, String> {
     if label.is_empty() {
         return Err("empty row label".into());
     }
-    let (counts, used) = leading_counts(rest, ncpus);
+    let (counts, nonzero, used) = leading_counts(rest, ncpus);
     let desc = rest[used..].trim();
     if label.bytes().all(|b| b.is_ascii_digit()) {
         let irq = label
@@ -148,7 +153,9 @@ fn parse_row(line: &str, ncpus: usize) -> Result<Row, String> {
         if counts.is_empty() {
             return Err(format!("IRQ {irq} has no counts"));
         }
-        Ok(Row::Irq(parse_irq_description(irq, counts, desc)))
+        let mut line = parse_irq_description(irq, counts, desc);
+        line.nonzero = Some(nonzero);
+        Ok(Row::Irq(line))
     } else {
         if label.chars().any(char::is_whitespace) {
             return Err(format!("row label {label:?} contains spaces"));
@@ -195,6 +202,7 @@ fn parse_irq_description(irq: u32, counts: Vec<u64>, desc: &str) -> IrqLine {
         hwirq,
         trigger,
         actions,
+        nonzero: None,
     }
 }
 

@@ -139,7 +139,8 @@ fn is_zero_cell(b: &[u8], pos: usize) -> bool {
         && b.get(pos + 11).is_none_or(|c| c.is_ascii_whitespace())
 }
 
-pub(crate) fn leading_counts(s: &str, max: usize) -> (Vec<u64>, usize) {
+/// Also returns the columns of the non-zero counts, ascending.
+pub(crate) fn leading_counts(s: &str, max: usize) -> (Vec<u64>, Vec<u32>, usize) {
     // Index loops with the bound in the condition, so the compiler drops the bounds checks;
     // up to 19 digits cannot overflow a u64, so only a 20th digit is checked. The counts
     // start zeroed and only non-zero cells are stored, by index with the count in a register
@@ -147,6 +148,7 @@ pub(crate) fn leading_counts(s: &str, max: usize) -> (Vec<u64>, usize) {
     let b = s.as_bytes();
     let n = b.len();
     let mut counts = vec![0u64; max];
+    let mut nonzero = Vec::new();
     let mut k = 0;
     let mut pos = 0;
     while k < counts.len() {
@@ -181,12 +183,15 @@ pub(crate) fn leading_counts(s: &str, max: usize) -> (Vec<u64>, usize) {
         if i == start || (i < n && !b[i].is_ascii_whitespace()) {
             break;
         }
-        counts[k] = value;
+        if value != 0 {
+            counts[k] = value;
+            nonzero.push(k as u32);
+        }
         k += 1;
         pos = i;
     }
     counts.truncate(k);
-    (counts, pos)
+    (counts, nonzero, pos)
 }
 
 #[cfg(test)]
@@ -203,32 +208,36 @@ mod tests {
         }
     }
 
+    /// Counts and offset, checking the non-zero columns against the counts.
+    fn lc(s: &str, max: usize) -> (Vec<u64>, usize) {
+        let (counts, nonzero, pos) = leading_counts(s, max);
+        let expect: Vec<u32> = (0..counts.len() as u32)
+            .filter(|c| counts[*c as usize] != 0)
+            .collect();
+        assert_eq!(nonzero, expect, "{s:?}");
+        (counts, pos)
+    }
+
     #[test]
     fn leading_counts_stop_at_the_first_non_count() {
+        assert_eq!(lc("  1 22\t333 IO-APIC 5-edge", 8), (vec![1, 22, 333], 10));
+        assert_eq!(lc(" 1 2 3", 2), (vec![1, 2], 4));
         assert_eq!(
-            leading_counts("  1 22\t333 IO-APIC 5-edge", 8),
-            (vec![1, 22, 333], 10)
-        );
-        assert_eq!(leading_counts(" 1 2 3", 2), (vec![1, 2], 4));
-        assert_eq!(
-            leading_counts("          7          0 \t         12 x", 8),
+            lc("          7          0 \t         12 x", 8),
             (vec![7, 0, 12], 35),
             "runs of spaces longer than a word, and a tab"
         );
-        assert_eq!(leading_counts(" 12x 3", 4), (vec![], 0));
-        assert_eq!(leading_counts(" 99999999999999999999 1", 4), (vec![], 0));
-        assert_eq!(leading_counts(" 1 184467440737095516150", 4), (vec![1], 2));
+        assert_eq!(lc(" 12x 3", 4), (vec![], 0));
+        assert_eq!(lc(" 99999999999999999999 1", 4), (vec![], 0));
+        assert_eq!(lc(" 1 184467440737095516150", 4), (vec![1], 2));
         assert_eq!(
-            leading_counts(" 1234567890123456789 12345678901234567890", 4),
+            lc(" 1234567890123456789 12345678901234567890", 4),
             (
                 vec![1_234_567_890_123_456_789, 12_345_678_901_234_567_890],
                 41
             )
         );
-        assert_eq!(leading_counts("", 4), (vec![], 0));
-        assert_eq!(
-            leading_counts(" 18446744073709551615", 1),
-            (vec![u64::MAX], 21)
-        );
+        assert_eq!(lc("", 4), (vec![], 0));
+        assert_eq!(lc(" 18446744073709551615", 1), (vec![u64::MAX], 21));
     }
 }
