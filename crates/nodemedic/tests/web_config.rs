@@ -129,6 +129,51 @@ impl Pki {
     }
 }
 
+/// The subject of the certificate the server on `port` presents now (a new connection).
+fn served_subject(port: u16) -> String {
+    let s = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "openssl s_client -connect 127.0.0.1:{port} -servername localhost </dev/null 2>/dev/null | openssl x509 -noout -subject"
+        ))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&s.stdout).to_string()
+}
+
+/// Waits (up to 15 s) until new connections to `port` get the certificate of `cn`.
+fn wait_for_served(port: u16, cn: &str, nm: &Proc) {
+    let start = Instant::now();
+    while !served_subject(port).contains(cn) {
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "still serving {} after the certificate changed on disk\n{}",
+            served_subject(port),
+            nm.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+impl Pki {
+    /// A new server certificate and key for `cn`, signed by this CA, in a new directory.
+    fn next_server(&self, dir: &Path, cn: &str) -> Pki {
+        std::fs::create_dir(dir).unwrap();
+        let next = Pki {
+            dir: dir.to_path_buf(),
+        };
+        for f in ["ca.pem", "ca.key"] {
+            std::fs::copy(self.path(f), next.path(f)).unwrap();
+        }
+        next.signed(
+            "server",
+            cn,
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+        );
+        next
+    }
+}
+
 fn bcrypt_hash(password: &str) -> String {
     // Cost 5: the lowest node_exporter and nodemedic both take, fast enough for tests.
     bcrypt::hash(password, 5).unwrap()
@@ -396,40 +441,15 @@ fn tls_basic_auth_rotation_prometheus_and_node_exporter() {
     }
 
     // Rotation: a new certificate and key replace the files; new connections get it.
-    let subject = || {
-        let s = Command::new("sh")
-            .arg("-c")
-            .arg(format!(
-                "openssl s_client -connect 127.0.0.1:{port} -servername localhost </dev/null 2>/dev/null | openssl x509 -noout -subject"
-            ))
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&s.stdout).to_string()
-    };
-    assert!(subject().contains("server-1"), "{}", subject());
-    let next = tmp.path().join("next");
-    std::fs::create_dir(&next).unwrap();
-    let pki2 = Pki { dir: next.clone() };
-    for f in ["ca.pem", "ca.key"] {
-        std::fs::copy(pki.path(f), pki2.path(f)).unwrap();
-    }
-    pki2.signed(
-        "server",
-        "server-2",
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+    assert!(
+        served_subject(port).contains("server-1"),
+        "{}",
+        served_subject(port)
     );
+    let pki2 = pki.next_server(&tmp.path().join("next"), "server-2");
     std::fs::rename(pki2.path("server.key"), pki.path("server.key")).unwrap();
     std::fs::rename(pki2.path("server.pem"), pki.path("server.pem")).unwrap();
-    let start = Instant::now();
-    while !subject().contains("server-2") {
-        assert!(
-            start.elapsed() < Duration::from_secs(15),
-            "still serving {} after rotation\n{}",
-            subject(),
-            nm.log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_for_served(port, "server-2", &nm);
     let (_, code, _) = tls(&["-u", &creds]);
     assert_eq!(
         code, 200,
@@ -881,46 +901,20 @@ fn a_secret_volume_update_swapping_data_is_served_without_a_restart() {
         ],
         &strings(&["--cacert", &ca, "-u", &creds, &healthz]),
     );
-    let subject = || {
-        let s = Command::new("sh")
-            .arg("-c")
-            .arg(format!(
-                "openssl s_client -connect 127.0.0.1:{port} -servername localhost </dev/null 2>/dev/null | openssl x509 -noout -subject"
-            ))
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&s.stdout).to_string()
-    };
-    assert!(subject().contains("server-1"), "{}", subject());
+    assert!(
+        served_subject(port).contains("server-1"),
+        "{}",
+        served_subject(port)
+    );
 
     // The kubelet's update: a new timestamped directory, `..data` renamed over, the old
     // directory removed.
-    let next = tmp.path().join("next");
-    std::fs::create_dir(&next).unwrap();
-    let pki2 = Pki { dir: next };
-    for f in ["ca.pem", "ca.key"] {
-        std::fs::copy(pki.path(f), pki2.path(f)).unwrap();
-    }
-    pki2.signed(
-        "server",
-        "server-2",
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
-    );
+    let pki2 = pki.next_server(&tmp.path().join("next"), "server-2");
     version("..2026_11_23_11_00_00.2", &pki2);
     symlink("..2026_11_23_11_00_00.2", mount.join("..data_tmp")).unwrap();
     std::fs::rename(mount.join("..data_tmp"), mount.join("..data")).unwrap();
     std::fs::remove_dir_all(mount.join("..2026_11_23_10_00_00.1")).unwrap();
-
-    let start = Instant::now();
-    while !subject().contains("server-2") {
-        assert!(
-            start.elapsed() < Duration::from_secs(15),
-            "still serving {} after the Secret's update\n{}",
-            subject(),
-            nm.log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_for_served(port, "server-2", &nm);
     assert_eq!(curl(&["--cacert", &ca, "-u", &creds, &healthz]).1, 200);
     let (_, _, status) = curl(&[
         "--cacert",
