@@ -155,6 +155,19 @@ fn wait_for_served(port: u16, cn: &str, nm: &Proc) {
     }
 }
 
+/// `/status`'s `web_config` object, over TLS with the password.
+fn web_config_status(port: u16, ca: &str) -> Value {
+    let (_, _, status) = curl(&[
+        "--cacert",
+        ca,
+        "-u",
+        &format!("{USER}:{PASSWORD}"),
+        &format!("https://127.0.0.1:{port}/status"),
+    ]);
+    let v: Value = serde_json::from_str(&status).unwrap();
+    v["web_config"].clone()
+}
+
 impl Pki {
     /// A new server certificate and key for `cn`, signed by this CA, in a new directory.
     fn next_server(&self, dir: &Path, cn: &str) -> Pki {
@@ -455,16 +468,9 @@ fn tls_basic_auth_rotation_prometheus_and_node_exporter() {
         code, 200,
         "the rotated certificate verifies against the same CA"
     );
-    let (_, _, status) = curl(&[
-        "--cacert",
-        &ca,
-        "-u",
-        &creds,
-        &format!("https://127.0.0.1:{port}/status"),
-    ]);
-    let v: Value = serde_json::from_str(&status).unwrap();
-    assert_eq!(v["web_config"]["reloads_total"], 1, "{}", v["web_config"]);
-    assert_eq!(v["web_config"]["tls"], true);
+    let w = web_config_status(port, &ca);
+    assert_eq!(w["reloads_total"], 1, "{w}");
+    assert_eq!(w["tls"], true);
 }
 
 /// RequireAndVerifyClientCert: no certificate, or one no configured CA signed, fails the
@@ -916,18 +922,7 @@ fn a_secret_volume_update_swapping_data_is_served_without_a_restart() {
     std::fs::remove_dir_all(mount.join("..2026_11_23_10_00_00.1")).unwrap();
     wait_for_served(port, "server-2", &nm);
     assert_eq!(curl(&["--cacert", &ca, "-u", &creds, &healthz]).1, 200);
-    let (_, _, status) = curl(&[
-        "--cacert",
-        &ca,
-        "-u",
-        &creds,
-        &format!("https://127.0.0.1:{port}/status"),
-    ]);
-    let v: Value = serde_json::from_str(&status).unwrap();
-    assert_eq!(v["web_config"]["reloads_total"], 1, "{}", v["web_config"]);
-    assert!(
-        v["web_config"]["last_error"].is_null(),
-        "{}",
-        v["web_config"]
-    );
+    let w = web_config_status(port, &ca);
+    assert_eq!(w["reloads_total"], 1, "{w}");
+    assert!(w.get("last_error").is_some_and(Value::is_null), "{w}");
 }
