@@ -181,15 +181,7 @@ mod tests {
             cpus: cpus.to_vec(),
             irqs: rows
                 .iter()
-                .map(|(irq, c)| IrqLine {
-                    irq: *irq,
-                    counts: c.to_vec(),
-                    chip: String::new(),
-                    hwirq: None,
-                    trigger: None,
-                    actions: Vec::new(),
-                    nonzero: None,
-                })
+                .map(|(irq, c)| IrqLine::with_counts(*irq, c.to_vec()))
                 .collect(),
             ..Default::default()
         }

@@ -314,15 +314,7 @@ mod tests {
             cpus: cpus.to_vec(),
             irqs: rows
                 .iter()
-                .map(|(irq, counts)| crate::interrupts::IrqLine {
-                    irq: *irq,
-                    counts: counts.to_vec(),
-                    chip: String::new(),
-                    hwirq: None,
-                    trigger: None,
-                    actions: Vec::new(),
-                    nonzero: None,
-                })
+                .map(|(irq, counts)| crate::interrupts::IrqLine::with_counts(*irq, counts.to_vec()))
                 .collect(),
             ..Default::default()
         }

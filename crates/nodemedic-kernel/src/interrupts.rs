@@ -54,6 +54,19 @@ pub struct ArchLine {
 }
 
 impl IrqLine {
+    /// A row of `counts` for IRQ `irq` with no description (tables built by tests and tools).
+    pub fn with_counts(irq: u32, counts: Vec<u64>) -> Self {
+        IrqLine {
+            irq,
+            counts,
+            chip: String::new(),
+            hwirq: None,
+            trigger: None,
+            actions: Vec::new(),
+            nonzero: None,
+        }
+    }
+
     pub fn total(&self) -> u64 {
         self.counts.iter().fold(0u64, |a, c| a.saturating_add(*c))
     }
