@@ -45,7 +45,7 @@ const TICK_US: f64 = 10_000.0;
 fn pressure(rounds: usize) {
     let paths = Paths::default();
     let reader = Reader::new();
-    let collector = PressureCollector;
+    let collector = PressureCollector::default();
     let ctx = Ctx {
         paths: &paths,
         reader: &reader,

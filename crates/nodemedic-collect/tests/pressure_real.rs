@@ -14,7 +14,7 @@ fn node_psi_from_this_kernel() {
     if !std::path::Path::new("/proc/pressure").is_dir() {
         panic!("this test needs a kernel with PSI (/proc/pressure); the CI machine has it");
     }
-    let mut set = CollectorSet::new(vec![Box::new(PressureCollector)]);
+    let mut set = CollectorSet::new(vec![Box::new(PressureCollector::default())]);
     let (first, runs) = set.sample(&Paths::default(), Duration::from_secs(1));
     let c = runs[0].outcome.as_ref().unwrap();
     assert!(c.unavailable.is_none() && c.warnings.is_empty(), "{c:?}");

@@ -34,7 +34,7 @@ fn fixture(name: &str) -> Paths {
 
 fn set(selection: CgroupSelection) -> CollectorSet {
     CollectorSet::new(vec![
-        Box::new(PressureCollector),
+        Box::new(PressureCollector::default()),
         Box::new(CgroupsCollector::new(selection)),
     ])
 }

@@ -22,6 +22,8 @@ struct Shared {
     config: Config,
     started: Instant,
     latest: RwLock<Option<Arc<Sample>>>,
+    /// The daemon's own CPU and memory, read with the latest sample.
+    process: Mutex<Option<nodemedic_export::ProcessStats>>,
     last_sample_at: RwLock<Option<Instant>>,
     remedy: SharedRemedy,
     kube: SharedKube,
@@ -144,6 +146,7 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
         config,
         started: Instant::now(),
         latest: RwLock::new(None),
+        process: Mutex::new(None),
         last_sample_at: RwLock::new(None),
         remedy,
         kube,
@@ -316,14 +319,18 @@ async fn shutdown_signal() {
 /// memory is reused from one sample to the next (tokio's blocking pool would move samples
 /// between threads, and glibc keeps a heap per thread: on a 1024-CPU tree that cost 12 MiB
 /// of RSS, BENCHMARKS.md "Scale"). Requests carry the reply channel.
-type SampleRequests = tokio::sync::mpsc::Sender<tokio::sync::oneshot::Sender<Sample>>;
+/// A sample, and the daemon's own resource use read right after it.
+type Sampled = (Sample, Option<nodemedic_export::ProcessStats>);
+type SampleRequests = tokio::sync::mpsc::Sender<tokio::sync::oneshot::Sender<Sampled>>;
 
 fn start_sampler(
     engine: Engine,
     faults: Faults,
 ) -> std::io::Result<(SampleRequests, std::thread::JoinHandle<()>)> {
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<tokio::sync::oneshot::Sender<Sample>>(1);
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<tokio::sync::oneshot::Sender<Sampled>>(1);
     let mut engine = engine;
+    // The process_* metrics are read here, once per sample, not on each scrape.
+    let mut self_stats = crate::process::SelfStats::new();
     let thread = std::thread::Builder::new()
         .name("nodemedic-sampler".into())
         .spawn(move || {
@@ -345,7 +352,7 @@ fn start_sampler(
                         std::thread::sleep(Duration::from_secs(3600));
                     }
                 }
-                let _ = reply.send(sample);
+                let _ = reply.send((sample, self_stats.read()));
             }
         })?;
     Ok((tx, thread))
@@ -365,7 +372,7 @@ async fn sample_loop(
             tracing::error!("the sampler thread is gone (a bug)");
             return;
         }
-        let Ok(sample) = sample.await else {
+        let Ok((sample, process)) = sample.await else {
             tracing::error!("sampling failed unexpectedly (a bug); retrying next interval");
             continue;
         };
@@ -376,6 +383,9 @@ async fn sample_loop(
             sample.findings.len()
         ));
         let sample = Arc::new(sample);
+        if let Ok(mut p) = shared.process.lock() {
+            *p = process;
+        }
         remediator.send_replace(Some(sample.clone()));
         if let Ok(mut latest) = shared.latest.write() {
             *latest = Some(sample);
@@ -477,11 +487,7 @@ async fn metrics(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Respo
     let body = match cached {
         Some(body) => body,
         None => {
-            // /proc/self reads block: off the current-thread runtime that serves every request.
-            let process = tokio::task::spawn_blocking(crate::process::self_stats)
-                .await
-                .ok()
-                .flatten();
+            let process = shared.process.lock().ok().and_then(|p| *p);
             let text = render_body(&shared, sample.as_deref(), process, format);
             let body = if gzipped {
                 match gzip(text.as_bytes()) {

@@ -1,26 +1,44 @@
 //! The daemon's own resource use, for `process_*` metrics.
 
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::sync::OnceLock;
 
 use nodemedic_export::ProcessStats;
+use procfs::FromRead;
 
 /// Reads this process's CPU time and memory from the real `/proc/self` (not the configured
-/// procfs root, which may be a fixture or the host's). `None` if /proc is unavailable.
+/// procfs root, which may be a fixture or the host's).
 ///
-/// Called on every scrape, so it reads only `/proc/self/stat` and one `stat` of
-/// `/proc/self/fd`; what never changes (boot time, start time, clock ticks, page size) is
-/// read once.
-pub fn self_stats() -> Option<ProcessStats> {
-    let me = procfs::process::Process::myself().ok()?;
-    let stat = me.stat().ok()?;
-    let fixed = fixed();
-    Some(ProcessStats {
-        cpu_seconds: (stat.utime + stat.stime) as f64 / fixed.ticks,
-        resident_memory_bytes: stat.rss as f64 * fixed.page,
-        virtual_memory_bytes: stat.vsize as f64,
-        start_time_seconds: fixed.boot + stat.starttime as f64 / fixed.ticks,
-        open_fds: open_fds(&me),
-    })
+/// Read by the sampler thread once per sample, not per scrape: `/proc/self/stat` is kept open
+/// and re-read with one `pread` (parsed by procfs), and the fd count is one `stat` of
+/// `/proc/self/fd`. What never changes (boot time, clock ticks, page size) is read once.
+pub struct SelfStats {
+    stat: Option<File>,
+    buf: Vec<u8>,
+}
+
+impl SelfStats {
+    pub fn new() -> Self {
+        Self {
+            stat: File::open("/proc/self/stat").ok(),
+            buf: vec![0; 1024],
+        }
+    }
+
+    /// `None` if `/proc` is unavailable or the file did not parse.
+    pub fn read(&mut self) -> Option<ProcessStats> {
+        let n = self.stat.as_ref()?.read_at(&mut self.buf, 0).ok()?;
+        let stat = procfs::process::Stat::from_read(&self.buf[..n]).ok()?;
+        let fixed = fixed();
+        Some(ProcessStats {
+            cpu_seconds: (stat.utime + stat.stime) as f64 / fixed.ticks,
+            resident_memory_bytes: stat.rss as f64 * fixed.page,
+            virtual_memory_bytes: stat.vsize as f64,
+            start_time_seconds: fixed.boot + stat.starttime as f64 / fixed.ticks,
+            open_fds: open_fds(),
+        })
+    }
 }
 
 struct Fixed {
@@ -44,11 +62,49 @@ fn fixed() -> &'static Fixed {
 
 /// Open fds. The read layer keeps thousands of files open on a large node, and listing
 /// `/proc/self/fd` costs one entry each; since Linux 6.2 the directory's size is the count.
-fn open_fds(me: &procfs::process::Process) -> f64 {
+fn open_fds() -> f64 {
     if let Ok(m) = std::fs::metadata("/proc/self/fd") {
         if m.len() > 0 {
             return m.len() as f64;
         }
     }
-    me.fd_count().map(|n| n as f64).unwrap_or(0.0)
+    std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.count() as f64)
+        .unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_this_process_and_sees_its_cpu_time_grow() {
+        let mut stats = SelfStats::new();
+        let before = stats.read().expect("/proc/self/stat reads on Linux");
+        // Burn some CPU: the kept-open fd must show the new value, not the first read's.
+        let start = std::time::Instant::now();
+        let mut x = 0u64;
+        while start.elapsed() < std::time::Duration::from_millis(120) {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        std::hint::black_box(x);
+        let after = stats.read().expect("second read");
+        assert!(
+            after.cpu_seconds > before.cpu_seconds,
+            "{} then {}",
+            before.cpu_seconds,
+            after.cpu_seconds
+        );
+        assert!(after.resident_memory_bytes > 1e6);
+        assert!(after.open_fds >= 3.0, "{}", after.open_fds);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        assert!(
+            (now - after.start_time_seconds).abs() < 3600.0,
+            "started {} s ago?",
+            now - after.start_time_seconds
+        );
+    }
 }

@@ -73,7 +73,7 @@ pub fn all() -> Vec<Box<dyn Collector>> {
         Box::new(SoftirqsCollector),
         Box::new(SoftnetCollector),
         Box::new(IrqbalanceConfigCollector::default()),
-        Box::new(PressureCollector),
+        Box::new(PressureCollector::default()),
     ]
 }
 

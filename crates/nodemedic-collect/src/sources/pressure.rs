@@ -1,4 +1,5 @@
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 
 use nodemedic_kernel::{psi, Snapshot};
 
@@ -14,7 +15,15 @@ const EOPNOTSUPP: i32 = 95;
 ///
 /// A kernel without PSI, or with PSI switched off, is no data with its reason, never zeros.
 /// One damaged file loses that resource and is a warning naming it.
-pub struct PressureCollector;
+///
+/// Whether the directory exists, and which files it lacks (`irq` before Linux 6.1), is
+/// looked up on rescans only: samples in between do not retry a file that was not there.
+#[derive(Default)]
+pub struct PressureCollector {
+    /// From the last rescan: `None` when `/proc/pressure` did not exist, else which of
+    /// [`RESOURCES`] were missing.
+    present: Mutex<Option<Option<[bool; 4]>>>,
+}
 
 impl Collector for PressureCollector {
     fn name(&self) -> &'static str {
@@ -24,17 +33,27 @@ impl Collector for PressureCollector {
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
         let dir = ctx.paths.procfs.join("pressure");
         let mut out = Collected::default();
-        if !dir.is_dir() {
+        let mut present = self.present.lock().unwrap_or_else(|p| p.into_inner());
+        let known = if ctx.rescan { None } else { *present };
+        let looked_up = match known {
+            Some(k) => k,
+            None => dir.is_dir().then_some([false; 4]),
+        };
+        let Some(mut missing) = looked_up else {
+            *present = Some(None);
             out.unavailable = Some(format!(
                 "{} does not exist: the kernel has no PSI (CONFIG_PSI, Linux 4.20+)",
                 dir.display()
             ));
             return Ok(out);
-        }
+        };
         let mut found = BTreeMap::new();
         let mut switched_off = false;
         let mut errors = Vec::new();
-        for resource in RESOURCES {
+        for (i, resource) in RESOURCES.into_iter().enumerate() {
+            if missing[i] {
+                continue;
+            }
             let path = dir.join(resource);
             match ctx.reader.read(&path) {
                 Ok(text) => match psi::parse(&text) {
@@ -44,7 +63,7 @@ impl Collector for PressureCollector {
                     Err(e) => errors.push(ReadError::parse(&path, e)),
                 },
                 // irq pressure needs Linux 6.1 and CONFIG_IRQ_TIME_ACCOUNTING.
-                Err(e) if e.is_missing() && resource == "irq" => {}
+                Err(e) if e.is_missing() && resource == "irq" => missing[i] = true,
                 Err(ReadError::Io { source, .. }) if source.raw_os_error() == Some(EOPNOTSUPP) => {
                     switched_off = true;
                 }
@@ -64,8 +83,100 @@ impl Collector for PressureCollector {
                 return Err(errors.swap_remove(0).into());
             }
         }
+        if known.is_none() {
+            *present = Some(Some(missing));
+        }
         out.warnings.extend(errors.iter().map(ToString::to_string));
         snap.pressure = (!found.is_empty()).then_some(found);
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::time::Duration;
+
+    use super::*;
+
+    const LINES: &str = "some avg10=1.00 avg60=0.00 avg300=0.00 total=7\n\
+                         full avg10=0.00 avg60=0.00 avg300=0.00 total=3\n";
+
+    /// A file that was missing (irq before Linux 6.1) is not looked up again until the next
+    /// rescan; the files that exist are re-read every sample.
+    #[test]
+    fn a_missing_file_is_looked_up_again_at_the_next_rescan() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("proc/pressure");
+        std::fs::create_dir_all(&dir).unwrap();
+        for r in ["cpu", "memory", "io"] {
+            std::fs::write(dir.join(r), LINES).unwrap();
+        }
+        let paths = crate::Paths::under(tmp.path());
+        let mut set = crate::CollectorSet::new(vec![Box::new(PressureCollector::default())])
+            .with_rescan_interval(Duration::from_secs(60));
+        let secs = Duration::from_secs;
+        let (s, runs) = set.sample(&paths, secs(100));
+        assert!(runs[0].outcome.is_ok());
+        let names = |s: &Snapshot| {
+            s.pressure
+                .as_ref()
+                .unwrap()
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(&s), ["cpu", "io", "memory"]);
+
+        std::fs::write(
+            dir.join("irq"),
+            "full avg10=0.00 avg60=0.00 avg300=0.00 total=9\n",
+        )
+        .unwrap();
+        // The existing files are read afresh between rescans.
+        std::fs::write(dir.join("cpu"), LINES.replace("total=7", "total=8")).unwrap();
+        let (s, _) = set.sample(&paths, secs(105));
+        assert_eq!(
+            names(&s),
+            ["cpu", "io", "memory"],
+            "irq waits for the rescan"
+        );
+        let cpu = &s.pressure.as_ref().unwrap()["cpu"];
+        assert_eq!(cpu.some.map(|l| l.total_us), Some(8));
+
+        let (s, _) = set.sample(&paths, secs(161));
+        assert_eq!(names(&s), ["cpu", "io", "irq", "memory"]);
+        assert_eq!(
+            s.pressure.as_ref().unwrap()["irq"].full.map(|l| l.total_us),
+            Some(9)
+        );
+    }
+
+    /// No `/proc/pressure` at all: no data with its reason, every sample, and the directory
+    /// is found at the next rescan once it exists.
+    #[test]
+    fn no_psi_is_unavailable_not_an_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(tmp.path().join("proc")).unwrap();
+        let paths = crate::Paths::under(tmp.path());
+        let mut set = crate::CollectorSet::new(vec![Box::new(PressureCollector::default())])
+            .with_rescan_interval(Duration::from_secs(60));
+        let secs = Duration::from_secs;
+        for at in [100, 105] {
+            let (s, runs) = set.sample(&paths, secs(at));
+            assert!(s.pressure.is_none());
+            let c = runs[0].outcome.as_ref().unwrap();
+            assert!(
+                c.unavailable.as_deref().unwrap().contains("has no PSI"),
+                "{:?}",
+                c.unavailable
+            );
+        }
+        let dir = tmp.path().join("proc/pressure");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("cpu"), LINES).unwrap();
+        let (s, _) = set.sample(&paths, secs(161));
+        assert!(s.pressure.unwrap().contains_key("cpu"));
     }
 }
