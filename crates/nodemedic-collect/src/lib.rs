@@ -205,6 +205,7 @@ impl CollectorSet {
                 outcome,
             });
         }
+        self.reader.end_sample();
         (snapshot, runs)
     }
 }

@@ -276,3 +276,107 @@ impl Ring {
         }
     }
 }
+
+/// Directory watches (inotify) that tell when a kept-open regular file may have been
+/// replaced: a name created, deleted or renamed in its directory, or the directory itself
+/// removed or moved. One non-blocking read per sample replaces an `fstat` per file per read.
+pub struct DirWatch {
+    fd: std::os::fd::OwnedFd,
+    buf: Vec<u8>,
+}
+
+/// What [`DirWatch::drain`] found.
+pub enum DirEvents {
+    /// Nothing happened in any watched directory.
+    None,
+    /// Something happened in these watches (by descriptor).
+    Some(Vec<i32>),
+    /// The kernel's event queue overflowed (or the read failed): anything may have changed.
+    All,
+}
+
+impl DirWatch {
+    pub fn new() -> io::Result<Self> {
+        // SAFETY: inotify_init1 takes only flags and returns a new fd or -1.
+        let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just returned by inotify_init1 and is owned by nobody else.
+        let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        Ok(Self {
+            fd,
+            buf: vec![0; 4096],
+        })
+    }
+
+    /// Watches `dir` (the same directory twice gives the same descriptor).
+    pub fn add(&self, dir: &std::path::Path) -> io::Result<i32> {
+        use std::os::unix::ffi::OsStrExt;
+        let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))?;
+        let mask = libc::IN_CREATE
+            | libc::IN_DELETE
+            | libc::IN_MOVED_FROM
+            | libc::IN_MOVED_TO
+            | libc::IN_DELETE_SELF
+            | libc::IN_MOVE_SELF
+            | libc::IN_ONLYDIR;
+        // SAFETY: the fd is a live inotify fd owned by `self`, `c` is a NUL-terminated path
+        // that outlives the call.
+        let wd = unsafe { libc::inotify_add_watch(self.fd.as_raw_fd(), c.as_ptr(), mask) };
+        if wd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(wd)
+    }
+
+    /// Reads every queued event without blocking.
+    pub fn drain(&mut self) -> DirEvents {
+        let mut wds = Vec::new();
+        loop {
+            // SAFETY: reads at most `buf.len()` bytes into `buf`, which is valid and writable
+            // for that length; the fd is owned by `self`.
+            let n = unsafe {
+                libc::read(
+                    self.fd.as_raw_fd(),
+                    self.buf.as_mut_ptr().cast(),
+                    self.buf.len(),
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    io::ErrorKind::WouldBlock => break,
+                    io::ErrorKind::Interrupted => continue,
+                    _ => return DirEvents::All,
+                }
+            }
+            let n = n as usize;
+            if n == 0 {
+                break;
+            }
+            // Each event: wd (i32), mask (u32), cookie (u32), len (u32), then `len` name bytes.
+            let mut at = 0;
+            while at + 16 <= n {
+                let field = |o: usize| {
+                    let b: [u8; 4] = self.buf[at + o..at + o + 4].try_into().unwrap_or([0; 4]);
+                    u32::from_ne_bytes(b)
+                };
+                let wd = field(0) as i32;
+                let mask = field(4);
+                let len = field(12) as usize;
+                if mask & libc::IN_Q_OVERFLOW != 0 {
+                    return DirEvents::All;
+                }
+                wds.push(wd);
+                at += 16 + len;
+            }
+        }
+        if wds.is_empty() {
+            DirEvents::None
+        } else {
+            DirEvents::Some(wds)
+        }
+    }
+}

@@ -163,6 +163,54 @@ fn fd_bound_falls_back_to_open_read_close() {
     );
 }
 
+/// Within samples, a kept regular file is not `fstat`ed on every read: its directory is
+/// watched with inotify, and any replacement (a rename over it, delete and create, the whole
+/// directory removed and made again) is seen by the next sample's reads.
+#[test]
+fn replaced_regular_files_are_seen_at_the_next_sample() {
+    let dir = tempfile::tempdir().unwrap();
+    let sub = dir.path().join("irq/24");
+    std::fs::create_dir_all(&sub).unwrap();
+    let f = sub.join("smp_affinity");
+    let other = dir.path().join("untouched");
+    std::fs::write(&f, "1\n").unwrap();
+    std::fs::write(&other, "same\n").unwrap();
+    let r = reader(Backend::Pread, 16);
+    let sample = |want: &str, round: &str| {
+        r.begin_sample(false);
+        assert_eq!(r.read(&f).unwrap(), want, "{round}");
+        assert_eq!(r.read(&other).unwrap(), "same\n", "{round}");
+        r.end_sample();
+    };
+    sample("1\n", "first");
+    sample("1\n", "unchanged");
+    // Renamed over.
+    let tmp = sub.join(".new");
+    std::fs::write(&tmp, "2\n").unwrap();
+    std::fs::rename(&tmp, &f).unwrap();
+    sample("2\n", "renamed over");
+    // Deleted and created again.
+    std::fs::remove_file(&f).unwrap();
+    std::fs::write(&f, "4\n").unwrap();
+    sample("4\n", "deleted and created");
+    // The directory removed and made again (a vanished and re-allocated IRQ).
+    std::fs::remove_dir_all(&sub).unwrap();
+    std::fs::create_dir_all(&sub).unwrap();
+    std::fs::write(&f, "8\n").unwrap();
+    sample("8\n", "directory made again");
+    // Removed for good: the next sample says so.
+    std::fs::remove_dir_all(&sub).unwrap();
+    r.begin_sample(false);
+    assert!(r.read(&f).unwrap_err().is_missing());
+    r.end_sample();
+    // Rewritten in place: the same inode, read through the kept fd.
+    std::fs::write(&other, "rewritten\n").unwrap();
+    r.begin_sample(false);
+    assert_eq!(r.read(&other).unwrap(), "rewritten\n");
+    r.end_sample();
+    assert!(r.status().dropped_files_total >= 3, "{:?}", r.status());
+}
+
 #[test]
 fn files_not_read_between_rescans_are_closed() {
     let dir = tempfile::tempdir().unwrap();

@@ -8,10 +8,13 @@
 //! - `this machine`: the real `/proc`, `/sys` and `/sys/fs/cgroup`.
 //!
 //! Per case: `$NODEMEDIC_BENCH_SAMPLES` samples (default 300) after 5 warm-up samples, 5 s
-//! apart in the engine's clock (1 ms in real time); wall median and p90 per sample, and process CPU time (utime +
-//! stime from /proc/self/stat) divided by the samples. `cargo bench -p nodemedic-engine`.
+//! apart in the engine's clock (1 ms in real time, `$NODEMEDIC_BENCH_PAUSE_MS`); wall median and
+//! p90 per sample, and process CPU time (`CLOCK_PROCESS_CPUTIME_ID`) divided by the samples.
+//! `cargo bench -p nodemedic-engine`.
 
 #![allow(clippy::expect_used)]
+// One `clock_gettime` for nanosecond CPU time (see `cpu_seconds`).
+#![allow(unsafe_code)]
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -19,13 +22,29 @@ use std::time::{Duration, Instant};
 use nodemedic_collect::Paths;
 use nodemedic_engine::{Engine, EngineConfig};
 
+/// This process's CPU time, from the scheduler's nanosecond accounting
+/// (`CLOCK_PROCESS_CPUTIME_ID`; `/proc/self/stat` counts 10 ms ticks).
 fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    // Fields 14 and 15 (utime, stime) are 12 and 13 after the comm; USER_HZ is 100 on Linux.
-    (ticks(11) + ticks(12)) / 100.0
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// Real time between two samples: `$NODEMEDIC_BENCH_PAUSE_MS`, default 1. The daemon samples
+/// every few seconds, and after a pause that long a sample starts with cold caches (on this
+/// VM the vCPU halts and the host runs other work), which costs more than back to back.
+fn pause() -> Duration {
+    Duration::from_millis(
+        std::env::var("NODEMEDIC_BENCH_PAUSE_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1),
+    )
 }
 
 fn rss_mib() -> f64 {
@@ -97,7 +116,7 @@ fn run_with(name: &str, paths: Paths, samples: usize, cgroups_interval: Duration
         let s = engine.sample_at(tick());
         walls.push(t.elapsed());
         last = Some(s);
-        std::thread::sleep(Duration::from_millis(1));
+        std::thread::sleep(pause());
     }
     let cpu = (cpu_seconds() - cpu0) / samples as f64;
     walls.sort();
