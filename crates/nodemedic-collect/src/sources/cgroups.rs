@@ -264,6 +264,15 @@ fn walk(
     Ok(())
 }
 
+/// [`Reader::read_optional`] into `buf`: `Ok(false)` when the file does not exist.
+fn read_optional_into(reader: &Reader, path: &Path, buf: &mut String) -> Result<bool, ReadError> {
+    match reader.read_into(path, buf) {
+        Ok(()) => Ok(true),
+        Err(e) if e.is_missing() => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// The files of every listed cgroup. A cgroup removed since it was listed (a pod deleted
 /// mid-sample) is a warning for this sample and nothing else.
 fn read_all(
@@ -273,8 +282,10 @@ fn read_all(
     warnings: &mut Vec<String>,
 ) -> BTreeMap<String, CgroupStats> {
     let mut groups = BTreeMap::new();
+    // One buffer for every file of every cgroup: 2,500 reads at 500 pods, none allocating.
+    let mut buf = String::with_capacity(512);
     for (rel, workload) in found {
-        match read_group(reader, mounts, &rel, workload, warnings) {
+        match read_group(reader, mounts, &rel, workload, &mut buf, warnings) {
             Ok(Some(stats)) => {
                 groups.insert(rel, stats);
             }
@@ -296,6 +307,7 @@ fn read_group(
     mounts: &CgroupMounts,
     rel: &str,
     workload: Workload,
+    buf: &mut String,
     warnings: &mut Vec<String>,
 ) -> Result<Option<CgroupStats>, ReadError> {
     let mut stats = CgroupStats {
@@ -321,23 +333,23 @@ fn read_group(
         let period = dir.join("cpu.cfs_period_us");
         note((|| {
             let q = reader.read(&quota)?;
-            let p = reader.read(&period)?;
-            stats.cpu_max = Some(parse_cfs(&q, &p).map_err(|e| ReadError::parse(&quota, e))?);
+            reader.read_into(&period, buf)?;
+            stats.cpu_max = Some(parse_cfs(&q, buf).map_err(|e| ReadError::parse(&quota, e))?);
             any = true;
             Ok(())
         })())?;
         let stat = dir.join("cpu.stat");
         note((|| {
-            let text = reader.read(&stat)?;
-            stats.cpu_stat = Some(parse_cpu_stat(&text).map_err(|e| ReadError::parse(&stat, e))?);
+            reader.read_into(&stat, buf)?;
+            stats.cpu_stat = Some(parse_cpu_stat(buf).map_err(|e| ReadError::parse(&stat, e))?);
             any = true;
             Ok(())
         })())?;
         if let Some(acct) = &mounts.cpuacct {
             let usage = acct.join(rel).join("cpuacct.usage");
             note((|| {
-                if let Some(text) = reader.read_optional(&usage)? {
-                    let us = parse_cpuacct_usage(&text).map_err(|e| ReadError::parse(&usage, e))?;
+                if read_optional_into(reader, &usage, buf)? {
+                    let us = parse_cpuacct_usage(buf).map_err(|e| ReadError::parse(&usage, e))?;
                     if let Some(s) = stats.cpu_stat.as_mut() {
                         s.usage_us = Some(us);
                     }
@@ -353,17 +365,16 @@ fn read_group(
             let max = dir.join("cpu.max");
             // Absent when the cpu controller is not enabled for this cgroup.
             note((|| {
-                if let Some(text) = reader.read_optional(&max)? {
+                if read_optional_into(reader, &max, buf)? {
                     stats.cpu_max =
-                        Some(parse_cpu_max(&text).map_err(|e| ReadError::parse(&max, e))?);
+                        Some(parse_cpu_max(buf).map_err(|e| ReadError::parse(&max, e))?);
                 }
                 Ok(())
             })())?;
             let stat = dir.join("cpu.stat");
             note((|| {
-                let text = reader.read(&stat)?;
-                stats.cpu_stat =
-                    Some(parse_cpu_stat(&text).map_err(|e| ReadError::parse(&stat, e))?);
+                reader.read_into(&stat, buf)?;
+                stats.cpu_stat = Some(parse_cpu_stat(buf).map_err(|e| ReadError::parse(&stat, e))?);
                 any = true;
                 Ok(())
             })())?;
@@ -377,8 +388,8 @@ fn read_group(
         if !on_v2 && usage_missing {
             let stat = dir.join("cpu.stat");
             note((|| {
-                if let Some(text) = reader.read_optional(&stat)? {
-                    let v2 = parse_cpu_stat(&text).map_err(|e| ReadError::parse(&stat, e))?;
+                if read_optional_into(reader, &stat, buf)? {
+                    let v2 = parse_cpu_stat(buf).map_err(|e| ReadError::parse(&stat, e))?;
                     if let Some(s) = stats.cpu_stat.as_mut() {
                         s.usage_us = v2.usage_us;
                     }
@@ -388,8 +399,8 @@ fn read_group(
         }
         for resource in ["cpu", "memory", "io"] {
             let path = dir.join(format!("{resource}.pressure"));
-            let r = match reader.read_optional(&path) {
-                Ok(Some(text)) => match psi::parse(&text) {
+            let r = match read_optional_into(reader, &path, buf) {
+                Ok(true) => match psi::parse(buf) {
                     Ok(p) => {
                         stats.pressure.insert(resource.to_string(), p);
                         any = true;
@@ -398,7 +409,7 @@ fn read_group(
                     Err(e) => Err(ReadError::parse(&path, e)),
                 },
                 // The hybrid unified tree may lack a cgroup the v1 tree has: no pressure.
-                Ok(None) => Ok(()),
+                Ok(false) => Ok(()),
                 // PSI switched off: the files exist and reads fail with EOPNOTSUPP.
                 Err(ReadError::Io { source, .. }) if source.raw_os_error() == Some(95) => Ok(()),
                 Err(e) => Err(e),
