@@ -131,8 +131,9 @@ pub struct PressureVerdict {
     pub node_saturated: bool,
     /// Which node thresholds this sample passed (`cpu some`, `memory some`, `io full`).
     pub node_over: Vec<String>,
-    /// Every watched cgroup with rates, by path.
-    pub cgroups: Vec<CgroupRates>,
+    /// Every watched cgroup with rates, by path. Shared with the detector: samples between
+    /// two cgroup readings repeat the same rates without copying 500 pods' worth of them.
+    pub cgroups: Arc<Vec<CgroupRates>>,
     /// Verdicts that changed with this sample: (path or `node`, what, now active).
     pub changes: Vec<Change>,
 }
@@ -153,8 +154,10 @@ pub struct PressureDetector {
     /// The last fresh cgroup reading and when it was first seen. Cgroups are read on their
     /// own interval: a sample that carries the same reading (the same `Arc`) adds no rates.
     cgroups_seen: Option<(Duration, Arc<Cgroups>)>,
-    /// The rates and verdicts of the last fresh reading, repeated until the next one.
-    cgroup_rates: Vec<CgroupRates>,
+    /// The rates and verdicts of the last fresh reading, repeated until the next one, and
+    /// the pod list their names came from (names change when it does, not the rates).
+    cgroup_rates: Arc<Vec<CgroupRates>>,
+    named_from: Option<Arc<BTreeMap<String, nodemedic_kernel::snapshot::PodIdentity>>>,
     node: Latch,
     quota: BTreeMap<String, Latch>,
     starved: BTreeMap<String, Latch>,
@@ -178,7 +181,7 @@ impl PressureDetector {
         if snap.pressure.is_none() && snap.cgroups.is_none() {
             self.previous = None;
             self.cgroups_seen = None;
-            self.cgroup_rates.clear();
+            self.cgroup_rates = Arc::default();
             return None;
         }
         let current = Previous {
@@ -235,13 +238,13 @@ impl PressureDetector {
 
     /// Rates and verdicts of every watched cgroup, from a fresh reading; the last ones again
     /// when this sample repeats the previous reading.
-    fn observe_cgroups(&mut self, snap: &Snapshot) -> (Vec<CgroupRates>, Vec<Change>) {
+    fn observe_cgroups(&mut self, snap: &Snapshot) -> (Arc<Vec<CgroupRates>>, Vec<Change>) {
         let Some(now_all) = &snap.cgroups else {
             self.cgroups_seen = None;
-            self.cgroup_rates.clear();
+            self.cgroup_rates = Arc::default();
             self.quota.clear();
             self.starved.clear();
-            return (Vec::new(), Vec::new());
+            return (Arc::default(), Vec::new());
         };
         let fresh = self
             .cgroups_seen
@@ -249,19 +252,28 @@ impl PressureDetector {
             .is_none_or(|(_, seen)| !Arc::ptr_eq(seen, now_all));
         if !fresh {
             // The same reading, but the pod list may have arrived or changed since.
-            let mut rates = self.cgroup_rates.clone();
-            for r in &mut rates {
-                (r.name, r.namespace, r.pod, r.container) = names(snap, &r.workload);
+            let same_pods = match (&self.named_from, &snap.pods) {
+                (None, None) => true,
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            };
+            if !same_pods {
+                let mut rates = (*self.cgroup_rates).clone();
+                for r in &mut rates {
+                    (r.name, r.namespace, r.pod, r.container) = names(snap, &r.workload);
+                }
+                self.cgroup_rates = Arc::new(rates);
+                self.named_from = snap.pods.clone();
             }
-            return (rates, Vec::new());
+            return (self.cgroup_rates.clone(), Vec::new());
         }
         let before = self.cgroups_seen.replace((snap.at, now_all.clone()));
         let Some((before_at, before_all)) = before else {
-            return (Vec::new(), Vec::new());
+            return (Arc::default(), Vec::new());
         };
         let dt = match snap.at.checked_sub(before_at) {
             Some(d) if !d.is_zero() => d.as_secs_f64(),
-            _ => return (Vec::new(), Vec::new()),
+            _ => return (Arc::default(), Vec::new()),
         };
         let h = self.config.hysteresis();
         let mut changes = Vec::new();
@@ -304,8 +316,9 @@ impl PressureDetector {
         // A cgroup that is gone takes its state with it.
         self.quota.retain(|p, _| seen.contains(p));
         self.starved.retain(|p, _| seen.contains(p));
-        self.cgroup_rates.clone_from(&cgroups);
-        (cgroups, changes)
+        self.cgroup_rates = Arc::new(cgroups);
+        self.named_from = snap.pods.clone();
+        (self.cgroup_rates.clone(), changes)
     }
 }
 
@@ -442,7 +455,7 @@ pub fn findings(v: &PressureVerdict) -> Vec<Finding> {
             ),
         });
     }
-    for c in &v.cgroups {
+    for c in v.cgroups.iter() {
         if c.quota_bound {
             let cores = c
                 .quota_cores
@@ -593,6 +606,37 @@ mod tests {
             v.cgroups[0].quota_bound,
             "the second fresh reading raises it"
         );
+    }
+
+    /// Samples between two readings share the last rates (the same `Arc`, no copy) while the
+    /// pod list is the same; when names arrive in between, the rates are named anew.
+    #[test]
+    fn repeated_rates_are_shared_and_renamed_when_the_pod_list_changes() {
+        let mut d = PressureDetector::default();
+        d.observe(&snap(0, 0, pod(0, 0, 0)));
+        let fresh = snap(15, 3_000_000, pod(60, 100, 5_250_000));
+        let first = d.observe(&fresh).unwrap().cgroups;
+        assert_eq!(first[0].name, "pod 1a2b");
+        let mut repeat = snap(20, 4_000_000, pod(0, 0, 0));
+        repeat.cgroups = fresh.cgroups.clone();
+        let again = d.observe(&repeat).unwrap().cgroups;
+        assert!(Arc::ptr_eq(&first, &again), "no copy while nothing changed");
+        repeat.pods = Some(Arc::new(BTreeMap::from([(
+            "1a2b".to_string(),
+            nodemedic_kernel::snapshot::PodIdentity {
+                namespace: "hpc".into(),
+                name: "solver-0".into(),
+                containers: BTreeMap::new(),
+            },
+        )])));
+        repeat.at = Duration::from_secs(25);
+        let named = d.observe(&repeat).unwrap().cgroups;
+        assert!(!Arc::ptr_eq(&first, &named));
+        assert_eq!(named[0].name, "hpc/solver-0");
+        assert_eq!(named[0].throttled_ratio, Some(0.6), "the same rates");
+        repeat.at = Duration::from_secs(30);
+        let kept = d.observe(&repeat).unwrap().cgroups;
+        assert!(Arc::ptr_eq(&named, &kept));
     }
 
     #[test]

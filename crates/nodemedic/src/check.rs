@@ -78,7 +78,7 @@ fn pressure_report(second: &Sample) -> PressureReport {
             top: 5,
         };
     };
-    let mut cgroups = v.cgroups.clone();
+    let mut cgroups = (*v.cgroups).clone();
     cgroups.sort_by(|a, b| {
         b.cpu_some_ratio
             .unwrap_or(0.0)
