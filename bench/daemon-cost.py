@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""CPU of running nodemedic daemons, split into sampling and serving, builds side by side.
+
+    bench/daemon-cost.py [--seconds S] [--interval-ms MS] NAME=BINARY [NAME=BINARY ...]
+
+For every build it starts one daemon per mode, all at once (so every build and mode sees the
+same minutes of this VM's drifting speed), each on the real /proc and /sys with
+`sample_interval` = MS (default 1000) and the eBPF probes off:
+
+- `sampling`: no scrapes: what sampling alone costs;
+- `keepalive`: one GET /metrics per interval on one kept-alive connection, as Prometheus does;
+- `curl`: one GET /metrics per interval on a new TCP connection each time (`curl`);
+- `healthz-curl`: one GET /healthz per interval on a new connection: the HTTP and TCP floor
+  of the same server, without rendering anything.
+
+CPU is the scheduler's nanosecond accounting of every thread (`/proc/PID/task/*/schedstat`),
+not 10 ms ticks. Printed per build and mode: CPU ms per interval (one sample plus at most one
+request), and how it splits between the sampler thread and the rest (runtime, HTTP).
+"""
+
+import argparse
+import http.client
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+MODES = ["sampling", "keepalive", "curl", "healthz-curl"]
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def thread_ns(pid):
+    """(sampler thread ns, all other threads ns), summed over live threads."""
+    sampler = other = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                comm = f.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                ns = int(f.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            continue
+        if comm.startswith("nodemedic-sampl"):
+            sampler += ns
+        else:
+            other += ns
+    return sampler, other
+
+
+def run_one(name, binary, mode, seconds, interval_ms, results):
+    port = free_port()
+    work = tempfile.mkdtemp(prefix="nodemedic-daemon-cost.")
+    config = os.path.join(work, "nodemedic.toml")
+    with open(config, "w") as f:
+        f.write(f'sample_interval = "{interval_ms}ms"\n[probes]\nenabled = false\n')
+    proc = subprocess.Popen(
+        [binary, "--config", config, "run", "--web.listen-address", f"127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        path = "/healthz" if mode == "healthz-curl" else "/metrics"
+        deadline = time.time() + 30
+        while True:
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                c.request("GET", "/metrics")
+                if c.getresponse().status == 200:
+                    break
+            except OSError:
+                pass
+            if time.time() > deadline:
+                raise SystemExit(f"{name} {mode}: no 200 from /metrics within 30 s")
+            time.sleep(0.2)
+        time.sleep(2 * interval_ms / 1000)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        url = f"http://127.0.0.1:{port}{path}"
+
+        def request():
+            if mode == "keepalive":
+                conn.request("GET", path)
+                r = conn.getresponse()
+                r.read()
+                if r.status != 200:
+                    raise SystemExit(f"{name} {mode}: HTTP {r.status}")
+            elif mode in ("curl", "healthz-curl"):
+                subprocess.run(["curl", "-sf", "-o", "/dev/null", url], check=True)
+
+        steps = int(seconds * 1000 / interval_ms)
+        s0, o0 = thread_ns(proc.pid)
+        start = time.time()
+        for i in range(steps):
+            request()
+            time.sleep(max(0.0, start + (i + 1) * interval_ms / 1000 - time.time()))
+        s1, o1 = thread_ns(proc.pid)
+        results[(name, mode)] = ((s1 - s0) / steps / 1e6, (o1 - o0) / steps / 1e6)
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=int, default=180)
+    ap.add_argument("--interval-ms", type=int, default=1000)
+    ap.add_argument("builds", nargs="+", metavar="NAME=BINARY")
+    args = ap.parse_args()
+    builds = [b.split("=", 1) for b in args.builds]
+    results = {}
+    threads = [
+        threading.Thread(target=run_one, args=(n, b, m, args.seconds, args.interval_ms, results))
+        for n, b in builds
+        for m in MODES
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print(
+        f"{len(threads)} daemons at once, {args.seconds} s, one sample (and one request) every "
+        f"{args.interval_ms} ms; load average at end: {open('/proc/loadavg').read().split()[0]}.\n"
+    )
+    print("| mode | build | CPU ms per interval | sampler thread | other threads |")
+    print("|---|---|---|---|---|")
+    for m in MODES:
+        for n, _ in builds:
+            if (n, m) not in results:
+                print(f"| {m} | {n} | failed | | |")
+                continue
+            s, o = results[(n, m)]
+            print(f"| {m} | {n} | **{s + o:.3f}** | {s:.3f} | {o:.3f} |")
+    return 0 if len(results) == len(threads) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
