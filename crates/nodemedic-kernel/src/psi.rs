@@ -60,61 +60,73 @@ pub fn parse(text: &str) -> Result<Psi, PsiError> {
     }
     let mut psi = Psi::default();
     for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
+        if !line.trim().is_empty() {
+            parse_line(&mut psi, i + 1, line, percent_or_float)?;
         }
-        let n = i + 1;
-        let bad = |reason: String| PsiError::BadLine { line: n, reason };
-        let mut words = line.split_whitespace();
-        let kind = words.next().unwrap_or("");
-        let slot = match kind {
-            "some" => &mut psi.some,
-            "full" => &mut psi.full,
-            other => return Err(bad(format!("unknown kind {other:?}"))),
-        };
-        if slot.is_some() {
-            return Err(bad(format!("second {kind} line")));
-        }
-        let mut fields = (None, None, None, None);
-        for word in words {
-            let (key, value) = word
-                .split_once('=')
-                .ok_or_else(|| bad(format!("{word:?} is not key=value")))?;
-            let float = || {
-                percent(value)
-                    .or_else(|| value.parse::<f64>().ok())
-                    .filter(|v| v.is_finite() && *v >= 0.0)
-                    .ok_or_else(|| bad(format!("{key}={value:?} is not a percentage")))
-            };
-            match key {
-                "avg10" => fields.0 = Some(float()?),
-                "avg60" => fields.1 = Some(float()?),
-                "avg300" => fields.2 = Some(float()?),
-                "total" => {
-                    fields.3 = Some(
-                        value
-                            .parse::<u64>()
-                            .map_err(|_| bad(format!("total={value:?} is not a count")))?,
-                    )
-                }
-                // Tolerated: a future field beside the four we know.
-                _ => {}
-            }
-        }
-        let (Some(avg10), Some(avg60), Some(avg300), Some(total_us)) = fields else {
-            return Err(bad("missing one of avg10, avg60, avg300, total".into()));
-        };
-        *slot = Some(PsiLine {
-            avg10,
-            avg60,
-            avg300,
-            total_us,
-        });
     }
     if psi.some.is_none() && psi.full.is_none() {
         return Err(PsiError::Empty);
     }
     Ok(psi)
+}
+
+/// One `some` or `full` line (line number `n`) into `psi`; `float` reads the averages.
+fn parse_line(
+    psi: &mut Psi,
+    n: usize,
+    line: &str,
+    float: fn(&str) -> Option<f64>,
+) -> Result<(), PsiError> {
+    let bad = |reason: String| PsiError::BadLine { line: n, reason };
+    let mut words = line.split_whitespace();
+    let kind = words.next().unwrap_or("");
+    let slot = match kind {
+        "some" => &mut psi.some,
+        "full" => &mut psi.full,
+        other => return Err(bad(format!("unknown kind {other:?}"))),
+    };
+    if slot.is_some() {
+        return Err(bad(format!("second {kind} line")));
+    }
+    let mut fields = (None, None, None, None);
+    for word in words {
+        let (key, value) = word
+            .split_once('=')
+            .ok_or_else(|| bad(format!("{word:?} is not key=value")))?;
+        let percentage = || {
+            float(value)
+                .filter(|v| v.is_finite() && *v >= 0.0)
+                .ok_or_else(|| bad(format!("{key}={value:?} is not a percentage")))
+        };
+        match key {
+            "avg10" => fields.0 = Some(percentage()?),
+            "avg60" => fields.1 = Some(percentage()?),
+            "avg300" => fields.2 = Some(percentage()?),
+            "total" => {
+                fields.3 = Some(
+                    value
+                        .parse::<u64>()
+                        .map_err(|_| bad(format!("total={value:?} is not a count")))?,
+                )
+            }
+            // Tolerated: a future field beside the four we know.
+            _ => {}
+        }
+    }
+    let (Some(avg10), Some(avg60), Some(avg300), Some(total_us)) = fields else {
+        return Err(bad("missing one of avg10, avg60, avg300, total".into()));
+    };
+    *slot = Some(PsiLine {
+        avg10,
+        avg60,
+        avg300,
+        total_us,
+    });
+    Ok(())
+}
+
+fn percent_or_float(value: &str) -> Option<f64> {
+    percent(value).or_else(|| value.parse::<f64>().ok())
 }
 
 /// The kernel's `%lu.%02lu`: up to 9 integer digits, a dot, exactly two decimals. `None`
@@ -144,12 +156,11 @@ mod tests {
 
     use crate::body;
 
-    /// The parser as it was before it stopped allocating: the reference for `matches_the_model`.
+    /// The parser as it was before it stopped allocating: lines split by the crate's `body`,
+    /// averages read by `str::parse`. The reference for `matches_the_model`.
     fn model(text: &str) -> Result<Psi, PsiError> {
         let b = body(text);
         if let Some(s) = b.skipped.first() {
-            // A PSI file is one read; a cut line means the copy is damaged, not that the kernel
-            // added something.
             return Err(PsiError::BadLine {
                 line: s.line,
                 reason: s.reason.clone(),
@@ -157,53 +168,7 @@ mod tests {
         }
         let mut psi = Psi::default();
         for (n, line) in b.lines {
-            let bad = |reason: String| PsiError::BadLine { line: n, reason };
-            let mut words = line.split_whitespace();
-            let kind = words.next().unwrap_or("");
-            let slot = match kind {
-                "some" => &mut psi.some,
-                "full" => &mut psi.full,
-                other => return Err(bad(format!("unknown kind {other:?}"))),
-            };
-            if slot.is_some() {
-                return Err(bad(format!("second {kind} line")));
-            }
-            let mut fields = (None, None, None, None);
-            for word in words {
-                let (key, value) = word
-                    .split_once('=')
-                    .ok_or_else(|| bad(format!("{word:?} is not key=value")))?;
-                let float = || {
-                    value
-                        .parse::<f64>()
-                        .ok()
-                        .filter(|v| v.is_finite() && *v >= 0.0)
-                        .ok_or_else(|| bad(format!("{key}={value:?} is not a percentage")))
-                };
-                match key {
-                    "avg10" => fields.0 = Some(float()?),
-                    "avg60" => fields.1 = Some(float()?),
-                    "avg300" => fields.2 = Some(float()?),
-                    "total" => {
-                        fields.3 = Some(
-                            value
-                                .parse::<u64>()
-                                .map_err(|_| bad(format!("total={value:?} is not a count")))?,
-                        )
-                    }
-                    // Tolerated: a future field beside the four we know.
-                    _ => {}
-                }
-            }
-            let (Some(avg10), Some(avg60), Some(avg300), Some(total_us)) = fields else {
-                return Err(bad("missing one of avg10, avg60, avg300, total".into()));
-            };
-            *slot = Some(PsiLine {
-                avg10,
-                avg60,
-                avg300,
-                total_us,
-            });
+            parse_line(&mut psi, n, line, |v| v.parse::<f64>().ok())?;
         }
         if psi.some.is_none() && psi.full.is_none() {
             return Err(PsiError::Empty);
