@@ -89,11 +89,8 @@ fn run(name: &str, paths: Paths, samples: usize) {
 /// `cgroups_interval`: how often the cgroups are read (zero: every sample). Samples are 5 s
 /// apart in the engine's clock (the daemon's default `sample_interval`), 1 ms in real time.
 fn run_with(name: &str, paths: Paths, samples: usize, cgroups_interval: Duration) {
-    // `$NODEMEDIC_BENCH_CASE` picks cases by a substring of their name (for profiling one).
-    if let Ok(only) = std::env::var("NODEMEDIC_BENCH_CASE") {
-        if !name.contains(only.as_str()) {
-            return;
-        }
+    if !wanted(name) {
+        return;
     }
     let mut engine = Engine::new(EngineConfig {
         paths,
@@ -150,6 +147,26 @@ fn run_with(name: &str, paths: Paths, samples: usize, cgroups_interval: Duration
     }
 }
 
+const PODS: &str = "256cpu-collapsed + 500 pods";
+const PODS_INTERVAL: &str = "256cpu-collapsed + 500 pods, cgroups.interval 15s (daemon default)";
+const CASES: [&str; 5] = [
+    "256cpu-collapsed",
+    PODS,
+    PODS_INTERVAL,
+    "1024cpu",
+    "this machine (real /proc, /sys)",
+];
+
+/// `$NODEMEDIC_BENCH_CASE` picks one case by its whole name, or else the cases whose name
+/// contains it (for profiling one).
+fn wanted(name: &str) -> bool {
+    match std::env::var("NODEMEDIC_BENCH_CASE") {
+        Ok(only) if CASES.contains(&only.as_str()) => name == only,
+        Ok(only) => name.contains(only.as_str()),
+        Err(_) => true,
+    }
+}
+
 fn main() {
     let samples: usize = std::env::var("NODEMEDIC_BENCH_SAMPLES")
         .ok()
@@ -160,26 +177,21 @@ fn main() {
     println!("| case | shape | wall median ms | wall p90 ms | CPU ms/sample | peak RSS MiB |");
     println!("|---|---|---|---|---|---|");
     let irq256 = fixtures.join("256cpu-collapsed");
-    run("256cpu-collapsed", Paths::under(&irq256), samples);
-    let tmp = std::env::temp_dir().join(format!("nodemedic-sample-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp).ok();
-    pods(&tmp, 500);
-    let mut with_pods = Paths::under(&irq256);
-    with_pods.cgroupfs = tmp.clone();
-    run("256cpu-collapsed + 500 pods", with_pods.clone(), samples);
-    run_with(
-        "256cpu-collapsed + 500 pods, cgroups.interval 15s (daemon default)",
-        with_pods,
-        samples,
-        Duration::from_secs(15),
-    );
-    std::fs::remove_dir_all(&tmp).ok();
-    if let Some(big) = std::env::var_os("NODEMEDIC_BENCH_1024") {
-        run(
-            "1024cpu",
-            Paths::under(PathBuf::from(big)),
-            samples.min(100),
-        );
+    run(CASES[0], Paths::under(&irq256), samples);
+    // The 500-pod tree takes seconds to write: only when a case reads it.
+    if wanted(PODS) || wanted(PODS_INTERVAL) {
+        let tmp =
+            std::env::temp_dir().join(format!("nodemedic-sample-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).ok();
+        pods(&tmp, 500);
+        let mut with_pods = Paths::under(&irq256);
+        with_pods.cgroupfs = tmp.clone();
+        run(PODS, with_pods.clone(), samples);
+        run_with(PODS_INTERVAL, with_pods, samples, Duration::from_secs(15));
+        std::fs::remove_dir_all(&tmp).ok();
     }
-    run("this machine (real /proc, /sys)", Paths::default(), samples);
+    if let Some(big) = std::env::var_os("NODEMEDIC_BENCH_1024") {
+        run(CASES[3], Paths::under(PathBuf::from(big)), samples.min(100));
+    }
+    run(CASES[4], Paths::default(), samples);
 }
