@@ -189,6 +189,28 @@ impl Watches {
 }
 
 impl Kept {
+    /// `file`, just opened at `path`, to be kept; a regular file gets its directory watched.
+    /// `None` when it was replaced between the open and the watch, which no event would
+    /// report: the next read then opens the path afresh.
+    fn new(
+        watches: &mut Watches,
+        path: &Path,
+        file: File,
+        kernel: bool,
+        sample: u64,
+    ) -> Option<Self> {
+        let watched = if kernel { None } else { watches.watch(path) };
+        if watched.is_some() && replaced(&file) {
+            return None;
+        }
+        Some(Self {
+            file: Arc::new(file),
+            kernel,
+            last_used: sample,
+            watched,
+        })
+    }
+
     /// Whether the fd still reads the file at its path: always for kernel files; for a
     /// regular file, unless it was unlinked (checked only when its directory changed).
     fn fresh(&mut self, watches: &mut Watches) -> bool {
@@ -367,9 +389,16 @@ impl Reader {
 
     /// Reads an optional file: `Ok(None)` when it does not exist.
     pub fn read_optional(&self, path: &Path) -> Result<Option<String>, ReadError> {
-        match self.read(path) {
-            Ok(s) => Ok(Some(s)),
-            Err(e) if e.is_missing() => Ok(None),
+        let mut s = String::new();
+        Ok(self.read_optional_into(path, &mut s)?.then_some(s))
+    }
+
+    /// [`Reader::read_optional`] into `buf`, reusing its allocation: `Ok(false)` when the
+    /// file does not exist.
+    pub fn read_optional_into(&self, path: &Path, buf: &mut String) -> Result<bool, ReadError> {
+        match self.read_into(path, buf) {
+            Ok(()) => Ok(true),
+            Err(e) if e.is_missing() => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -428,16 +457,9 @@ impl Reader {
                         fds.push(file.as_raw_fd());
                         kept.push(i);
                     }
-                    let watched = if kernel { None } else { st.watches.watch(p) };
-                    st.files.insert(
-                        p.as_os_str().to_owned(),
-                        Kept {
-                            file: Arc::new(file),
-                            kernel,
-                            last_used: sample,
-                            watched,
-                        },
-                    );
+                    if let Some(k) = Kept::new(&mut st.watches, p, file, kernel, sample) {
+                        st.files.insert(p.as_os_str().to_owned(), k);
+                    }
                 }
                 Err(e) => {
                     opened_errors.insert(i, ReadError::from_io(p, e));
@@ -588,17 +610,10 @@ impl Reader {
             return;
         }
         let kernel = sys::is_kernel_generated(&file);
-        let last_used = st.sample;
-        let watched = if kernel { None } else { st.watches.watch(path) };
-        st.files.insert(
-            path.as_os_str().to_owned(),
-            Kept {
-                file: Arc::new(file),
-                kernel,
-                last_used,
-                watched,
-            },
-        );
+        let sample = st.sample;
+        if let Some(k) = Kept::new(&mut st.watches, path, file, kernel, sample) {
+            st.files.insert(path.as_os_str().to_owned(), k);
+        }
     }
 
     fn read_bytes(&self, path: &Path, bytes: &mut Vec<u8>) -> Result<(), ReadError> {

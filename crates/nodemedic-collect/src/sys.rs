@@ -281,7 +281,8 @@ impl Ring {
 /// replaced: a name created, deleted or renamed in its directory, or the directory itself
 /// removed or moved. One non-blocking read per sample replaces an `fstat` per file per read.
 pub struct DirWatch {
-    fd: std::os::fd::OwnedFd,
+    /// The inotify fd (non-blocking), read through std.
+    fd: File,
     buf: Vec<u8>,
 }
 
@@ -305,7 +306,7 @@ impl DirWatch {
         // SAFETY: `fd` was just returned by inotify_init1 and is owned by nobody else.
         let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
         Ok(Self {
-            fd,
+            fd: File::from(fd),
             buf: vec![0; 4096],
         })
     }
@@ -335,24 +336,12 @@ impl DirWatch {
     pub fn drain(&mut self) -> DirEvents {
         let mut wds = Vec::new();
         loop {
-            // SAFETY: reads at most `buf.len()` bytes into `buf`, which is valid and writable
-            // for that length; the fd is owned by `self`.
-            let n = unsafe {
-                libc::read(
-                    self.fd.as_raw_fd(),
-                    self.buf.as_mut_ptr().cast(),
-                    self.buf.len(),
-                )
+            let n = match io::Read::read(&mut self.fd, &mut self.buf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return DirEvents::All,
             };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                match e.kind() {
-                    io::ErrorKind::WouldBlock => break,
-                    io::ErrorKind::Interrupted => continue,
-                    _ => return DirEvents::All,
-                }
-            }
-            let n = n as usize;
             if n == 0 {
                 break;
             }

@@ -264,15 +264,6 @@ fn walk(
     Ok(())
 }
 
-/// [`Reader::read_optional`] into `buf`: `Ok(false)` when the file does not exist.
-fn read_optional_into(reader: &Reader, path: &Path, buf: &mut String) -> Result<bool, ReadError> {
-    match reader.read_into(path, buf) {
-        Ok(()) => Ok(true),
-        Err(e) if e.is_missing() => Ok(false),
-        Err(e) => Err(e),
-    }
-}
-
 /// The files of every listed cgroup. A cgroup removed since it was listed (a pod deleted
 /// mid-sample) is a warning for this sample and nothing else.
 fn read_all(
@@ -348,7 +339,7 @@ fn read_group(
         if let Some(acct) = &mounts.cpuacct {
             let usage = acct.join(rel).join("cpuacct.usage");
             note((|| {
-                if read_optional_into(reader, &usage, buf)? {
+                if reader.read_optional_into(&usage, buf)? {
                     let us = parse_cpuacct_usage(buf).map_err(|e| ReadError::parse(&usage, e))?;
                     if let Some(s) = stats.cpu_stat.as_mut() {
                         s.usage_us = Some(us);
@@ -365,7 +356,7 @@ fn read_group(
             let max = dir.join("cpu.max");
             // Absent when the cpu controller is not enabled for this cgroup.
             note((|| {
-                if read_optional_into(reader, &max, buf)? {
+                if reader.read_optional_into(&max, buf)? {
                     stats.cpu_max =
                         Some(parse_cpu_max(buf).map_err(|e| ReadError::parse(&max, e))?);
                 }
@@ -388,7 +379,7 @@ fn read_group(
         if !on_v2 && usage_missing {
             let stat = dir.join("cpu.stat");
             note((|| {
-                if read_optional_into(reader, &stat, buf)? {
+                if reader.read_optional_into(&stat, buf)? {
                     let v2 = parse_cpu_stat(buf).map_err(|e| ReadError::parse(&stat, e))?;
                     if let Some(s) = stats.cpu_stat.as_mut() {
                         s.usage_us = v2.usage_us;
@@ -399,7 +390,7 @@ fn read_group(
         }
         for resource in ["cpu", "memory", "io"] {
             let path = dir.join(format!("{resource}.pressure"));
-            let r = match read_optional_into(reader, &path, buf) {
+            let r = match reader.read_optional_into(&path, buf) {
                 Ok(true) => match psi::parse(buf) {
                     Ok(p) => {
                         stats.pressure.insert(resource.to_string(), p);
