@@ -87,7 +87,7 @@ fn run(name: &str, paths: Paths, samples: usize) {
 }
 
 /// `cgroups_interval`: how often the cgroups are read (zero: every sample). Samples are 5 s
-/// apart in the engine's clock (the daemon's default `sample_interval`), 1 ms in real time.
+/// apart in the engine's clock (the daemon's default `sample_interval`), [`pause`] in real time.
 fn run_with(name: &str, paths: Paths, samples: usize, cgroups_interval: Duration) {
     if !wanted(name) {
         return;
@@ -97,6 +97,7 @@ fn run_with(name: &str, paths: Paths, samples: usize, cgroups_interval: Duration
         cgroups_interval,
         ..Default::default()
     });
+    let pause = pause();
     let mut clock = Duration::from_secs(1);
     let mut tick = || {
         clock += Duration::from_secs(5);
@@ -113,7 +114,7 @@ fn run_with(name: &str, paths: Paths, samples: usize, cgroups_interval: Duration
         let s = engine.sample_at(tick());
         walls.push(t.elapsed());
         last = Some(s);
-        std::thread::sleep(pause());
+        std::thread::sleep(pause);
     }
     let cpu = (cpu_seconds() - cpu0) / samples as f64;
     walls.sort();

@@ -68,8 +68,9 @@ fn open_fds() -> f64 {
             return m.len() as f64;
         }
     }
-    std::fs::read_dir("/proc/self/fd")
-        .map(|d| d.count() as f64)
+    procfs::process::Process::myself()
+        .and_then(|me| me.fd_count())
+        .map(|n| n as f64)
         .unwrap_or(0.0)
 }
 

@@ -1,8 +1,8 @@
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 
 use nodemedic_kernel::{psi, Snapshot};
 
+use super::RescanCache;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 
 /// The resources the kernel may report, in `/proc/pressure/`.
@@ -16,13 +16,13 @@ const EOPNOTSUPP: i32 = 95;
 /// A kernel without PSI, or with PSI switched off, is no data with its reason, never zeros.
 /// One damaged file loses that resource and is a warning naming it.
 ///
-/// Whether the directory exists, and which files it lacks (`irq` before Linux 6.1), is
-/// looked up on rescans only: samples in between do not retry a file that was not there.
+/// Whether the directory exists, and whether it has the `irq` file (Linux 6.1+), is looked
+/// up on rescans only: samples in between do not retry a file that was not there.
 #[derive(Default)]
 pub struct PressureCollector {
-    /// From the last rescan: `None` when `/proc/pressure` did not exist, else which of
-    /// [`RESOURCES`] were missing.
-    present: Mutex<Option<Option<[bool; 4]>>>,
+    /// From the last rescan: `None` when `/proc/pressure` did not exist, else whether `irq`
+    /// did.
+    present: RescanCache<Option<bool>>,
 }
 
 impl Collector for PressureCollector {
@@ -33,14 +33,11 @@ impl Collector for PressureCollector {
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
         let dir = ctx.paths.procfs.join("pressure");
         let mut out = Collected::default();
-        let mut present = self.present.lock().unwrap_or_else(|p| p.into_inner());
-        let known = if ctx.rescan { None } else { *present };
-        let looked_up = match known {
-            Some(k) => k,
-            None => dir.is_dir().then_some([false; 4]),
-        };
-        let Some(mut missing) = looked_up else {
-            *present = Some(None);
+        let (present, _) = self.present.get(ctx.rescan, || {
+            let irq = dir.join("irq").exists();
+            Ok((dir.is_dir().then_some(irq), Vec::new()))
+        })?;
+        let Some(irq_present) = present else {
             out.unavailable = Some(format!(
                 "{} does not exist: the kernel has no PSI (CONFIG_PSI, Linux 4.20+)",
                 dir.display()
@@ -50,8 +47,8 @@ impl Collector for PressureCollector {
         let mut found = BTreeMap::new();
         let mut switched_off = false;
         let mut errors = Vec::new();
-        for (i, resource) in RESOURCES.into_iter().enumerate() {
-            if missing[i] {
+        for resource in RESOURCES {
+            if resource == "irq" && !irq_present {
                 continue;
             }
             let path = dir.join(resource);
@@ -63,7 +60,7 @@ impl Collector for PressureCollector {
                     Err(e) => errors.push(ReadError::parse(&path, e)),
                 },
                 // irq pressure needs Linux 6.1 and CONFIG_IRQ_TIME_ACCOUNTING.
-                Err(e) if e.is_missing() && resource == "irq" => missing[i] = true,
+                Err(e) if e.is_missing() && resource == "irq" => {}
                 Err(ReadError::Io { source, .. }) if source.raw_os_error() == Some(EOPNOTSUPP) => {
                     switched_off = true;
                 }
@@ -82,9 +79,6 @@ impl Collector for PressureCollector {
             if !errors.is_empty() {
                 return Err(errors.swap_remove(0).into());
             }
-        }
-        if known.is_none() {
-            *present = Some(Some(missing));
         }
         out.warnings.extend(errors.iter().map(ToString::to_string));
         snap.pressure = (!found.is_empty()).then_some(found);
