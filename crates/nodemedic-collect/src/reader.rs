@@ -450,7 +450,7 @@ impl Reader {
             if st.files.len() >= self.max_open {
                 continue;
             }
-            match File::open(p) {
+            match sys::open_read(p) {
                 Ok(file) => {
                     let kernel = sys::is_kernel_generated(&file);
                     if kernel {
@@ -585,7 +585,7 @@ impl Reader {
                 Err((e, _)) => return Err(ReadError::from_io(path, e)),
             }
         }
-        let file = File::open(path).map_err(|e| ReadError::from_io(path, e))?;
+        let file = sys::open_read(path).map_err(|e| ReadError::from_io(path, e))?;
         stream_lines(&file, chunk, &mut each).map_err(|(e, _)| ReadError::from_io(path, e))?;
         self.keep(&mut self.state(), path, file);
         Ok(())
@@ -631,7 +631,7 @@ impl Reader {
             st.files.remove(path.as_os_str());
             st.dropped += 1;
         }
-        let file = File::open(path).map_err(|e| ReadError::from_io(path, e))?;
+        let file = sys::open_read(path).map_err(|e| ReadError::from_io(path, e))?;
         pread_all(&file, bytes).map_err(|e| ReadError::from_io(path, e))?;
         self.keep(st, path, file);
         Ok(())

@@ -211,6 +211,44 @@ fn replaced_regular_files_are_seen_at_the_next_sample() {
     assert!(r.status().dropped_files_total >= 3, "{:?}", r.status());
 }
 
+/// Reading a regular file through the reader leaves its access time alone (`O_NOATIME`),
+/// where a plain read on the same filesystem updates it. Both files get an access time two
+/// days old, which `relatime` updates on the next read.
+#[test]
+fn reads_leave_access_times_alone() {
+    use std::fs::{File, FileTimes};
+    use std::os::unix::fs::MetadataExt;
+    use std::time::{Duration, SystemTime};
+
+    let dir = tempfile::tempdir().unwrap();
+    let old = SystemTime::now() - Duration::from_secs(2 * 86_400);
+    let aged = |name: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, "1\n").unwrap();
+        File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_times(FileTimes::new().set_accessed(old))
+            .unwrap();
+        (p.clone(), std::fs::metadata(&p).unwrap().atime())
+    };
+    let (control, control_before) = aged("control");
+    std::fs::read(&control).unwrap();
+    let control_after = std::fs::metadata(&control).unwrap().atime();
+    assert!(
+        control_after > control_before,
+        "this filesystem does not update access times (mounted noatime?): the test cannot tell"
+    );
+    let (watched, before) = aged("watched");
+    let r = reader(Backend::Pread, 16);
+    r.begin_sample(false);
+    assert_eq!(r.read(&watched).unwrap(), "1\n");
+    assert_eq!(r.read(&watched).unwrap(), "1\n");
+    r.end_sample();
+    assert_eq!(std::fs::metadata(&watched).unwrap().atime(), before);
+}
+
 #[test]
 fn files_not_read_between_rescans_are_closed() {
     let dir = tempfile::tempdir().unwrap();
