@@ -50,12 +50,15 @@ pub enum PsiError {
 /// unless it fails, and reads the kernel's `%lu.%02lu` averages without the general float
 /// parser (to the same bits; see the tests).
 pub fn parse(text: &str) -> Result<Psi, PsiError> {
+    if let Some(psi) = parse_exact(text.as_bytes()) {
+        return Ok(psi);
+    }
     if !text.is_empty() && !text.ends_with('\n') {
         // A PSI file is one read; a cut line means the copy is damaged, not that the kernel
         // added something.
         return Err(PsiError::BadLine {
             line: text.lines().count(),
-            reason: "last line has no newline: the file was cut short".into(),
+            reason: crate::CUT_SHORT.into(),
         });
     }
     let mut psi = Psi::default();
@@ -125,21 +128,77 @@ fn parse_line(
     Ok(())
 }
 
+/// The kernel's own layout, byte by byte: every line is `some|full avg10=%lu.%02lu
+/// avg60=%lu.%02lu avg300=%lu.%02lu total=%llu` and a newline, each kind at most once.
+/// `None` for anything else, which [`parse`] then reads (or rejects) line by line. Whatever
+/// this accepts, the line parser reads to the same values (see the tests); it is three
+/// times cheaper, and 500 pods make 1,500 of these files per reading.
+fn parse_exact(text: &[u8]) -> Option<Psi> {
+    let mut psi = Psi::default();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let slot = match rest.get(..5)? {
+            b"some " => &mut psi.some,
+            b"full " => &mut psi.full,
+            _ => return None,
+        };
+        if slot.is_some() {
+            return None;
+        }
+        rest = &rest[5..];
+        let mut avg = [0.0; 3];
+        for (a, key) in avg
+            .iter_mut()
+            .zip([&b"avg10="[..], b" avg60=", b" avg300="])
+        {
+            rest = rest.strip_prefix(key)?;
+            let end = rest.iter().position(|&b| b == b' ')?;
+            *a = percent(&rest[..end])?;
+            rest = &rest[end..];
+        }
+        rest = rest.strip_prefix(b" total=")?;
+        let end = rest.iter().position(|&b| b == b'\n')?;
+        let total_us = count(&rest[..end])?;
+        rest = &rest[end + 1..];
+        *slot = Some(PsiLine {
+            avg10: avg[0],
+            avg60: avg[1],
+            avg300: avg[2],
+            total_us,
+        });
+    }
+    (psi.some.is_some() || psi.full.is_some()).then_some(psi)
+}
+
+/// Plain decimal digits that fit a `u64`; `None` for anything else.
+fn count(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, &b| {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        n.checked_mul(10)?.checked_add(u64::from(b - b'0'))
+    })
+}
+
 fn percent_or_float(value: &str) -> Option<f64> {
-    percent(value).or_else(|| value.parse::<f64>().ok())
+    percent(value.as_bytes()).or_else(|| value.parse::<f64>().ok())
 }
 
 /// The kernel's `%lu.%02lu`: up to 9 integer digits, a dot, exactly two decimals. `None`
 /// for anything else (the caller then uses the general parser). The hundredths as an
 /// integer divided by 100 is one correctly rounded division, so the result has the same
 /// bits as `str::parse::<f64>`.
-fn percent(value: &str) -> Option<f64> {
-    let (int, frac) = value.split_once('.')?;
+fn percent(value: &[u8]) -> Option<f64> {
+    let dot = value.iter().position(|&b| b == b'.')?;
+    let (int, frac) = (&value[..dot], &value[dot + 1..]);
     if int.is_empty() || int.len() > 9 || frac.len() != 2 {
         return None;
     }
     let mut hundredths: u64 = 0;
-    for b in int.bytes().chain(frac.bytes()) {
+    for &b in int.iter().chain(frac) {
         if !b.is_ascii_digit() {
             return None;
         }
@@ -223,8 +282,14 @@ mod tests {
         for _ in 0..40_000 {
             let mut text = String::new();
             if next(3) == 0 {
-                // Well-formed, with random values.
-                for kind in ["some", "full"] {
+                // Well-formed, with random values; now and then a kind twice or out of order.
+                let kinds: &[&str] = match next(8) {
+                    0 => &["some", "full", "some"],
+                    1 => &["full", "some"],
+                    2 => &["full", "full"],
+                    _ => &["some", "full"],
+                };
+                for kind in kinds {
                     if next(4) == 0 {
                         continue;
                     }
@@ -238,6 +303,16 @@ mod tests {
                         v(&mut next),
                         next(u64::MAX)
                     ));
+                }
+                // Half of them one edit away from the kernel's layout, where the exact
+                // reader hands over to the line parser.
+                if next(2) == 0 && !text.is_empty() {
+                    let at = next(text.len() as u64) as usize;
+                    if next(2) == 0 {
+                        text.remove(at);
+                    } else {
+                        text.insert_str(at, pieces[next(pieces.len() as u64) as usize]);
+                    }
                 }
             } else {
                 for _ in 0..next(24) {
@@ -274,7 +349,7 @@ mod tests {
         {
             let text = format!("{}.{:02}", h / 100, h % 100);
             assert_eq!(
-                percent(&text).map(f64::to_bits),
+                percent(text.as_bytes()).map(f64::to_bits),
                 Some(text.parse::<f64>().unwrap().to_bits()),
                 "{text}"
             );
@@ -289,7 +364,7 @@ mod tests {
             "1234567890.00",
             "+1.00",
         ] {
-            assert_eq!(percent(not), None, "{not}");
+            assert_eq!(percent(not.as_bytes()), None, "{not}");
         }
     }
 
