@@ -498,7 +498,7 @@ pub fn findings(v: &PressureVerdict) -> Vec<Finding> {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use nodemedic_kernel::cgroup::{CpuMax, CpuStat};
+    use nodemedic_kernel::cgroup::{CgroupPressure, CpuMax, CpuStat};
     use nodemedic_kernel::psi::PsiLine;
 
     use super::*;
@@ -527,14 +527,13 @@ mod tests {
                 throttled_us: throttled * 10_000,
                 ..Default::default()
             }),
-            pressure: [(
-                "cpu".to_string(),
-                Psi {
+            pressure: CgroupPressure {
+                cpu: Some(Psi {
                     some: line(cpu_wait_us),
                     full: line(0),
-                },
-            )]
-            .into(),
+                }),
+                ..Default::default()
+            },
         }
     }
 

@@ -109,7 +109,7 @@ impl Parser {
         if !complete {
             self.out.skipped.push(SkippedLine {
                 line: n,
-                reason: "last line has no newline: the file was cut short".into(),
+                reason: crate::CUT_SHORT.into(),
             });
             return;
         }

@@ -36,6 +36,23 @@ pub(crate) struct Body<'a> {
     pub skipped: Vec<SkippedLine>,
 }
 
+/// Why the last line of a file that does not end with a newline is not read.
+pub(crate) const CUT_SHORT: &str = "last line has no newline: the file was cut short";
+
+/// The complete, non-blank lines of a file that must be whole, numbered from 1, without
+/// collecting them (small per-cgroup files are read by the thousand); `Err` with the number
+/// of the last line when the file was cut short (see [`body`]).
+pub(crate) fn whole_lines(text: &str) -> Result<impl Iterator<Item = (usize, &str)>, usize> {
+    if !text.is_empty() && !text.ends_with('\n') {
+        return Err(text.lines().count());
+    }
+    Ok(text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l))
+        .filter(|(_, l)| !l.trim().is_empty()))
+}
+
 /// Splits `text` into its complete lines.
 ///
 /// The kernel always ends these files with a newline, so a final line without one comes from
@@ -52,7 +69,7 @@ pub(crate) fn body(text: &str) -> Body<'_> {
         if cut && i + 1 == all.len() {
             out.skipped.push(SkippedLine {
                 line: i + 1,
-                reason: "last line has no newline: the file was cut short".into(),
+                reason: CUT_SHORT.into(),
             });
         } else if !line.trim().is_empty() {
             out.lines.push((i + 1, line));

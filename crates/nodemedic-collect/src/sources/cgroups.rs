@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nodemedic_kernel::cgroup::{
-    classify, parse_cfs, parse_cpu_max, parse_cpu_stat, parse_cpuacct_usage, CgroupStats, Cgroups,
-    Workload,
+    classify, parse_cfs, parse_cpu_max, parse_cpu_stat, parse_cpuacct_usage, CgroupPressure,
+    CgroupStats, Cgroups, Workload,
 };
 use nodemedic_kernel::mounts::{cgroup_mounts, CgroupMounts};
 use nodemedic_kernel::{psi, Snapshot};
@@ -273,10 +273,14 @@ fn read_all(
     warnings: &mut Vec<String>,
 ) -> BTreeMap<String, CgroupStats> {
     let mut groups = BTreeMap::new();
-    // One buffer for every file of every cgroup: 2,500 reads at 500 pods, none allocating.
-    let mut buf = String::with_capacity(512);
+    // One path and one buffer for every file of every cgroup: 2,500 reads at 500 pods, none
+    // allocating.
+    let mut scratch = Scratch {
+        path: PathBuf::new(),
+        buf: String::with_capacity(512),
+    };
     for (rel, workload) in found {
-        match read_group(reader, mounts, &rel, workload, &mut buf, warnings) {
+        match read_group(reader, mounts, &rel, workload, &mut scratch, warnings) {
             Ok(Some(stats)) => {
                 groups.insert(rel, stats);
             }
@@ -290,6 +294,21 @@ fn read_all(
     groups
 }
 
+/// Reused for every file read: its path and its contents.
+struct Scratch {
+    path: PathBuf,
+    buf: String,
+}
+
+/// Points `path` at `base/rel/name` without allocating, and returns it.
+fn at<'a>(path: &'a mut PathBuf, base: &Path, rel: &str, name: &str) -> &'a Path {
+    path.as_mut_os_string().clear();
+    path.push(base);
+    path.push(rel);
+    path.push(name);
+    path
+}
+
 /// One cgroup's files. `Ok(None)` when it has none of them (not a cgroup directory after
 /// all); a missing cgroup directory is [`ReadError::Missing`]; a damaged file is a warning
 /// and loses only that file.
@@ -298,14 +317,14 @@ fn read_group(
     mounts: &CgroupMounts,
     rel: &str,
     workload: Workload,
-    buf: &mut String,
+    scratch: &mut Scratch,
     warnings: &mut Vec<String>,
 ) -> Result<Option<CgroupStats>, ReadError> {
     let mut stats = CgroupStats {
         workload,
         cpu_max: None,
         cpu_stat: None,
-        pressure: BTreeMap::new(),
+        pressure: CgroupPressure::default(),
     };
     let mut any = false;
     // A file missing from a cgroup that still exists is a file this kernel or controller
@@ -318,29 +337,30 @@ fn read_group(
         }
         Ok(()) => Ok(()),
     };
+    let Scratch { path, buf } = scratch;
     if let Some(cpu) = &mounts.cpu {
-        let dir = cpu.join(rel);
-        let quota = dir.join("cpu.cfs_quota_us");
-        let period = dir.join("cpu.cfs_period_us");
         note((|| {
-            let q = reader.read(&quota)?;
-            reader.read_into(&period, buf)?;
-            stats.cpu_max = Some(parse_cfs(&q, buf).map_err(|e| ReadError::parse(&quota, e))?);
+            let q = reader.read(at(path, cpu, rel, "cpu.cfs_quota_us"))?;
+            let period = at(path, cpu, rel, "cpu.cfs_period_us");
+            reader.read_into(period, buf)?;
+            stats.cpu_max = Some(parse_cfs(&q, buf).map_err(|e| {
+                ReadError::parse(&Path::new(cpu).join(rel).join("cpu.cfs_quota_us"), e)
+            })?);
             any = true;
             Ok(())
         })())?;
-        let stat = dir.join("cpu.stat");
         note((|| {
-            reader.read_into(&stat, buf)?;
-            stats.cpu_stat = Some(parse_cpu_stat(buf).map_err(|e| ReadError::parse(&stat, e))?);
+            let stat = at(path, cpu, rel, "cpu.stat");
+            reader.read_into(stat, buf)?;
+            stats.cpu_stat = Some(parse_cpu_stat(buf).map_err(|e| ReadError::parse(stat, e))?);
             any = true;
             Ok(())
         })())?;
         if let Some(acct) = &mounts.cpuacct {
-            let usage = acct.join(rel).join("cpuacct.usage");
             note((|| {
-                if reader.read_optional_into(&usage, buf)? {
-                    let us = parse_cpuacct_usage(buf).map_err(|e| ReadError::parse(&usage, e))?;
+                let usage = at(path, acct, rel, "cpuacct.usage");
+                if reader.read_optional_into(usage, buf)? {
+                    let us = parse_cpuacct_usage(buf).map_err(|e| ReadError::parse(usage, e))?;
                     if let Some(s) = stats.cpu_stat.as_mut() {
                         s.usage_us = Some(us);
                     }
@@ -350,22 +370,20 @@ fn read_group(
         }
     }
     if let Some(unified) = &mounts.unified {
-        let dir = unified.join(rel);
         let on_v2 = mounts.cpu.is_none();
         if on_v2 {
-            let max = dir.join("cpu.max");
             // Absent when the cpu controller is not enabled for this cgroup.
             note((|| {
-                if reader.read_optional_into(&max, buf)? {
-                    stats.cpu_max =
-                        Some(parse_cpu_max(buf).map_err(|e| ReadError::parse(&max, e))?);
+                let max = at(path, unified, rel, "cpu.max");
+                if reader.read_optional_into(max, buf)? {
+                    stats.cpu_max = Some(parse_cpu_max(buf).map_err(|e| ReadError::parse(max, e))?);
                 }
                 Ok(())
             })())?;
-            let stat = dir.join("cpu.stat");
             note((|| {
-                reader.read_into(&stat, buf)?;
-                stats.cpu_stat = Some(parse_cpu_stat(buf).map_err(|e| ReadError::parse(&stat, e))?);
+                let stat = at(path, unified, rel, "cpu.stat");
+                reader.read_into(stat, buf)?;
+                stats.cpu_stat = Some(parse_cpu_stat(buf).map_err(|e| ReadError::parse(stat, e))?);
                 any = true;
                 Ok(())
             })())?;
@@ -377,10 +395,10 @@ fn read_group(
             .as_ref()
             .is_some_and(|s| s.usage_us.is_none());
         if !on_v2 && usage_missing {
-            let stat = dir.join("cpu.stat");
             note((|| {
-                if reader.read_optional_into(&stat, buf)? {
-                    let v2 = parse_cpu_stat(buf).map_err(|e| ReadError::parse(&stat, e))?;
+                let stat = at(path, unified, rel, "cpu.stat");
+                if reader.read_optional_into(stat, buf)? {
+                    let v2 = parse_cpu_stat(buf).map_err(|e| ReadError::parse(stat, e))?;
                     if let Some(s) = stats.cpu_stat.as_mut() {
                         s.usage_us = v2.usage_us;
                     }
@@ -388,16 +406,18 @@ fn read_group(
                 Ok(())
             })())?;
         }
-        for resource in ["cpu", "memory", "io"] {
-            let path = dir.join(format!("{resource}.pressure"));
-            let r = match reader.read_optional_into(&path, buf) {
+        for (resource, file) in CgroupPressure::RESOURCES.into_iter().zip(PRESSURE_FILES) {
+            let path = at(path, unified, rel, file);
+            let r = match reader.read_optional_into(path, buf) {
                 Ok(true) => match psi::parse(buf) {
                     Ok(p) => {
-                        stats.pressure.insert(resource.to_string(), p);
+                        if let Some(slot) = stats.pressure.slot(resource) {
+                            *slot = Some(p);
+                        }
                         any = true;
                         Ok(())
                     }
-                    Err(e) => Err(ReadError::parse(&path, e)),
+                    Err(e) => Err(ReadError::parse(path, e)),
                 },
                 // The hybrid unified tree may lack a cgroup the v1 tree has: no pressure.
                 Ok(false) => Ok(()),
@@ -421,6 +441,9 @@ fn read_group(
         _ => Ok(None),
     }
 }
+
+/// The pressure files, in the order of [`CgroupPressure::RESOURCES`].
+const PRESSURE_FILES: [&str; 3] = ["cpu.pressure", "memory.pressure", "io.pressure"];
 
 #[cfg(test)]
 mod tests {
@@ -486,7 +509,7 @@ mod tests {
         let g = &groups["kubepods/burstable/pod1111-aaaa"];
         assert_eq!(g.cpu_max.and_then(|m| m.cores()), Some(0.5));
         assert_eq!(g.cpu_stat.map(|s| s.nr_throttled), Some(1));
-        assert_eq!(g.pressure["cpu"].some.map(|l| l.total_us), Some(5));
+        assert_eq!(g.pressure.cpu.unwrap().some.map(|l| l.total_us), Some(5));
     }
 
     /// With an interval, samples in between carry the last reading (the same `Arc`, its
