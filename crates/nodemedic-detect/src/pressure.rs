@@ -11,7 +11,7 @@
 //! Rates are computed here, once, from two consecutive snapshots, and reused by the
 //! exposition and by `nodemedic check`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -159,8 +159,34 @@ pub struct PressureDetector {
     cgroup_rates: Arc<Vec<CgroupRates>>,
     named_from: Option<Arc<BTreeMap<String, nodemedic_kernel::snapshot::PodIdentity>>>,
     node: Latch,
-    quota: BTreeMap<String, Latch>,
-    starved: BTreeMap<String, Latch>,
+    /// The verdicts of the cgroups of the last fresh reading, sorted by path like the
+    /// reading itself, so that a reading is matched to them in one pass.
+    latches: Vec<(String, CgroupLatches)>,
+}
+
+/// One cgroup's verdicts.
+#[derive(Debug, Default)]
+struct CgroupLatches {
+    quota: Latch,
+    starved: Latch,
+}
+
+/// Advances `it`, sorted by key, to `key`: the entry with that key, or `None` when there is
+/// none (the entries before it are skipped, the ones after it stay).
+fn seek<K: AsRef<str>, V>(
+    it: &mut std::iter::Peekable<impl Iterator<Item = (K, V)>>,
+    key: &str,
+) -> Option<(K, V)> {
+    while let Some((k, _)) = it.peek() {
+        match k.as_ref().cmp(key) {
+            std::cmp::Ordering::Less => {
+                it.next();
+            }
+            std::cmp::Ordering::Equal => return it.next(),
+            std::cmp::Ordering::Greater => return None,
+        }
+    }
+    None
 }
 
 impl PressureDetector {
@@ -242,8 +268,7 @@ impl PressureDetector {
         let Some(now_all) = &snap.cgroups else {
             self.cgroups_seen = None;
             self.cgroup_rates = Arc::default();
-            self.quota.clear();
-            self.starved.clear();
+            self.latches.clear();
             return (Arc::default(), Vec::new());
         };
         let fresh = self
@@ -277,13 +302,19 @@ impl PressureDetector {
         };
         let h = self.config.hysteresis();
         let mut changes = Vec::new();
-        let mut cgroups = Vec::new();
-        let mut seen = BTreeSet::new();
+        let mut cgroups = Vec::with_capacity(now_all.groups.len());
+        // Both readings and the verdicts are sorted by path: one merge instead of a lookup
+        // by a long path in each (500 pods share 70-byte prefixes).
+        let mut befores = before_all.groups.iter().peekable();
+        let mut old = std::mem::take(&mut self.latches).into_iter().peekable();
+        let mut latches = Vec::with_capacity(now_all.groups.len());
         for (path, now) in &now_all.groups {
-            let Some(before) = before_all.groups.get(path) else {
+            let Some((_, before)) = seek(&mut befores, path) else {
                 continue;
             };
-            seen.insert(path.clone());
+            // A cgroup in both readings keeps its verdicts; one that is gone takes them along.
+            let (key, mut l) =
+                seek(&mut old, path).unwrap_or_else(|| (path.clone(), CgroupLatches::default()));
             let mut r = cgroup_rates(snap, path, before, now, dt);
             let c = &self.config;
             let throttled = r
@@ -298,24 +329,21 @@ impl PressureDetector {
                 && !quota_bound)
                 || r.memory_some_ratio
                     .is_some_and(|s| s >= c.starved_memory_some);
-            let latch = self.quota.entry(path.clone()).or_default();
-            if latch.update(quota_bound, &h, snap.timestamp) {
-                changes.push((path.clone(), "quota_bound", latch.active));
+            if l.quota.update(quota_bound, &h, snap.timestamp) {
+                changes.push((path.clone(), "quota_bound", l.quota.active));
             }
-            r.quota_bound = latch.active;
+            r.quota_bound = l.quota.active;
             // Containers share their pod's verdict; only pods and services are judged.
             if !matches!(r.workload, Workload::Container { .. }) {
-                let latch = self.starved.entry(path.clone()).or_default();
-                if latch.update(starved, &h, snap.timestamp) {
-                    changes.push((path.clone(), "starved", latch.active));
+                if l.starved.update(starved, &h, snap.timestamp) {
+                    changes.push((path.clone(), "starved", l.starved.active));
                 }
-                r.starved = latch.active;
+                r.starved = l.starved.active;
             }
             cgroups.push(r);
+            latches.push((key, l));
         }
-        // A cgroup that is gone takes its state with it.
-        self.quota.retain(|p, _| seen.contains(p));
-        self.starved.retain(|p, _| seen.contains(p));
+        self.latches = latches;
         self.cgroup_rates = Arc::new(cgroups);
         self.named_from = snap.pods.clone();
         (self.cgroup_rates.clone(), changes)
@@ -694,7 +722,75 @@ mod tests {
         empty.cgroups = Some(Default::default());
         let v = d.observe(&empty).unwrap();
         assert!(v.cgroups.is_empty());
-        assert!(d.quota.is_empty() && d.starved.is_empty());
+        assert!(d.latches.is_empty());
+    }
+
+    /// Verdicts follow their cgroup by path while others appear before and after it and
+    /// vanish (the readings are matched in one sorted pass, not looked up).
+    #[test]
+    fn verdicts_follow_their_cgroup_while_others_come_and_go() {
+        let mut d = PressureDetector::new(PressureConfig {
+            raise_after: 2,
+            clear_after: 2,
+            ..Default::default()
+        });
+        fn reading(d: &mut PressureDetector, secs: u64, paths: &[&str]) -> PressureVerdict {
+            let n = secs / 10;
+            let mut s = snap(secs, 0, pod(0, 0, 0));
+            s.cgroups = Some(Arc::new(nodemedic_kernel::cgroup::Cgroups {
+                groups: paths
+                    .iter()
+                    // Throttled in 60% of periods, waiting 35% of the time: quota-bound.
+                    .map(|p| (p.to_string(), pod(60 * n, 100 * n, 3_500_000 * n)))
+                    .collect(),
+                ..Default::default()
+            }));
+            d.observe(&s).unwrap_or_else(|| PressureVerdict {
+                interval_seconds: 0.0,
+                node: BTreeMap::new(),
+                node_saturated: false,
+                node_over: Vec::new(),
+                cgroups: Arc::default(),
+                changes: Vec::new(),
+            })
+        }
+        let bound = |v: &PressureVerdict| -> Vec<(String, bool)> {
+            v.cgroups
+                .iter()
+                .map(|c| (c.path.clone(), c.quota_bound))
+                .collect()
+        };
+        let owned = |v: &[(&str, bool)]| -> Vec<(String, bool)> {
+            v.iter().map(|(p, b)| (p.to_string(), *b)).collect()
+        };
+        reading(&mut d, 0, &["a", "c"]);
+        let v = reading(&mut d, 10, &["a", "c"]);
+        assert_eq!(bound(&v), owned(&[("a", false), ("c", false)]));
+        // a vanishes, b and d appear around c: c's second throttled reading raises it.
+        let v = reading(&mut d, 20, &["b", "c", "d"]);
+        assert_eq!(
+            bound(&v),
+            owned(&[("c", true)]),
+            "b and d have no rates yet"
+        );
+        let v = reading(&mut d, 30, &["a", "b", "c", "d"]);
+        assert_eq!(
+            bound(&v),
+            owned(&[("b", false), ("c", true), ("d", false)]),
+            "a came back without its old streak, and without rates"
+        );
+        let v = reading(&mut d, 40, &["a", "b", "c", "d"]);
+        assert_eq!(
+            bound(&v),
+            owned(&[("a", false), ("b", true), ("c", true), ("d", true)])
+        );
+        assert_eq!(
+            d.latches
+                .iter()
+                .map(|(p, _)| p.as_str())
+                .collect::<Vec<_>>(),
+            ["a", "b", "c", "d"]
+        );
     }
 
     #[test]
