@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use nodemedic_kernel::{counter, Snapshot};
 use serde::{Deserialize, Serialize};
 
-use crate::groups::{build_groups, DeviceGroup, GroupingOptions};
+use crate::groups::{build_groups, Classified, DeviceGroup, GroupingOptions};
 use crate::hysteresis::{ratio, ConfigError, Hysteresis, Latch};
 use crate::{Finding, Severity};
 
@@ -202,6 +202,7 @@ pub struct CollapseDetector {
     hurting: HurtingConfig,
     state: BTreeMap<String, GroupState>,
     previous: Option<Previous>,
+    classified: Classified,
 }
 
 impl CollapseDetector {
@@ -211,6 +212,7 @@ impl CollapseDetector {
             hurting,
             state: BTreeMap::new(),
             previous: None,
+            classified: Classified::default(),
         }
     }
 
@@ -222,6 +224,7 @@ impl CollapseDetector {
                 numa_local: self.collapse.numa_local,
                 queue_irqs_only: self.collapse.queue_irqs_only,
             },
+            &mut self.classified,
         );
         let current = Previous::from_snapshot(snap);
         let elapsed = self
