@@ -47,18 +47,24 @@ pub fn parse(text: &str) -> Softnet {
     out
 }
 
+/// Columns read; a newer kernel's further columns are checked as hex and otherwise ignored.
+const MAX_COLUMNS: usize = 15;
+
 fn parse_row(line: &str) -> Result<SoftnetRow, String> {
-    let cols = line
-        .split_whitespace()
-        .map(|c| u32::from_str_radix(c, 16).map_err(|_| format!("column {c:?} is not hex")))
-        .collect::<Result<Vec<u32>, String>>()?;
-    if cols.len() < MIN_COLUMNS {
-        return Err(format!(
-            "{} columns, expected at least {MIN_COLUMNS}",
-            cols.len()
-        ));
+    // One row per CPU every sample (256 on a 256-CPU node): no allocation unless it fails.
+    let mut cols = [0u32; MAX_COLUMNS];
+    let mut n = 0;
+    for c in line.split_ascii_whitespace() {
+        let v = u32::from_str_radix(c, 16).map_err(|_| format!("column {c:?} is not hex"))?;
+        if let Some(slot) = cols.get_mut(n) {
+            *slot = v;
+        }
+        n += 1;
     }
-    let at = |i: usize| cols.get(i).copied();
+    if n < MIN_COLUMNS {
+        return Err(format!("{n} columns, expected at least {MIN_COLUMNS}"));
+    }
+    let at = |i: usize| (i < n).then(|| cols[i]);
     Ok(SoftnetRow {
         processed: cols[0],
         dropped: cols[1],
@@ -117,6 +123,17 @@ mod tests {
         assert_eq!(unplaced, 0);
         let (_, unplaced) = assign_cpus(&s.rows, &[0]);
         assert_eq!(unplaced, 2);
+    }
+
+    /// Columns beyond the fifteen read are still checked, and the counts named.
+    #[test]
+    fn extra_columns_are_checked_and_ignored() {
+        let row = "1 2 3 0 0 0 0 0 0 4 5 6 7 8 9 a b\n";
+        assert_eq!(parse(row).rows[0].process_queue_len, Some(9));
+        let s = parse("1 2 3 0 0 0 0 0 0 4 5 6 7 8 9 a zz\n1 2 3\n");
+        assert!(s.rows.is_empty());
+        assert_eq!(s.skipped[0].reason, "column \"zz\" is not hex");
+        assert_eq!(s.skipped[1].reason, "3 columns, expected at least 10");
     }
 
     #[test]
