@@ -8,10 +8,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use nodemedic_kernel::device::Classified;
 use nodemedic_kernel::{counter, Snapshot};
 use serde::{Deserialize, Serialize};
 
-use crate::groups::{build_groups, Classified, DeviceGroup, GroupingOptions};
+use crate::groups::{build_groups, DeviceGroup, GroupingOptions};
 use crate::hysteresis::{ratio, ConfigError, Hysteresis, Latch};
 use crate::{Finding, Severity};
 

@@ -1,10 +1,8 @@
 //! Grouping interrupts by the device that owns them.
 
-use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 
-use nodemedic_kernel::device::{classify, IrqDevice, IrqRole};
-use nodemedic_kernel::interrupts::IrqLine;
+use nodemedic_kernel::device::{Classified, IrqDevice, IrqRole};
 use nodemedic_kernel::{CpuSet, Snapshot};
 use serde::Serialize;
 
@@ -39,61 +37,6 @@ pub struct DeviceGroup {
 pub struct GroupingOptions {
     pub numa_local: bool,
     pub queue_irqs_only: bool,
-}
-
-/// What [`classify`] said about each IRQ row, kept between samples. A row's chip, hwirq and
-/// handlers change only when a driver (re)binds; classifying all 422 rows of a 256-CPU node
-/// every sample was a tenth of the sample. A row that changed is classified again, and rows
-/// of IRQs that are gone are dropped.
-#[derive(Debug, Default)]
-pub struct Classified {
-    rows: HashMap<u32, Row>,
-}
-
-#[derive(Debug)]
-struct Row {
-    chip: String,
-    hwirq: Option<String>,
-    actions: Vec<String>,
-    dev: IrqDevice,
-}
-
-impl Row {
-    fn new(line: &IrqLine) -> Self {
-        Self {
-            chip: line.chip.clone(),
-            hwirq: line.hwirq.clone(),
-            actions: line.actions.clone(),
-            dev: classify(&line.chip, line.hwirq.as_deref(), &line.actions),
-        }
-    }
-
-    fn describes(&self, line: &IrqLine) -> bool {
-        self.chip == line.chip && self.hwirq == line.hwirq && self.actions == line.actions
-    }
-}
-
-impl Classified {
-    /// Classifies the rows that are new or changed since the last call; forgets IRQs that
-    /// are gone.
-    fn update(&mut self, lines: &[IrqLine]) {
-        for line in lines {
-            match self.rows.entry(line.irq) {
-                Entry::Occupied(mut e) => {
-                    if !e.get().describes(line) {
-                        e.insert(Row::new(line));
-                    }
-                }
-                Entry::Vacant(e) => {
-                    e.insert(Row::new(line));
-                }
-            }
-        }
-        if self.rows.len() > lines.len() {
-            let now: HashSet<u32> = lines.iter().map(|l| l.irq).collect();
-            self.rows.retain(|irq, _| now.contains(irq));
-        }
-    }
 }
 
 struct Member<'a> {
@@ -136,10 +79,9 @@ pub fn build_groups(
     let classified = &*classified;
     let mut by_key: BTreeMap<GroupKey<'_>, Vec<Member<'_>>> = BTreeMap::new();
     for line in &ints.irqs {
-        let Some(row) = classified.rows.get(&line.irq) else {
+        let Some(dev) = classified.get(line.irq) else {
             continue;
         };
-        let dev = &row.dev;
         let pci = dev.pci.as_deref().or_else(|| {
             let instance = dev.instance.as_ref()?;
             snap.netdevs.get(instance).map(String::as_str)
@@ -271,7 +213,7 @@ mod tests {
 
     use std::sync::Arc;
 
-    use nodemedic_kernel::interrupts::Interrupts;
+    use nodemedic_kernel::interrupts::{Interrupts, IrqLine};
 
     use super::*;
 
@@ -352,6 +294,6 @@ mod tests {
                 ("pci:0000:3b:00.0".to_string(), vec![24]),
             ]
         );
-        assert_eq!(c.rows.len(), 3, "IRQ 25 is forgotten");
+        assert_eq!(c.len(), 3, "IRQ 25 is forgotten");
     }
 }

@@ -2,8 +2,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Mutex;
 
+use nodemedic_kernel::device::{self, Classified};
 use nodemedic_kernel::snapshot::PciDevice;
-use nodemedic_kernel::{device, Snapshot};
+use nodemedic_kernel::Snapshot;
 
 use super::{complete, cpuset_file};
 use crate::fsread::link_name;
@@ -17,7 +18,14 @@ use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 /// driver bound since); every other sample reuses what was read.
 #[derive(Default)]
 pub struct PciDevicesCollector {
-    cache: Mutex<Option<PciRead>>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Which device each IRQ row names, classified again only when the row changes.
+    classified: Classified,
+    read: Option<PciRead>,
 }
 
 #[derive(Clone)]
@@ -35,25 +43,27 @@ impl Collector for PciDevicesCollector {
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
-        let mut irq_addrs = BTreeSet::new();
+        let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let st = &mut *guard;
+        let mut irq_addrs: BTreeSet<&str> = BTreeSet::new();
         if let Some(ints) = &snap.interrupts {
+            st.classified.update(&ints.irqs);
             for irq in &ints.irqs {
-                if let Some(pci) =
-                    device::classify(&irq.chip, irq.hwirq.as_deref(), &irq.actions).pci
-                {
+                if let Some(pci) = st.classified.get(irq.irq).and_then(|d| d.pci.as_deref()) {
                     irq_addrs.insert(pci);
                 }
             }
         }
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        let reusable = cache
+        let reusable = st
+            .read
             .as_ref()
-            .filter(|c| !ctx.rescan && irq_addrs.is_subset(&c.looked_up));
+            .filter(|c| !ctx.rescan && irq_addrs.iter().all(|a| c.looked_up.contains(*a)));
         let read = match reusable {
             Some(c) => c.clone(),
             None => {
-                let r = read_sysfs(ctx, irq_addrs);
-                *cache = Some(r.clone());
+                let addrs = irq_addrs.into_iter().map(str::to_string).collect();
+                let r = read_sysfs(ctx, addrs);
+                st.read = Some(r.clone());
                 r
             }
         };
