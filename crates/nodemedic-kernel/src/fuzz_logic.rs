@@ -62,6 +62,27 @@ pub fn irqbalance_env(data: &[u8]) {
 
 pub fn psi(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
+    // What the byte-level reader takes, the line parser reads to the same bits.
+    if let Some(exact) = psi::parse_exact(text.as_bytes()) {
+        let bits = |p: &psi::Psi| {
+            [p.some, p.full].map(|l| {
+                l.map(|l| {
+                    (
+                        l.avg10.to_bits(),
+                        l.avg60.to_bits(),
+                        l.avg300.to_bits(),
+                        l.total_us,
+                    )
+                })
+            })
+        };
+        let lines = psi::parse_lines(&text);
+        assert_eq!(
+            Ok(bits(&exact)),
+            lines.as_ref().map(bits),
+            "the line parser reads an exact file otherwise"
+        );
+    }
     if let Ok(p) = psi::parse(&text) {
         assert!(p.some.is_some() || p.full.is_some());
         for line in [p.some, p.full].into_iter().flatten() {

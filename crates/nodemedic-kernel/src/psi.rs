@@ -50,9 +50,14 @@ pub enum PsiError {
 /// unless it fails, and reads the kernel's `%lu.%02lu` averages without the general float
 /// parser (to the same bits; see the tests).
 pub fn parse(text: &str) -> Result<Psi, PsiError> {
-    if let Some(psi) = parse_exact(text.as_bytes()) {
-        return Ok(psi);
+    match parse_exact(text.as_bytes()) {
+        Some(psi) => Ok(psi),
+        None => parse_lines(text),
     }
+}
+
+/// [`parse`] line by line, for whatever [`parse_exact`] does not take.
+pub(crate) fn parse_lines(text: &str) -> Result<Psi, PsiError> {
     if !text.is_empty() && !text.ends_with('\n') {
         // A PSI file is one read; a cut line means the copy is damaged, not that the kernel
         // added something.
@@ -133,7 +138,7 @@ fn parse_line(
 /// `None` for anything else, which [`parse`] then reads (or rejects) line by line. Whatever
 /// this accepts, the line parser reads to the same values (see the tests); it is three
 /// times cheaper, and 500 pods make 1,500 of these files per reading.
-fn parse_exact(text: &[u8]) -> Option<Psi> {
+pub(crate) fn parse_exact(text: &[u8]) -> Option<Psi> {
     let mut psi = Psi::default();
     let mut rest = text;
     while !rest.is_empty() {
