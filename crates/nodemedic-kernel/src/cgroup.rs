@@ -136,8 +136,13 @@ pub fn parse_cpu_stat(text: &str) -> Result<CpuStat, CgroupFileError> {
     let mut empty = true;
     for (n, line) in lines {
         empty = false;
-        let mut words = line.split_whitespace();
-        let (Some(key), Some(value), None) = (words.next(), words.next(), words.next()) else {
+        let Some((key, value)) = key_value(line).or_else(|| {
+            let mut words = line.split_whitespace();
+            match (words.next(), words.next(), words.next()) {
+                (Some(key), Some(value), None) => Some((key, value)),
+                _ => None,
+            }
+        }) else {
             return Err(bad(n, format!("{line:?} is not \"key value\"")));
         };
         let v = value
@@ -174,6 +179,18 @@ pub fn parse_cpu_stat(text: &str) -> Result<CpuStat, CgroupFileError> {
         }
     }
     Ok(s)
+}
+
+/// The kernel's own `key value` line: a printable ASCII key, one space, decimal digits. The
+/// same two words as splitting at whitespace gives, without decoding the line as Unicode
+/// (500 pods make 500 `cpu.stat` files per reading); `None` for any other line.
+pub(crate) fn key_value(line: &str) -> Option<(&str, &str)> {
+    let (key, value) = line.split_once(' ')?;
+    let plain = !key.is_empty()
+        && !value.is_empty()
+        && key.bytes().all(|b| b.is_ascii_graphic())
+        && value.bytes().all(|b| b.is_ascii_digit());
+    plain.then_some((key, value))
 }
 
 /// Kubernetes QoS class, from the cgroup hierarchy kubelet builds.
@@ -438,6 +455,29 @@ mod tests {
         ] {
             assert!(parse_cpu_stat(bad).is_err(), "{bad:?}");
         }
+        // The plain-line shortcut gives what splitting at whitespace gives, where it applies.
+        for line in [
+            "usage_usec 12",
+            "a 1",
+            "a\u{a0}b 1",
+            "a  1",
+            " a 1",
+            "a 1 ",
+            "a 1 2",
+            "a b",
+            "a 1x",
+            "é 1",
+            "a\t1",
+            "a ",
+            " 1",
+        ] {
+            if let Some(kv) = key_value(line) {
+                let words: Vec<&str> = line.split_whitespace().collect();
+                assert_eq!(words, [kv.0, kv.1], "{line:?}");
+            }
+        }
+        assert_eq!(key_value("usage_usec 12"), Some(("usage_usec", "12")));
+        assert_eq!(key_value("a\u{a0}b 1"), None);
         assert_eq!(parse_cpu_stat(""), Err(CgroupFileError::Empty));
         assert_eq!(parse_cpu_stat(" \n\n"), Err(CgroupFileError::Empty));
         assert_eq!(

@@ -104,6 +104,16 @@ pub fn cgroup_cpu(data: &[u8]) {
     if let Ok(m) = cgroup::parse_cfs(quota, period) {
         assert!(m.period_us > 0 && m.quota_us != Some(0));
     }
+    // The plain-line shortcut of `cpu.stat` gives the words splitting at whitespace gives.
+    for line in text.lines() {
+        if let Some((key, value)) = cgroup::key_value(line) {
+            let mut words = line.split_whitespace();
+            assert_eq!(
+                (words.next(), words.next(), words.next()),
+                (Some(key), Some(value), None)
+            );
+        }
+    }
     if let Ok(s) = cgroup::parse_cpu_stat(&text) {
         let r = s.throttled_ratio_since(&cgroup::CpuStat::default());
         assert!(r.is_none_or(|r| (0.0..=1.0).contains(&r)));
