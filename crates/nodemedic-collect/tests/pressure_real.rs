@@ -82,3 +82,65 @@ fn cgroup_layout_from_this_machines_mountinfo() {
     }
     assert!(cg.mounts.unified.is_some() || cg.mounts.cpu.is_some());
 }
+
+/// Removes the cgroups it made, also when an assertion fails.
+struct Made(Vec<std::path::PathBuf>);
+impl Drop for Made {
+    fn drop(&mut self) {
+        for d in self.0.iter().rev() {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
+/// The cgroups collector walks only when a directory it listed changed (inotify), so a
+/// service cgroup made and removed with `mkdir`/`rmdir` on the real cgroupfs (kernfs, as
+/// systemd and kubelet do it) must show at the next reading, without a rescan.
+#[test]
+fn real_cgroups_made_and_removed_are_seen_at_the_next_reading() {
+    let mut set = CollectorSet::new(vec![Box::new(CgroupsCollector::new(CgroupSelection {
+        services: true,
+        ..Default::default()
+    }))]);
+    let mut at = 100;
+    let mut read = || {
+        at += 1;
+        let (snap, runs) = set.sample(&Paths::default(), Duration::from_secs(at));
+        let c = runs[0].outcome.as_ref().unwrap();
+        assert!(c.unavailable.is_none(), "{c:?}");
+        snap.cgroups.expect("cgroups")
+    };
+    let first = read();
+    // The hierarchy the services are listed from: v1 cpu on a hybrid node, else unified.
+    let listed = first
+        .mounts
+        .cpu
+        .clone()
+        .or(first.mounts.unified.clone())
+        .unwrap();
+    let unit = format!("nodemedic-listing-{}.service", std::process::id());
+    let rel = format!("system.slice/{unit}");
+    assert!(!first.groups.contains_key(&rel));
+    let mut made = Made(Vec::new());
+    let slice = listed.join("system.slice");
+    if !slice.exists() {
+        std::fs::create_dir(&slice).expect("mkdir system.slice (the test needs root)");
+        made.0.push(slice.clone());
+        // The slice itself appears under the root: the next reading walks into it.
+        assert!(!read().groups.contains_key(&rel));
+    }
+    let dir = slice.join(&unit);
+    std::fs::create_dir(&dir).expect("mkdir the service cgroup");
+    made.0.push(dir.clone());
+    assert!(
+        read().groups.contains_key(&rel),
+        "a cgroup made since the last reading is read"
+    );
+    assert!(read().groups.contains_key(&rel), "and stays");
+    std::fs::remove_dir(&dir).unwrap();
+    made.0.pop();
+    assert!(
+        !read().groups.contains_key(&rel),
+        "a cgroup removed since the last reading is gone"
+    );
+}

@@ -1,6 +1,7 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use nodemedic_kernel::mounts::{cgroup_mounts, CgroupMounts};
 use nodemedic_kernel::{psi, Snapshot};
 
 use super::RescanCache;
-use crate::{CollectError, Collected, Collector, Ctx, ReadError, Reader};
+use crate::{sys, CollectError, Collected, Collector, Ctx, ReadError, Reader};
 
 /// Which cgroups are watched. Pods are always watched; containers multiply the series by the
 /// containers per pod, so they are opt-in.
@@ -63,7 +64,8 @@ const KUBEPODS_DEPTH: usize = 6;
 /// housekeeping: on a node with 500 pods that is 2,000–2,500 kernfs reads (≈ 3 µs each,
 /// BENCHMARKS.md), too many for every IRQ sample. Samples in between carry the last reading
 /// (the same `Arc`, and its warnings), so the exposition never loses a series and the
-/// pressure detector computes rates only between fresh readings.
+/// pressure detector computes rates only between fresh readings. A reading walks the
+/// hierarchy again only when a directory the last walk listed changed (see [`Listing`]).
 #[derive(Default)]
 pub struct CgroupsCollector {
     selection: CgroupSelection,
@@ -72,6 +74,22 @@ pub struct CgroupsCollector {
     /// The mounts found under a root, re-read at each rescan (or when the root changes).
     layout: RescanCache<(PathBuf, CgroupMounts, bool)>,
     last: Mutex<Option<Reading>>,
+    listing: Mutex<Option<Listing>>,
+    /// Walks done (the tests check that an unchanged tree is not walked again).
+    walks: AtomicU64,
+}
+
+/// The cgroups the last walk found, reused until a directory it listed changes. Every
+/// directory the walk lists is watched with inotify: a cgroup made or removed there (`mkdir`
+/// and `rmdir` on cgroupfs, as kubelet, the runtime and systemd do) shows as an event, and the
+/// next reading walks again. Without a watch on every listed directory (inotify unavailable,
+/// out of watches) every reading walks, as does every rescan.
+struct Listing {
+    root: PathBuf,
+    found: Vec<(String, Workload)>,
+    warnings: Vec<String>,
+    /// `None`: not every listed directory is watched.
+    watch: Option<sys::DirWatch>,
 }
 
 /// One reading of the cgroups and where and when it was taken.
@@ -95,7 +113,58 @@ impl CgroupsCollector {
             interval,
             layout: RescanCache::default(),
             last: Mutex::new(None),
+            listing: Mutex::new(None),
+            walks: AtomicU64::new(0),
         }
+    }
+
+    /// The watched cgroups under `walk_root`: the last walk's, when no listed directory
+    /// changed since and this is not a rescan, else a new walk's.
+    fn list(
+        &self,
+        walk_root: &Path,
+        rescan: bool,
+        warnings: &mut Vec<String>,
+    ) -> Result<Vec<(String, Workload)>, ReadError> {
+        let mut listing = self.listing.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(l) = listing.as_mut().filter(|l| !rescan && l.root == walk_root) {
+            if let Some(w) = l.watch.as_mut() {
+                if matches!(w.drain(), sys::DirEvents::None) {
+                    warnings.extend(l.warnings.iter().cloned());
+                    return Ok(l.found.clone());
+                }
+            }
+        }
+        // Watch before listing: a cgroup made after a directory's watch was added is an
+        // event, one made before it is in the listing.
+        let mut watch = sys::DirWatch::new()
+            .map_err(|e| tracing::debug!(error = %e, "inotify unavailable: cgroups are walked at every reading"))
+            .ok();
+        let mut found = Vec::new();
+        let mut walk_warnings = Vec::new();
+        let mut on_dir = |dir: &Path| {
+            if watch.as_ref().is_some_and(|w| w.add(dir).is_err()) {
+                watch = None;
+            }
+        };
+        walk(
+            walk_root,
+            "",
+            &self.selection,
+            &mut found,
+            &mut walk_warnings,
+            &mut on_dir,
+        )
+        .map_err(|e| ReadError::from_io(walk_root, e))?;
+        self.walks.fetch_add(1, Ordering::Relaxed);
+        warnings.extend(walk_warnings.iter().cloned());
+        *listing = Some(Listing {
+            root: walk_root.to_path_buf(),
+            found: found.clone(),
+            warnings: walk_warnings,
+            watch,
+        });
+        Ok(found)
     }
 
     /// The last reading, when it is recent enough for this sample. A sample that comes a
@@ -145,15 +214,7 @@ impl Collector for CgroupsCollector {
             ));
             return Ok(out);
         };
-        let mut found = Vec::new();
-        walk(
-            &walk_root,
-            "",
-            &self.selection,
-            &mut found,
-            &mut out.warnings,
-        )
-        .map_err(|e| ReadError::from_io(&walk_root, e))?;
+        let found = self.list(&walk_root, ctx.rescan, &mut out.warnings)?;
         let groups = read_all(ctx.reader, &mounts, found, &mut out.warnings);
         let cgroups = Arc::new(Cgroups {
             mounts,
@@ -208,18 +269,21 @@ fn discover(root: &Path) -> CgroupMounts {
 
 /// Lists the watched cgroups under `dir` (relative path `rel`). Only the root's listing
 /// failing is an error; a subtree that vanished or cannot be listed is a warning.
+/// `on_dir` is called with every directory before it is listed.
 fn walk(
     base: &Path,
     rel: &str,
     selection: &CgroupSelection,
     found: &mut Vec<(String, Workload)>,
     warnings: &mut Vec<String>,
+    on_dir: &mut dyn FnMut(&Path),
 ) -> io::Result<()> {
     let dir = if rel.is_empty() {
         base.to_path_buf()
     } else {
         base.join(rel)
     };
+    on_dir(&dir);
     let entries = match std::fs::read_dir(&dir) {
         Ok(e) => e,
         Err(e) if rel.is_empty() => return Err(e),
@@ -258,7 +322,7 @@ fn walk(
             found.push((child.clone(), workload));
         }
         if descend {
-            walk(base, &child, selection, found, warnings)?;
+            walk(base, &child, selection, found, warnings, on_dir)?;
         }
     }
     Ok(())
@@ -488,6 +552,7 @@ mod tests {
             &CgroupSelection::default(),
             &mut found,
             &mut warnings,
+            &mut |_| {},
         )
         .unwrap();
         assert_eq!(found.len(), 3, "{found:?}");
@@ -554,5 +619,77 @@ mod tests {
             "the new pod is read: {:?}",
             s.groups.keys()
         );
+    }
+
+    /// An unchanged tree is listed once; a pod made or removed in any directory the walk
+    /// listed (a QoS slice, the root) is seen at the next reading without a rescan, and so is
+    /// a QoS directory made later and a pod in it.
+    #[test]
+    fn the_walk_is_redone_only_when_a_listed_directory_changes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("cg");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("cgroup.controllers"), "cpu memory io\n").unwrap();
+        pod(&root, "1111-aaaa");
+        let mut paths = crate::Paths::under(tmp.path());
+        paths.cgroupfs = root.clone();
+        let collector = Arc::new(CgroupsCollector::new(CgroupSelection::default()));
+        struct Shared(Arc<CgroupsCollector>);
+        impl Collector for Shared {
+            fn name(&self) -> &'static str {
+                "cgroups"
+            }
+            fn collect(
+                &self,
+                ctx: &Ctx<'_>,
+                snap: &mut Snapshot,
+            ) -> Result<Collected, CollectError> {
+                self.0.collect(ctx, snap)
+            }
+        }
+        let mut set = crate::CollectorSet::new(vec![Box::new(Shared(collector.clone()))]);
+        let mut at = 100;
+        let mut read = || {
+            at += 1;
+            let (s, _) = set.sample(&paths, Duration::from_secs(at));
+            let walks = collector.walks.load(Ordering::Relaxed);
+            let groups: Vec<String> = s.cgroups.unwrap().groups.keys().cloned().collect();
+            (groups, walks)
+        };
+        let one = vec!["kubepods/burstable/pod1111-aaaa".to_string()];
+        assert_eq!(read(), (one.clone(), 1));
+        assert_eq!(read(), (one.clone(), 1), "unchanged: not walked again");
+        // A file rewritten in place is no change to the listing.
+        std::fs::write(
+            root.join("kubepods/burstable/pod1111-aaaa/cpu.max"),
+            "max 100000\n",
+        )
+        .unwrap();
+        assert_eq!(read(), (one.clone(), 1));
+        let two = pod(&root, "2222-bbbb");
+        let (groups, walks) = read();
+        assert_eq!((groups.len(), walks), (2, 2), "{groups:?}");
+        std::fs::remove_dir_all(&two).unwrap();
+        assert_eq!(read(), (one.clone(), 3), "a removed pod is gone");
+        let besteffort = root.join("kubepods/besteffort/pod3333-cccc");
+        std::fs::create_dir_all(&besteffort).unwrap();
+        for f in ["cpu.stat", "cpu.pressure"] {
+            std::fs::copy(
+                root.join("kubepods/burstable/pod1111-aaaa").join(f),
+                besteffort.join(f),
+            )
+            .unwrap();
+        }
+        let (groups, walks) = read();
+        assert_eq!(walks, 4);
+        assert_eq!(
+            groups,
+            [
+                "kubepods/besteffort/pod3333-cccc",
+                "kubepods/burstable/pod1111-aaaa"
+            ],
+            "a new QoS directory, and the pod in it"
+        );
+        assert_eq!(read().1, 4);
     }
 }
