@@ -65,7 +65,8 @@ const KUBEPODS_DEPTH: usize = 6;
 /// BENCHMARKS.md), too many for every IRQ sample. Samples in between carry the last reading
 /// (the same `Arc`, and its warnings), so the exposition never loses a series and the
 /// pressure detector computes rates only between fresh readings. A reading walks the
-/// hierarchy again only when a directory the last walk listed changed (see [`Listing`]).
+/// hierarchy again only when a directory the last walk listed changed (inotify), or at a
+/// rescan.
 #[derive(Default)]
 pub struct CgroupsCollector {
     selection: CgroupSelection,
