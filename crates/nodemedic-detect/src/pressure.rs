@@ -565,6 +565,15 @@ mod tests {
         }
     }
 
+    /// A detector that raises after two agreeing readings and clears after two.
+    fn two_to_raise_two_to_clear() -> PressureDetector {
+        PressureDetector::new(PressureConfig {
+            raise_after: 2,
+            clear_after: 2,
+            ..Default::default()
+        })
+    }
+
     fn snap(secs: u64, node_cpu_us: u64, g: CgroupStats) -> Snapshot {
         Snapshot {
             at: Duration::from_secs(secs),
@@ -592,11 +601,7 @@ mod tests {
     /// fresh reading's rates span the time since the last fresh one.
     #[test]
     fn a_repeated_cgroup_reading_adds_no_rates_and_no_hysteresis() {
-        let mut d = PressureDetector::new(PressureConfig {
-            raise_after: 2,
-            clear_after: 2,
-            ..Default::default()
-        });
+        let mut d = two_to_raise_two_to_clear();
         assert!(d.observe(&snap(0, 0, pod(0, 0, 0))).is_none());
         let fresh = snap(15, 3_000_000, pod(60, 100, 5_250_000));
         let v = d.observe(&fresh).unwrap();
@@ -668,11 +673,7 @@ mod tests {
 
     #[test]
     fn quota_bound_needs_throttling_and_waiting_for_raise_after_samples() {
-        let mut d = PressureDetector::new(PressureConfig {
-            raise_after: 2,
-            clear_after: 2,
-            ..Default::default()
-        });
+        let mut d = two_to_raise_two_to_clear();
         assert!(
             d.observe(&snap(0, 0, pod(0, 0, 0))).is_none(),
             "needs two samples"
@@ -729,11 +730,7 @@ mod tests {
     /// vanish (the readings are matched in one sorted pass, not looked up).
     #[test]
     fn verdicts_follow_their_cgroup_while_others_come_and_go() {
-        let mut d = PressureDetector::new(PressureConfig {
-            raise_after: 2,
-            clear_after: 2,
-            ..Default::default()
-        });
+        let mut d = two_to_raise_two_to_clear();
         fn reading(d: &mut PressureDetector, secs: u64, paths: &[&str]) -> PressureVerdict {
             let n = secs / 10;
             let mut s = snap(secs, 0, pod(0, 0, 0));

@@ -533,6 +533,14 @@ mod tests {
         d
     }
 
+    /// A cgroup v2 root at `tmp/cg`.
+    fn v2_root(tmp: &Path) -> PathBuf {
+        let root = tmp.join("cg");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("cgroup.controllers"), "cpu memory io\n").unwrap();
+        root
+    }
+
     /// A pod deleted between the listing and the reading of its files: a warning naming it,
     /// and every other pod read as usual.
     #[test]
@@ -583,9 +591,7 @@ mod tests {
     #[test]
     fn an_interval_reads_cgroups_only_when_due() {
         let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path().join("cg");
-        std::fs::create_dir_all(&root).unwrap();
-        std::fs::write(root.join("cgroup.controllers"), "cpu memory io\n").unwrap();
+        let root = v2_root(tmp.path());
         let first = pod(&root, "1111-aaaa");
         std::fs::write(first.join("memory.pressure"), "garbage\n").unwrap();
         let mut paths = crate::Paths::under(tmp.path());
@@ -628,9 +634,7 @@ mod tests {
     #[test]
     fn the_walk_is_redone_only_when_a_listed_directory_changes() {
         let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path().join("cg");
-        std::fs::create_dir_all(&root).unwrap();
-        std::fs::write(root.join("cgroup.controllers"), "cpu memory io\n").unwrap();
+        let root = v2_root(tmp.path());
         pod(&root, "1111-aaaa");
         let mut paths = crate::Paths::under(tmp.path());
         paths.cgroupfs = root.clone();
