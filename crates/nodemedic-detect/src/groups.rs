@@ -78,8 +78,8 @@ pub fn build_groups(
     classified.update(&ints.irqs);
     let classified = &*classified;
     let mut by_key: BTreeMap<GroupKey<'_>, Vec<Member<'_>>> = BTreeMap::new();
-    for line in &ints.irqs {
-        let Some(dev) = classified.get(line.irq) else {
+    for (i, line) in ints.irqs.iter().enumerate() {
+        let Some(dev) = classified.get(i, line.irq) else {
             continue;
         };
         let pci = dev.pci.as_deref().or_else(|| {

@@ -2,8 +2,7 @@
 //! `/proc/interrupts` row. Pure string work: the sysfs lookups that refine it (driver, NUMA
 //! node, interface name) happen in the collectors.
 
-use std::collections::hash_map::Entry;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use serde::Serialize;
 
@@ -179,15 +178,17 @@ fn pci_from_msi_hwirq(chip: &str, hwirq: Option<&str>) -> Option<String> {
 /// What [`classify`] said about each IRQ row, kept between samples. A row's chip, hwirq and
 /// handlers change only when a driver (re)binds; classifying all 422 rows of a 256-CPU node
 /// every sample was a tenth of the collapse detector's sample, and the PCI collector did it
-/// again. A row that changed is classified again, and rows
-/// of IRQs that are gone are dropped.
+/// again. A row that changed is classified again, and rows of IRQs that are gone are
+/// dropped. Rows are kept in the order of the last update's lines: `/proc/interrupts` lists
+/// them in the same order every sample, so an update is one pass over both.
 #[derive(Debug, Default)]
 pub struct Classified {
-    rows: HashMap<u32, Row>,
+    rows: Vec<Row>,
 }
 
 #[derive(Debug)]
 struct Row {
+    irq: u32,
     chip: String,
     hwirq: Option<String>,
     actions: Vec<String>,
@@ -197,6 +198,7 @@ struct Row {
 impl Row {
     fn new(line: &IrqLine) -> Self {
         Self {
+            irq: line.irq,
             chip: line.chip.clone(),
             hwirq: line.hwirq.clone(),
             actions: line.actions.clone(),
@@ -205,40 +207,48 @@ impl Row {
     }
 
     fn describes(&self, line: &IrqLine) -> bool {
-        self.chip == line.chip && self.hwirq == line.hwirq && self.actions == line.actions
+        self.irq == line.irq
+            && self.chip == line.chip
+            && self.hwirq == line.hwirq
+            && self.actions == line.actions
     }
 }
 
 impl Classified {
     /// Classifies the rows that are new or changed since the last call; forgets IRQs that
-    /// are gone.
+    /// are gone. Afterwards row `i` is `lines[i]`'s (see [`Classified::get`]).
     pub fn update(&mut self, lines: &[IrqLine]) {
-        for line in lines {
-            match self.rows.entry(line.irq) {
-                Entry::Occupied(mut e) => {
-                    if !e.get().describes(line) {
-                        e.insert(Row::new(line));
-                    }
-                }
-                Entry::Vacant(e) => {
-                    e.insert(Row::new(line));
+        let same_irqs = self.rows.len() == lines.len()
+            && self.rows.iter().zip(lines).all(|(r, l)| r.irq == l.irq);
+        if same_irqs {
+            for (row, line) in self.rows.iter_mut().zip(lines) {
+                if !row.describes(line) {
+                    *row = Row::new(line);
                 }
             }
+            return;
         }
-        if self.rows.len() > lines.len() {
-            let now: HashSet<u32> = lines.iter().map(|l| l.irq).collect();
-            self.rows.retain(|irq, _| now.contains(irq));
-        }
+        // IRQs came or went (or moved): match by number, once.
+        let mut old: HashMap<u32, Row> = std::mem::take(&mut self.rows)
+            .into_iter()
+            .map(|r| (r.irq, r))
+            .collect();
+        self.rows = lines
+            .iter()
+            .map(|line| match old.remove(&line.irq) {
+                Some(row) if row.describes(line) => row,
+                _ => Row::new(line),
+            })
+            .collect();
     }
-}
 
-impl Classified {
-    /// What the row of `irq` was classified as, at the last [`Classified::update`].
-    pub fn get(&self, irq: u32) -> Option<&IrqDevice> {
-        self.rows.get(&irq).map(|r| &r.dev)
+    /// What row `i` of the lines given to the last [`Classified::update`] was classified as,
+    /// when it is IRQ `irq`.
+    pub fn get(&self, i: usize, irq: u32) -> Option<&IrqDevice> {
+        self.rows.get(i).filter(|r| r.irq == irq).map(|r| &r.dev)
     }
 
-    /// The IRQs classified.
+    /// The rows classified.
     pub fn len(&self) -> usize {
         self.rows.len()
     }
@@ -325,5 +335,35 @@ mod tests {
             find_pci_address("-0000:00:1F.7:"),
             Some("0000:00:1f.7".into())
         );
+    }
+
+    /// A row that changes in place is classified again; rows that move, come or go are
+    /// matched by IRQ number, and `get` answers only for the row at that position.
+    #[test]
+    fn classified_rows_follow_their_lines() {
+        let line = |irq: u32, action: &str| IrqLine {
+            irq,
+            counts: vec![0],
+            chip: "PCI-MSIX-0000:00:03.0".into(),
+            hwirq: Some("1-edge".into()),
+            trigger: None,
+            actions: vec![action.into()],
+            nonzero: None,
+        };
+        let instance =
+            |c: &Classified, i: usize, irq: u32| c.get(i, irq).and_then(|d| d.instance.clone());
+        let mut c = Classified::default();
+        c.update(&[line(24, "virtio2-input.0"), line(25, "virtio2-output.0")]);
+        assert_eq!(instance(&c, 0, 24).as_deref(), Some("virtio2"));
+        assert_eq!(c.get(0, 25), None, "row 0 is IRQ 24");
+        // Same IRQs, one handler renamed (a driver rebound): classified again.
+        c.update(&[line(24, "virtio3-input.0"), line(25, "virtio2-output.0")]);
+        assert_eq!(instance(&c, 0, 24).as_deref(), Some("virtio3"));
+        assert_eq!(instance(&c, 1, 25).as_deref(), Some("virtio2"));
+        // Reordered, one gone, one new.
+        c.update(&[line(26, "nvme0q1"), line(24, "virtio3-input.0")]);
+        assert_eq!(c.len(), 2);
+        assert_eq!(instance(&c, 0, 26).as_deref(), Some("nvme0"));
+        assert_eq!(instance(&c, 1, 24).as_deref(), Some("virtio3"));
     }
 }

@@ -48,8 +48,8 @@ impl Collector for PciDevicesCollector {
         let mut irq_addrs: BTreeSet<&str> = BTreeSet::new();
         if let Some(ints) = &snap.interrupts {
             st.classified.update(&ints.irqs);
-            for irq in &ints.irqs {
-                if let Some(pci) = st.classified.get(irq.irq).and_then(|d| d.pci.as_deref()) {
+            for (i, irq) in ints.irqs.iter().enumerate() {
+                if let Some(pci) = st.classified.get(i, irq.irq).and_then(|d| d.pci.as_deref()) {
                     irq_addrs.insert(pci);
                 }
             }
