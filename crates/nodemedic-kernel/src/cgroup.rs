@@ -346,9 +346,6 @@ pub struct CgroupPressure {
 }
 
 impl CgroupPressure {
-    /// The resources, in the order of their files and series.
-    pub const RESOURCES: [&'static str; 3] = ["cpu", "memory", "io"];
-
     /// The pressure of `resource` (`cpu`, `memory` or `io`).
     pub fn get(&self, resource: &str) -> Option<&Psi> {
         match resource {
@@ -357,20 +354,6 @@ impl CgroupPressure {
             "io" => self.io.as_ref(),
             _ => None,
         }
-    }
-
-    /// Where `resource`'s pressure goes; `None` for an unknown resource.
-    pub fn slot(&mut self, resource: &str) -> Option<&mut Option<Psi>> {
-        match resource {
-            "cpu" => Some(&mut self.cpu),
-            "memory" => Some(&mut self.memory),
-            "io" => Some(&mut self.io),
-            _ => None,
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.cpu.is_none() && self.memory.is_none() && self.io.is_none()
     }
 }
 

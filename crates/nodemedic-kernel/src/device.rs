@@ -206,11 +206,9 @@ impl Row {
         }
     }
 
+    /// Whether `line`, already matched to this row by IRQ number, still reads the same.
     fn describes(&self, line: &IrqLine) -> bool {
-        self.irq == line.irq
-            && self.chip == line.chip
-            && self.hwirq == line.hwirq
-            && self.actions == line.actions
+        self.chip == line.chip && self.hwirq == line.hwirq && self.actions == line.actions
     }
 }
 

@@ -58,19 +58,15 @@ pub fn parse(text: &str) -> Result<Psi, PsiError> {
 
 /// [`parse`] line by line, for whatever [`parse_exact`] does not take.
 pub(crate) fn parse_lines(text: &str) -> Result<Psi, PsiError> {
-    if !text.is_empty() && !text.ends_with('\n') {
-        // A PSI file is one read; a cut line means the copy is damaged, not that the kernel
-        // added something.
-        return Err(PsiError::BadLine {
-            line: text.lines().count(),
-            reason: crate::CUT_SHORT.into(),
-        });
-    }
+    // A PSI file is one read; a cut line means the copy is damaged, not that the kernel
+    // added something.
+    let lines = crate::whole_lines(text).map_err(|line| PsiError::BadLine {
+        line,
+        reason: crate::CUT_SHORT.into(),
+    })?;
     let mut psi = Psi::default();
-    for (i, line) in text.lines().enumerate() {
-        if !line.trim().is_empty() {
-            parse_line(&mut psi, i + 1, line, percent_or_float)?;
-        }
+    for (n, line) in lines {
+        parse_line(&mut psi, n, line, percent_or_float)?;
     }
     if psi.some.is_none() && psi.full.is_none() {
         return Err(PsiError::Empty);

@@ -12,6 +12,7 @@ use nodemedic_kernel::cgroup::{
 use nodemedic_kernel::mounts::{cgroup_mounts, CgroupMounts};
 use nodemedic_kernel::{psi, Snapshot};
 
+use super::pressure::EOPNOTSUPP;
 use super::RescanCache;
 use crate::{sys, CollectError, Collected, Collector, Ctx, ReadError, Reader};
 
@@ -408,9 +409,10 @@ fn read_group(
             let q = reader.read(at(path, cpu, rel, "cpu.cfs_quota_us"))?;
             let period = at(path, cpu, rel, "cpu.cfs_period_us");
             reader.read_into(period, buf)?;
-            stats.cpu_max = Some(parse_cfs(&q, buf).map_err(|e| {
-                ReadError::parse(&Path::new(cpu).join(rel).join("cpu.cfs_quota_us"), e)
-            })?);
+            stats.cpu_max = Some(
+                parse_cfs(&q, buf)
+                    .map_err(|e| ReadError::parse(at(path, cpu, rel, "cpu.cfs_quota_us"), e))?,
+            );
             any = true;
             Ok(())
         })())?;
@@ -471,14 +473,17 @@ fn read_group(
                 Ok(())
             })())?;
         }
-        for (resource, file) in CgroupPressure::RESOURCES.into_iter().zip(PRESSURE_FILES) {
+        let p = &mut stats.pressure;
+        for (file, slot) in [
+            ("cpu.pressure", &mut p.cpu),
+            ("memory.pressure", &mut p.memory),
+            ("io.pressure", &mut p.io),
+        ] {
             let path = at(path, unified, rel, file);
             let r = match reader.read_optional_into(path, buf) {
                 Ok(true) => match psi::parse(buf) {
                     Ok(p) => {
-                        if let Some(slot) = stats.pressure.slot(resource) {
-                            *slot = Some(p);
-                        }
+                        *slot = Some(p);
                         any = true;
                         Ok(())
                     }
@@ -487,7 +492,9 @@ fn read_group(
                 // The hybrid unified tree may lack a cgroup the v1 tree has: no pressure.
                 Ok(false) => Ok(()),
                 // PSI switched off: the files exist and reads fail with EOPNOTSUPP.
-                Err(ReadError::Io { source, .. }) if source.raw_os_error() == Some(95) => Ok(()),
+                Err(ReadError::Io { source, .. }) if source.raw_os_error() == Some(EOPNOTSUPP) => {
+                    Ok(())
+                }
                 Err(e) => Err(e),
             };
             note(r)?;
@@ -506,9 +513,6 @@ fn read_group(
         _ => Ok(None),
     }
 }
-
-/// The pressure files, in the order of [`CgroupPressure::RESOURCES`].
-const PRESSURE_FILES: [&str; 3] = ["cpu.pressure", "memory.pressure", "io.pressure"];
 
 #[cfg(test)]
 mod tests {

@@ -9,7 +9,7 @@ use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 const RESOURCES: [&str; 4] = ["cpu", "memory", "io", "irq"];
 /// `EOPNOTSUPP`: PSI compiled in but switched off (`psi=0`, or `CONFIG_PSI_DEFAULT_DISABLED`
 /// without `psi=1`); the files exist and every read fails.
-const EOPNOTSUPP: i32 = 95;
+pub(super) const EOPNOTSUPP: i32 = libc::EOPNOTSUPP;
 
 /// Node-wide Pressure Stall Information from `/proc/pressure/{cpu,memory,io,irq}`.
 ///
