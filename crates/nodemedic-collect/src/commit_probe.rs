@@ -90,7 +90,7 @@ impl Writer {
         }
         match sys::Ring::new() {
             Ok(r) => (Writer::Uring(Box::new(r)), None),
-            Err(reason) => (Writer::Syscalls, Some(reason)),
+            Err(reason) => (Writer::Syscalls, Some(reason.to_string())),
         }
     }
 
@@ -103,7 +103,16 @@ impl Writer {
 
     fn commit(&mut self, file: &File, block: &[u8], offset: u64) -> io::Result<()> {
         match self {
-            Writer::Uring(ring) => ring.write_then_fdatasync(file, block, offset),
+            Writer::Uring(ring) => match ring.write_then_fdatasync(file, block, offset) {
+                Ok(()) => Ok(()),
+                Err(e) if e.abandons_ring() => {
+                    // The ring leaked what it may still use; commits go on without it.
+                    tracing::warn!(error = %e, "commit probe: io_uring failed, using write + fdatasync from now on");
+                    *self = Writer::Syscalls;
+                    Err(io::Error::other(e))
+                }
+                Err(e) => Err(io::Error::other(e)),
+            },
             Writer::Syscalls => {
                 file.write_all_at(block, offset)?;
                 file.sync_data()
@@ -159,6 +168,9 @@ impl CommitProbe {
                     let took = start.elapsed().as_secs_f64();
                     {
                         let mut l = shared.lock().unwrap_or_else(|p| p.into_inner());
+                        if l.backend != writer.name() {
+                            l.backend = writer.name().to_string();
+                        }
                         match result {
                             Ok(()) => l.observe(took),
                             Err(e) => {

@@ -356,6 +356,11 @@ struct State {
     dropped: u64,
     bound_warned: bool,
     ring: Option<sys::Ring>,
+    /// The backend in use: the configured one, or `pread` after io_uring was found
+    /// unavailable or its ring was abandoned.
+    backend: Backend,
+    /// Why the backend in use differs from the configured one.
+    fallback_reason: Option<String>,
     /// Byte buffers for batches, reused between samples.
     batch_bufs: Vec<Vec<u8>>,
     /// [`Reader::read_lines`]'s chunk, reused: allocating and freeing 64 KiB every sample
@@ -366,8 +371,6 @@ struct State {
 
 /// Reads kernel files by path. Shared by all collectors of a [`crate::CollectorSet`].
 pub struct Reader {
-    backend: Backend,
-    fallback_reason: Option<String>,
     max_open: usize,
     state: Mutex<State>,
 }
@@ -375,7 +378,7 @@ pub struct Reader {
 impl std::fmt::Debug for Reader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Reader")
-            .field("backend", &self.backend)
+            .field("backend", &self.backend())
             .field("max_open", &self.max_open)
             .finish_non_exhaustive()
     }
@@ -434,10 +437,10 @@ impl Reader {
             }
         }
         Self {
-            backend,
-            fallback_reason,
             max_open,
             state: Mutex::new(State {
+                backend,
+                fallback_reason,
                 files: Table::default(),
                 sample: 0,
                 last_rescan: 0,
@@ -454,7 +457,7 @@ impl Reader {
 
     /// The backend in use.
     pub fn backend(&self) -> Backend {
-        self.backend
+        self.state().backend
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -478,6 +481,14 @@ impl Reader {
         }
     }
 
+    /// Makes the next `n` waits of the io_uring ring fail after submitting.
+    #[cfg(test)]
+    fn fail_next_ring_waits(&self, n: u32) {
+        if let Some(ring) = self.state().ring.as_mut() {
+            ring.fail_next_waits(n);
+        }
+    }
+
     /// Marks the end of a sample: later reads check for replaced files themselves.
     pub fn end_sample(&self) {
         self.state().watches.in_sample = false;
@@ -486,8 +497,8 @@ impl Reader {
     pub fn status(&self) -> ReaderStatus {
         let st = self.state();
         ReaderStatus {
-            backend: self.backend.as_str(),
-            fallback_reason: self.fallback_reason.clone(),
+            backend: st.backend.as_str(),
+            fallback_reason: st.fallback_reason.clone(),
             open_files: st.files.len(),
             max_open_files: self.max_open,
             over_limit_reads_total: st.over_limit_reads,
@@ -531,7 +542,7 @@ impl Reader {
         paths: &[P],
         mut each: impl FnMut(usize, Result<&str, ReadError>),
     ) {
-        if self.backend == Backend::IoUring {
+        if self.backend() == Backend::IoUring {
             if let Some(done) = self.read_batch_uring(paths, &mut each) {
                 return done;
             }
@@ -587,22 +598,28 @@ impl Reader {
                 }
             }
         }
-        let State {
-            ring, batch_bufs, ..
-        } = &mut *st;
-        let ring = ring.as_mut()?;
-        if let Err(e) = ring.register(&fds) {
-            tracing::debug!(error = %e, "io_uring register_files failed; reading one by one");
-            return None;
-        }
-        batch_bufs.resize_with(kept.len(), Vec::new);
-        for b in batch_bufs.iter_mut() {
-            if b.len() < MIN_READ {
-                b.resize(MIN_READ, 0);
+        let inner = &mut *st;
+        let ring = inner.ring.as_mut()?;
+        let batch = ring.register(&fds).and_then(|()| {
+            inner.batch_bufs.resize_with(kept.len(), Vec::new);
+            for b in inner.batch_bufs.iter_mut() {
+                if b.len() < MIN_READ {
+                    b.resize(MIN_READ, 0);
+                }
             }
-        }
-        let results = match ring.read_registered(&mut batch_bufs[..kept.len()]) {
+            ring.read_registered(&mut inner.batch_bufs)
+        });
+        let results = match batch {
             Ok(r) => r,
+            Err(e) if e.abandons_ring() => {
+                // The ring leaked the buffers it may still write into; it goes, and so does
+                // io_uring for the life of this reader.
+                tracing::warn!(error = %e, "io_uring failed: reading with pread from now on");
+                inner.ring = None;
+                inner.backend = Backend::Pread;
+                inner.fallback_reason = Some(e.to_string());
+                return None;
+            }
             Err(e) => {
                 tracing::debug!(error = %e, "io_uring batch failed; reading one by one");
                 return None;
@@ -613,7 +630,7 @@ impl Reader {
         for (slot, &i) in kept.iter().enumerate() {
             slot_of[i] = slot;
         }
-        let batch_bufs = std::mem::take(batch_bufs);
+        let batch_bufs = std::mem::take(&mut inner.batch_bufs);
         drop(st);
         let mut bufs = batch_bufs;
         let mut text = String::new();
@@ -886,6 +903,44 @@ mod tests {
             last_used: 0,
             watched: None,
         }
+    }
+
+    /// A batch whose io_uring completions cannot be reaped abandons the ring: the batch is
+    /// still read in full (with `pread`), the reader reads with `pread` from then on and
+    /// says why, and the next batches never touch the ring's buffers again.
+    #[test]
+    fn abandoned_ring_falls_back_to_pread_for_good() {
+        let r = Reader::with_config(ReaderConfig {
+            backend: Backend::IoUring,
+            max_open_files: 64,
+        });
+        assert_eq!(r.backend(), Backend::IoUring, "{:?}", r.status());
+        let paths = [
+            "/proc/self/status",
+            "/proc/sys/kernel/ostype",
+            "/proc/version",
+        ];
+        let read = |r: &Reader| {
+            let mut out = Vec::new();
+            r.read_batch(&paths, |i, res| {
+                out.push((i, res.map(str::to_owned).unwrap()))
+            });
+            out
+        };
+        let before = read(&r);
+        r.fail_next_ring_waits(2);
+        let during = read(&r);
+        assert_eq!(during.len(), paths.len());
+        assert_eq!(
+            during[1..],
+            before[1..],
+            "the failed batch is read one by one"
+        );
+        assert_eq!(r.backend(), Backend::Pread);
+        assert!(r.state().ring.is_none(), "the abandoned ring was kept");
+        let reason = r.status().fallback_reason.unwrap_or_default();
+        assert!(reason.contains("ring abandoned"), "{reason}");
+        assert_eq!(read(&r)[1..], before[1..]);
     }
 
     /// Every lookup finds its own path's entry whatever the order, with files added, removed
