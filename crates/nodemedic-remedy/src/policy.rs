@@ -199,14 +199,17 @@ impl Policy {
 
     /// Feeds one sample's latched verdicts. Returns audit entries and at most one step to
     /// carry out; the caller must report the step's outcome with [`Policy::completed`].
+    /// `pause` is what pauses remediation, if anything: it becomes the evidence of the
+    /// audited pause.
     pub fn on_sample(
         &mut self,
         now: Duration,
         timestamp: f64,
         verdicts: &[GroupVerdict],
         irqbalance: &IrqbalanceState,
-        paused: bool,
+        pause: Option<&str>,
     ) -> (Vec<Decision>, Option<Step>) {
+        let paused = pause.is_some();
         let mut log = Vec::new();
         if self.cfg.mode == Mode::Off || self.in_flight.is_some() {
             return (log, None);
@@ -231,7 +234,7 @@ impl Policy {
                 } else {
                     "remediation resumed"
                 },
-                String::new(),
+                pause.unwrap_or_default().to_string(),
                 if paused { "paused" } else { "resumed" },
             ));
         }

@@ -66,7 +66,7 @@ impl Sim {
         let now = Duration::from_secs(self.t);
         let (log, step) = self
             .policy
-            .on_sample(now, self.t as f64, &verdicts, irqb, false);
+            .on_sample(now, self.t as f64, &verdicts, irqb, None);
         self.log.extend(log);
         if let Some(step) = step {
             self.steps.push((self.t, step.kind));
@@ -319,7 +319,7 @@ fn pause_stops_actions_and_is_audited() {
             sim.t as f64,
             &v,
             &running(),
-            i < 50,
+            (i < 50).then_some("node annotation nodemedic.io/pause=true"),
         );
         assert!(step.is_none() || i >= 50);
         paused_log.extend(log);
@@ -340,6 +340,11 @@ fn pause_stops_actions_and_is_audited() {
         .map(|d| d.result.as_str())
         .collect();
     assert_eq!(pauses, vec!["paused", "resumed"]);
+    let paused = paused_log.iter().find(|d| d.result == "paused").unwrap();
+    assert_eq!(
+        paused.evidence, "node annotation nodemedic.io/pause=true",
+        "a pause says what paused it"
+    );
 }
 
 #[test]

@@ -112,9 +112,7 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
         "nodemedic started"
     );
     let remedy: SharedRemedy = Arc::new(Mutex::new(RemedyState::default()));
-    let pause: PauseFlag = Arc::new(std::sync::atomic::AtomicU8::new(
-        crate::remediator::PAUSE_UNKNOWN,
-    ));
+    let pause = PauseFlag::new(crate::remediator::Pause::Unknown);
     let (tx, rx) = tokio::sync::watch::channel(None);
     let (events_tx, events_rx) = tokio::sync::mpsc::channel(256);
     let kube: SharedKube = Arc::new(Mutex::new(KubeStatus::default()));

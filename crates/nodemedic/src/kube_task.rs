@@ -1,6 +1,5 @@
 //! Kubernetes reporting task: condition, label, Events, pause annotation.
 
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -9,7 +8,7 @@ use nodemedic_remedy::Decision;
 use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 
-use crate::remediator::{PauseFlag, PAUSE_OFF, PAUSE_ON};
+use crate::remediator::{Pause, PauseFlag};
 use nodemedic_engine::Sample;
 
 #[derive(Debug, Default, Clone, Serialize)]
@@ -42,7 +41,7 @@ pub async fn run(
     let node = match cfg.resolve() {
         Ok(Some(node)) => node,
         Ok(None) => {
-            pause.store(PAUSE_OFF, Ordering::Relaxed);
+            pause.set(Pause::Off);
             set(&status, |s| s.state = "disabled".into());
             // Keep draining so the remediator never blocks on a full channel.
             while decisions.recv().await.is_some() {}
@@ -93,7 +92,7 @@ pub async fn run(
             last_pause_poll = Some(Instant::now());
             match r.paused().await {
                 Ok(p) => {
-                    pause.store(if p { PAUSE_ON } else { PAUSE_OFF }, Ordering::Relaxed);
+                    pause.set(if p { Pause::On } else { Pause::Off });
                     set(&status, |s| s.paused_by_annotation = p);
                 }
                 Err(e) => tracing::warn!(error = %e, "reading the pause annotation"),

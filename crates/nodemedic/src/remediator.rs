@@ -34,14 +34,39 @@ pub struct RemedyState {
 
 pub type SharedRemedy = Arc<Mutex<RemedyState>>;
 
-/// The node annotation `nodemedic.io/pause`, as last read by the Kubernetes reporter:
-/// [`PAUSE_UNKNOWN`] until it has been read (remediation waits: it must not act on a node an
-/// operator paused just because the API was slow), [`PAUSE_OFF`] or [`PAUSE_ON`]. Without
-/// Kubernetes it is set to [`PAUSE_OFF`] at start.
-pub type PauseFlag = Arc<AtomicU8>;
-pub const PAUSE_UNKNOWN: u8 = 0;
-pub const PAUSE_OFF: u8 = 1;
-pub const PAUSE_ON: u8 = 2;
+/// The node annotation `nodemedic.io/pause`, as last read by the Kubernetes reporter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Pause {
+    /// Not read yet: remediation waits (it must not act on a node an operator paused just
+    /// because the API was slow), without auditing a pause nobody asked for.
+    Unknown = 0,
+    Off = 1,
+    On = 2,
+}
+
+/// [`Pause`], shared between the Kubernetes reporter (writer) and the remediator (reader).
+/// Without Kubernetes it is set to [`Pause::Off`] at start.
+#[derive(Debug, Clone, Default)]
+pub struct PauseFlag(Arc<AtomicU8>);
+
+impl PauseFlag {
+    pub fn new(p: Pause) -> Self {
+        Self(Arc::new(AtomicU8::new(p as u8)))
+    }
+
+    pub fn get(&self) -> Pause {
+        match self.0.load(Ordering::Relaxed) {
+            1 => Pause::Off,
+            2 => Pause::On,
+            _ => Pause::Unknown,
+        }
+    }
+
+    pub fn set(&self, p: Pause) {
+        self.0.store(p as u8, Ordering::Relaxed);
+    }
+}
 
 /// The side effects the remediator needs, so the task can be driven on a paused clock.
 pub trait Actuate: Send + Sync {
@@ -98,7 +123,14 @@ pub async fn run(
         if cfg.mode == Mode::Off {
             continue;
         }
-        let paused = cfg.paused || external_pause.load(Ordering::Relaxed) != PAUSE_OFF;
+        let pause = if cfg.paused {
+            Some(Pause::On)
+        } else {
+            match external_pause.get() {
+                Pause::Unknown => None,
+                p => Some(p),
+            }
+        };
         // Ask systemd only when there is something to fix (or to report on).
         if sample.verdicts.iter().any(|v| v.collapsed) || irqbalance.is_none() {
             irqbalance = Some(actuators.irqbalance_state().await);
@@ -106,9 +138,29 @@ pub async fn run(
         let irqb = irqbalance.clone().unwrap_or(IrqbalanceState::Unknown {
             detail: "not checked".into(),
         });
+        let Some(pause) = pause else {
+            // The pause annotation is not read yet: no decision, and no audited pause.
+            if let Ok(mut s) = state.lock() {
+                s.paused = true;
+                s.findings = policy.findings(&sample.verdicts, &irqb);
+                s.irqbalance = Some(irqb);
+            }
+            continue;
+        };
+        let paused = pause == Pause::On;
+        let why = if cfg.paused {
+            "paused = true in [remediation]"
+        } else {
+            "node annotation nodemedic.io/pause=true"
+        };
         let ts = sample.snapshot.timestamp;
-        let (mut decisions, step) =
-            policy.on_sample(monotonic_now(), ts, &sample.verdicts, &irqb, paused);
+        let (mut decisions, step) = policy.on_sample(
+            monotonic_now(),
+            ts,
+            &sample.verdicts,
+            &irqb,
+            paused.then_some(why),
+        );
         if let Some(step) = step {
             record(&state, &decisions, keep);
             forward(&events, &decisions);
@@ -225,6 +277,16 @@ mod tests {
         samples: u64,
         pattern: impl Fn(u64) -> bool,
     ) -> (Vec<(Duration, ActionKind)>, Vec<Decision>) {
+        drive_paused(cfg, samples, pattern, |_| Pause::Off).await
+    }
+
+    /// [`drive`] with the pause annotation as `pause(i)` at sample `i`.
+    async fn drive_paused(
+        cfg: RemediationConfig,
+        samples: u64,
+        pattern: impl Fn(u64) -> bool,
+        pause_at: impl Fn(u64) -> Pause,
+    ) -> (Vec<(Duration, ActionKind)>, Vec<Decision>) {
         let collapsed = snapshot("8cpu-collapsed");
         let balanced = snapshot("8cpu-balanced");
         let rec = Arc::new(Recording {
@@ -234,8 +296,8 @@ mod tests {
         let (tx, rx) = watch::channel(None);
         let (etx, mut erx) = tokio::sync::mpsc::channel(1024);
         let state: SharedRemedy = Arc::default();
-        let pause: PauseFlag = Arc::new(AtomicU8::new(PAUSE_OFF));
-        let task = tokio::spawn(run(cfg, rec.clone(), rx, state.clone(), pause, etx));
+        let pause = PauseFlag::new(pause_at(0));
+        let task = tokio::spawn(run(cfg, rec.clone(), rx, state.clone(), pause.clone(), etx));
         let mut detector =
             CollapseDetector::new(CollapseConfig::default(), HurtingConfig::default());
         for i in 0..samples {
@@ -247,6 +309,7 @@ mod tests {
             snap.at = Duration::from_secs(i * 5);
             snap.timestamp = (i * 5) as f64;
             let verdicts = detector.observe(&snap);
+            pause.set(pause_at(i));
             tx.send_replace(Some(Arc::new(Sample {
                 snapshot: snap,
                 collectors: Vec::new(),
@@ -328,5 +391,44 @@ mod tests {
             );
         }
         assert_eq!(t.len(), 3, "day cap: {t:?}");
+    }
+
+    /// Until the pause annotation is read, remediation waits without auditing a pause (no
+    /// Warning Event at every start); an annotation that pauses it is audited with what
+    /// paused it.
+    #[tokio::test(start_paused = true)]
+    async fn an_unread_pause_annotation_waits_silently() {
+        let (calls, audit) = drive_paused(
+            RemediationConfig::default(),
+            60,
+            |_| true,
+            |i| if i < 10 { Pause::Unknown } else { Pause::Off },
+        )
+        .await;
+        assert!(audit.iter().all(|d| d.action != "pause"), "{audit:?}");
+        assert_eq!(
+            calls.len(),
+            1,
+            "acts once the annotation is read: {calls:?}"
+        );
+        assert!(calls[0].0 >= Duration::from_secs(50), "{calls:?}");
+
+        let (calls, audit) = drive_paused(
+            RemediationConfig::default(),
+            60,
+            |_| true,
+            |i| if i < 5 { Pause::Unknown } else { Pause::On },
+        )
+        .await;
+        assert!(calls.is_empty(), "{calls:?}");
+        let pauses: Vec<(&str, &str)> = audit
+            .iter()
+            .filter(|d| d.action == "pause")
+            .map(|d| (d.result.as_str(), d.evidence.as_str()))
+            .collect();
+        assert_eq!(
+            pauses,
+            vec![("paused", "node annotation nodemedic.io/pause=true")]
+        );
     }
 }
