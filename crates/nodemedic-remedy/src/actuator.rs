@@ -96,11 +96,28 @@ impl Systemd {
         .await
         .ok()
         .flatten();
+        if !self.cfg.enabled {
+            return IrqbalanceState::Unknown {
+                detail: "not asked over D-Bus: [remediation.irqbalance] enabled = false".into(),
+                version,
+            };
+        }
+        if !std::path::Path::new(&self.cfg.dbus_socket).exists() {
+            return IrqbalanceState::Unknown {
+                detail: format!(
+                    "no system D-Bus socket at {}: irqbalance cannot be asked or restarted \
+                     from here",
+                    self.cfg.dbus_socket
+                ),
+                version,
+            };
+        }
         let manager = match self.manager().await {
             Ok(m) => m,
             Err(e) => {
                 return IrqbalanceState::Unknown {
                     detail: format!("system bus at {}: {e}", self.cfg.dbus_socket),
+                    version,
                 }
             }
         };
@@ -109,6 +126,7 @@ impl Systemd {
             Err(e) => {
                 return IrqbalanceState::Unknown {
                     detail: format!("LoadUnit({}): {e}", self.cfg.unit),
+                    version,
                 }
             }
         };
@@ -124,15 +142,26 @@ impl Systemd {
             Err(e) => {
                 return IrqbalanceState::Unknown {
                     detail: format!("{}: {e}", self.cfg.unit),
+                    version,
                 }
             }
         };
-        let load = bounded("LoadState", unit.load_state())
-            .await
-            .unwrap_or_default();
-        let active = bounded("ActiveState", unit.active_state())
-            .await
-            .unwrap_or_default();
+        // A state that cannot be read is unknown, not stopped: "stopped" means someone
+        // stopped irqbalance on purpose, and steers remediation away from it.
+        let states = async {
+            let load = bounded("LoadState", unit.load_state()).await?;
+            let active = bounded("ActiveState", unit.active_state()).await?;
+            zbus::Result::Ok((load, active))
+        };
+        let (load, active) = match states.await {
+            Ok(s) => s,
+            Err(e) => {
+                return IrqbalanceState::Unknown {
+                    detail: format!("{}: {e}", self.cfg.unit),
+                    version,
+                }
+            }
+        };
         let file = bounded("UnitFileState", unit.unit_file_state())
             .await
             .unwrap_or_default();
@@ -281,5 +310,66 @@ pub async fn execute(step: &Step, systemd: &Systemd, writer: &AffinityWriter) ->
                 .await
                 .unwrap_or_else(|e| Outcome::Failed(format!("writer task: {e}")))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::panic)]
+
+    use super::*;
+
+    fn rootfs_with_irqbalance(version: &str) -> tempfile::TempDir {
+        let root = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let dir = root.path().join("var/lib/dpkg");
+        let write = std::fs::create_dir_all(&dir).and_then(|()| {
+            std::fs::write(
+                dir.join("status"),
+                format!(
+                    "Package: irqbalance\nStatus: install ok installed\nVersion: {version}\n\n"
+                ),
+            )
+        });
+        write.unwrap_or_else(|e| panic!("writing the dpkg status: {e}"));
+        root
+    }
+
+    /// With the restart switched off, systemd is never asked (no D-Bus error on /status),
+    /// and the version from dpkg still flags a buggy irqbalance.
+    #[tokio::test]
+    async fn restart_off_does_not_ask_dbus() {
+        let root = rootfs_with_irqbalance("1.8.0-1");
+        let cfg = IrqbalanceStep {
+            enabled: false,
+            dbus_socket: "/nonexistent/system_bus_socket".into(),
+            ..Default::default()
+        };
+        let state = Systemd::new(cfg, root.path()).irqbalance_state().await;
+        let IrqbalanceState::Unknown { detail, version } = state else {
+            panic!("{state:?}");
+        };
+        assert!(detail.contains("enabled = false"), "{detail}");
+        assert_eq!(version.as_deref(), Some("1.8.0-1"));
+    }
+
+    /// A node without a system bus (the pod starts without the socket): unknown, with the
+    /// reason, and no connection attempt.
+    #[tokio::test]
+    async fn no_dbus_socket_is_unknown_with_the_reason() {
+        let root = rootfs_with_irqbalance("1.9.2-1");
+        let cfg = IrqbalanceStep {
+            dbus_socket: root
+                .path()
+                .join("run/dbus/system_bus_socket")
+                .display()
+                .to_string(),
+            ..Default::default()
+        };
+        let state = Systemd::new(cfg, root.path()).irqbalance_state().await;
+        let IrqbalanceState::Unknown { detail, version } = state else {
+            panic!("{state:?}");
+        };
+        assert!(detail.contains("no system D-Bus socket at"), "{detail}");
+        assert_eq!(version.as_deref(), Some("1.9.2-1"));
     }
 }

@@ -29,18 +29,20 @@ pub enum IrqbalanceState {
         version: Option<String>,
     },
     NotInstalled,
-    /// Could not find out (no D-Bus access, for instance).
+    /// Could not find out (no D-Bus access, for instance), or was not asked.
     Unknown {
         detail: String,
+        /// From dpkg, which needs no D-Bus.
+        version: Option<String>,
     },
 }
 
 impl IrqbalanceState {
     pub fn version(&self) -> Option<&str> {
         match self {
-            IrqbalanceState::Running { version } | IrqbalanceState::Stopped { version, .. } => {
-                version.as_deref()
-            }
+            IrqbalanceState::Running { version }
+            | IrqbalanceState::Stopped { version, .. }
+            | IrqbalanceState::Unknown { version, .. } => version.as_deref(),
             _ => None,
         }
     }
@@ -593,7 +595,7 @@ fn describe(irqb: &IrqbalanceState) -> String {
         IrqbalanceState::Running { .. } => "irqbalance is running".into(),
         IrqbalanceState::Stopped { detail, .. } => format!("irqbalance is stopped: {detail}"),
         IrqbalanceState::NotInstalled => "irqbalance is not installed".into(),
-        IrqbalanceState::Unknown { detail } => format!("irqbalance state unknown: {detail}"),
+        IrqbalanceState::Unknown { detail, .. } => format!("irqbalance state unknown: {detail}"),
     }
 }
 

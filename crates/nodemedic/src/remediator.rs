@@ -137,6 +137,7 @@ pub async fn run(
         }
         let irqb = irqbalance.clone().unwrap_or(IrqbalanceState::Unknown {
             detail: "not checked".into(),
+            version: None,
         });
         let Some(pause) = pause else {
             // The pause annotation is not read yet: no decision, and no audited pause.
