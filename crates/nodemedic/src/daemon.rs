@@ -25,6 +25,8 @@ struct Shared {
     /// The daemon's own CPU and memory, read with the latest sample.
     process: Mutex<Option<nodemedic_export::ProcessStats>>,
     last_sample_at: RwLock<Option<Instant>>,
+    /// True once the first sample is in: `/readyz` and `/metrics` wait for it.
+    first_sample: tokio::sync::watch::Sender<bool>,
     remedy: SharedRemedy,
     kube: SharedKube,
     /// The endpoint's connection counters, for /status.
@@ -146,17 +148,19 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
         latest: RwLock::new(None),
         process: Mutex::new(None),
         last_sample_at: RwLock::new(None),
+        first_sample: tokio::sync::watch::Sender::new(false),
         remedy,
         kube,
         web: Default::default(),
         web_config: security.clone(),
         render: RenderCache::default(),
     });
+    let serving = format!("serving on {}", listening.join(", "));
     let (sample_requests, sampler_thread) =
         start_sampler(engine, faults.clone()).context("starting the sampler thread")?;
     let mut sampler = tokio::spawn({
         let f = faults.clone();
-        let task = sample_loop(sample_requests, shared.clone(), tx);
+        let task = sample_loop(sample_requests, shared.clone(), tx, serving);
         async move { with_fault("sampler", &f, task).await }
     });
     let mut remediator = remediator;
@@ -170,13 +174,13 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
                 .route("/metrics", get(metrics))
                 .route("/status", get(status))
                 .route("/healthz", get(healthz))
+                .route("/readyz", get(readyz))
                 .with_state(shared),
             security.clone(),
         ),
         &limits,
     );
     crate::systemd::check_watchdog(shared_interval);
-    crate::systemd::ready(&format!("serving on {}", listening.join(", ")));
     let server = async {
         crate::web::serve(
             listeners,
@@ -356,10 +360,14 @@ fn start_sampler(
     Ok((tx, thread))
 }
 
+/// Samples on the interval. After the first sample, systemd is told the service is ready
+/// (`READY=1`, with `serving`), as `/readyz` and `/metrics` are: before it, a scrape would get
+/// no series and an `absent()` alert would fire.
 async fn sample_loop(
     sampler: SampleRequests,
     shared: Arc<Shared>,
     remediator: tokio::sync::watch::Sender<Option<Arc<Sample>>>,
+    serving: String,
 ) {
     let mut ticker = tokio::time::interval(shared.config.sample_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -390,6 +398,11 @@ async fn sample_loop(
         }
         if let Ok(mut at) = shared.last_sample_at.write() {
             *at = Some(Instant::now());
+        }
+        if !*shared.first_sample.borrow() {
+            shared.first_sample.send_replace(true);
+            tracing::info!(took = ?shared.started.elapsed(), "first sample in: ready");
+            crate::systemd::ready(&serving);
         }
     }
 }
@@ -461,10 +474,35 @@ fn gzip(body: &[u8]) -> Option<Vec<u8>> {
     gz.finish().ok()
 }
 
+/// Waits for the first sample, at most half the request timeout. `Err` with the answer to
+/// give when it is still not in.
+async fn first_sample(shared: &Shared) -> Result<Arc<Sample>, Response> {
+    if let Some(s) = latest(shared) {
+        return Ok(s);
+    }
+    let wait = shared.config.web.request_timeout / 2;
+    let mut rx = shared.first_sample.subscribe();
+    let _ = tokio::time::timeout(wait, rx.wait_for(|ready| *ready)).await;
+    latest(shared).ok_or_else(|| {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "1")],
+            format!(
+                "no sample yet: the first sample has not finished {:.1}s after start\n",
+                shared.started.elapsed().as_secs_f64()
+            ),
+        )
+            .into_response()
+    })
+}
+
 async fn metrics(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
     let format = Format::from_accept(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
     let gzipped = wants_gzip(&headers);
-    let sample = latest(&shared);
+    let sample = match first_sample(&shared).await {
+        Ok(s) => Some(s),
+        Err(unavailable) => return unavailable,
+    };
     let key = {
         let remedy = shared.remedy.lock().ok();
         RenderKey {
@@ -648,28 +686,58 @@ fn pressure_status(s: &Sample) -> serde_json::Value {
     })
 }
 
-/// Healthy while samples keep coming: a sampler stuck for three intervals (plus slack) is not.
+/// Alive while samples keep coming: a sampler stuck for three intervals (plus slack) is not.
+/// The liveness check: it gives the first sample the same slack, so a slow start is not
+/// restarted.
 async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
+    match sample_age(&shared) {
+        Ok(_) | Err(None) => (StatusCode::OK, "ok\n").into_response(),
+        Err(Some(stale)) => stale,
+    }
+}
+
+/// Ready once the first sample is in, and while samples keep coming: the readiness check
+/// (and what a rollout waits for).
+async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
+    match sample_age(&shared) {
+        Ok(_) => (StatusCode::OK, "ok\n").into_response(),
+        Err(None) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "not ready: no sample yet {:.1}s after start\n",
+                shared.started.elapsed().as_secs_f64()
+            ),
+        )
+            .into_response(),
+        Err(Some(stale)) => stale,
+    }
+}
+
+/// The age of the last sample; `Err(None)` before the first one while it is not late yet,
+/// `Err(Some(answer))` when samples stopped coming (or the first one is that late).
+fn sample_age(shared: &Shared) -> Result<Duration, Option<Response>> {
     let limit = shared.config.sample_interval * 3 + Duration::from_secs(10);
     let last = shared.last_sample_at.read().ok().and_then(|l| *l);
     let age = last
         .map(|t| t.elapsed())
         .unwrap_or_else(|| shared.started.elapsed());
-    if age <= limit {
-        (StatusCode::OK, "ok\n").into_response()
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("stale: no sample for {:.1}s\n", age.as_secs_f64()),
-        )
-            .into_response()
+    if age > limit {
+        return Err(Some(
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("stale: no sample for {:.1}s\n", age.as_secs_f64()),
+            )
+                .into_response(),
+        ));
     }
+    last.map(|_| age).ok_or(None)
 }
 
 async fn index() -> Html<&'static str> {
     Html(
         "<html><head><title>nodemedic</title></head><body><h1>nodemedic</h1>\
          <ul><li><a href=\"/metrics\">/metrics</a></li><li><a href=\"/status\">/status</a> (JSON)</li>\
-         <li><a href=\"/healthz\">/healthz</a></li></ul></body></html>",
+         <li><a href=\"/healthz\">/healthz</a> (alive)</li>\
+         <li><a href=\"/readyz\">/readyz</a> (first sample in)</li></ul></body></html>",
     )
 }

@@ -173,3 +173,93 @@ fn one_rendering_per_sample() {
     let again = http_get(server.addr(), "/metrics", &[]).unwrap().body;
     assert_eq!(first, again);
 }
+
+/// Starts the daemon on the 8-CPU fixture with `NOTIFY_SOCKET` pointing at a datagram socket
+/// of the test's, and `run_args` after `run`.
+fn start_notified(
+    config: &str,
+    run_args: &[&str],
+) -> (Server, std::os::unix::net::UnixDatagram, tempfile::TempDir) {
+    let tree = fixture_dir("8cpu-collapsed");
+    let sock_dir = tempfile::tempdir().unwrap();
+    let sock_path = sock_dir.path().join("notify");
+    let notify = std::os::unix::net::UnixDatagram::bind(&sock_path).unwrap();
+    notify.set_nonblocking(true).unwrap();
+    let config = config.to_string();
+    let run: Vec<String> = run_args.iter().map(|s| s.to_string()).collect();
+    let server = start_server("nodemedic", "/healthz", move |port, dir| {
+        let cfg = dir.join("nodemedic.toml");
+        std::fs::write(&cfg, &config).unwrap();
+        let mut cmd = nodemedic_cmd(
+            &[],
+            &cfg,
+            &tree,
+            &["--web.listen-address".into(), format!("127.0.0.1:{port}")],
+            &run,
+        );
+        cmd.env("NOTIFY_SOCKET", &sock_path);
+        cmd
+    });
+    (server, notify, sock_dir)
+}
+
+/// Every datagram sent to the notify socket so far.
+fn notifications(sock: &std::os::unix::net::UnixDatagram) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = sock.recv(&mut buf) {
+        out.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    out
+}
+
+/// Until the first sample is in, nothing claims to be ready: here the first sample never
+/// finishes (a fault: the sampler hangs before handing it over). `/readyz` and `/metrics`
+/// answer 503 with the reason (`/metrics` after waiting half the request timeout), never
+/// 200 with empty families, and systemd is never told READY=1. `/healthz`, the liveness
+/// check, stays 200 within its slack so that a slow start is not restarted.
+#[test]
+fn nothing_is_ready_before_the_first_sample() {
+    let (server, notify, _dir) = start_notified(
+        &format!("{CONFIG}[web]\nrequest_timeout = \"2s\"\n"),
+        &["--fault.hang-sampler-after", "0"],
+    );
+    let ready = http_get(server.addr(), "/readyz", &[]).unwrap();
+    assert_eq!(ready.status, 503, "{}", ready.body);
+    assert!(ready.body.contains("no sample yet"), "{}", ready.body);
+    let metrics = http_get(server.addr(), "/metrics", &[]).unwrap();
+    assert_eq!(metrics.status, 503, "{}", metrics.body);
+    assert!(metrics.body.contains("no sample yet"), "{}", metrics.body);
+    assert_eq!(
+        http_get(server.addr(), "/healthz", &[]).unwrap().status,
+        200
+    );
+    let sent = notifications(&notify);
+    assert!(sent.iter().all(|m| !m.contains("READY=1")), "{sent:?}");
+}
+
+/// With a first sample, READY=1 is sent once it is in: by the time systemd hears it,
+/// `/readyz` is 200 and `/metrics` has the sample's series.
+#[test]
+fn ready_follows_the_first_sample() {
+    let (mut server, notify, _dir) = start_notified(CONFIG, &[]);
+    let mut sent = Vec::new();
+    let ready = server.poll("READY=1", common::DEADLINE, |_| {
+        sent.extend(notifications(&notify));
+        sent.iter()
+            .find(|m| m.contains("READY=1"))
+            .cloned()
+            .ok_or_else(|| format!("{sent:?}"))
+    });
+    assert!(ready.contains("STATUS=serving on 127.0.0.1:"), "{ready}");
+    assert_eq!(http_get(server.addr(), "/readyz", &[]).unwrap().status, 200);
+    let metrics = http_get(server.addr(), "/metrics", &[]).unwrap();
+    assert_eq!(metrics.status, 200);
+    assert!(
+        metrics
+            .body
+            .contains("nodemedic_irq_collapsed{group=\"virtio2\"}"),
+        "{}",
+        metrics.body
+    );
+}
