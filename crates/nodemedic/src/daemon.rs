@@ -690,18 +690,18 @@ fn pressure_status(s: &Sample) -> serde_json::Value {
 /// The liveness check: it gives the first sample the same slack, so a slow start is not
 /// restarted.
 async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
-    match sample_age(&shared) {
-        Ok(_) | Err(None) => (StatusCode::OK, "ok\n").into_response(),
-        Err(Some(stale)) => stale,
+    match freshness(&shared) {
+        Freshness::Fresh | Freshness::NoSampleYet => (StatusCode::OK, "ok\n").into_response(),
+        Freshness::Stale(age) => stale(age),
     }
 }
 
 /// Ready once the first sample is in, and while samples keep coming: the readiness check
 /// (and what a rollout waits for).
 async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
-    match sample_age(&shared) {
-        Ok(_) => (StatusCode::OK, "ok\n").into_response(),
-        Err(None) => (
+    match freshness(&shared) {
+        Freshness::Fresh => (StatusCode::OK, "ok\n").into_response(),
+        Freshness::NoSampleYet => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!(
                 "not ready: no sample yet {:.1}s after start\n",
@@ -709,28 +709,37 @@ async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
             ),
         )
             .into_response(),
-        Err(Some(stale)) => stale,
+        Freshness::Stale(age) => stale(age),
     }
 }
 
-/// The age of the last sample; `Err(None)` before the first one while it is not late yet,
-/// `Err(Some(answer))` when samples stopped coming (or the first one is that late).
-fn sample_age(shared: &Shared) -> Result<Duration, Option<Response>> {
+enum Freshness {
+    Fresh,
+    /// Before the first sample, while it is not late yet.
+    NoSampleYet,
+    /// No sample for this long (or the first one is that late).
+    Stale(Duration),
+}
+
+fn freshness(shared: &Shared) -> Freshness {
     let limit = shared.config.sample_interval * 3 + Duration::from_secs(10);
     let last = shared.last_sample_at.read().ok().and_then(|l| *l);
     let age = last
         .map(|t| t.elapsed())
         .unwrap_or_else(|| shared.started.elapsed());
-    if age > limit {
-        return Err(Some(
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("stale: no sample for {:.1}s\n", age.as_secs_f64()),
-            )
-                .into_response(),
-        ));
+    match last {
+        _ if age > limit => Freshness::Stale(age),
+        Some(_) => Freshness::Fresh,
+        None => Freshness::NoSampleYet,
     }
-    last.map(|_| age).ok_or(None)
+}
+
+fn stale(age: Duration) -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("stale: no sample for {:.1}s\n", age.as_secs_f64()),
+    )
+        .into_response()
 }
 
 async fn index() -> Html<&'static str> {
