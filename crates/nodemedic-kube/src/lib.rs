@@ -11,6 +11,7 @@
 
 mod events;
 mod pods;
+mod retry;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -25,6 +26,7 @@ use serde_json::json;
 
 pub use events::EventLimiter;
 pub use pods::{watch_pods, PodDirectory, PodNamesCollector};
+pub use retry::Retry;
 
 pub const CONDITION_TYPE: &str = "IRQAffinityCollapsed";
 pub const LABEL: &str = "nodemedic.io/irq-collapsed";
@@ -269,6 +271,25 @@ impl Reporter {
         Ok(())
     }
 
+    /// nodemedic is stopping: a condition it set is no longer maintained, so it becomes
+    /// `Unknown` with a reason that says so (a frozen `True` would claim a collapse nobody
+    /// watches any more). A condition this process never set is left alone.
+    pub async fn stopped(&mut self) -> Result<(), KubeError> {
+        if self.last_condition.is_none() {
+            return Ok(());
+        }
+        let stopped = DesiredCondition {
+            status: "Unknown",
+            reason: "NodemedicStopped",
+            message: "nodemedic stopped on this node; the condition is not maintained until it \
+                      runs again"
+                .into(),
+        };
+        self.patch_condition(&stopped).await?;
+        self.last_condition = Some((stopped, Instant::now()));
+        Ok(())
+    }
+
     async fn patch_condition(&self, c: &DesiredCondition) -> Result<(), KubeError> {
         let now =
             k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::chrono::Utc::now());
@@ -290,12 +311,12 @@ impl Reporter {
             }),
             ..Default::default()
         };
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
         self.nodes
-            .patch_status(
-                &self.node,
-                &PatchParams::default(),
-                &Patch::Strategic(&patch),
-            )
+            .patch_status(&self.node, &params, &Patch::Strategic(&patch))
             .await?;
         Ok(())
     }

@@ -8,11 +8,13 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::watcher;
 use kube::{Api, Client};
 use nodemedic_collect::{CollectError, Collected, Collector, Ctx};
 use nodemedic_kernel::snapshot::PodIdentity;
 use nodemedic_kernel::Snapshot;
+
+use crate::Retry;
 
 /// How long to wait before trying again when no client can be built.
 const CLIENT_RETRY: Duration = Duration::from_secs(30);
@@ -126,7 +128,9 @@ fn container_entry(c: &ContainerStatus) -> Option<(String, String)> {
 }
 
 /// Watches the pods bound to `node` and keeps `dir` current, for as long as the daemon
-/// runs. Reconnects with backoff; errors are kept for the collector to report.
+/// runs. Reconnects with exponential back-off ([`Retry`]), which only data resets: kube's
+/// default back-off is reset by the `Init` event that every re-list starts with, so an
+/// unreachable API was retried (and logged) every 0.8 s. Errors are kept for the collector.
 pub async fn watch_pods(node: String, dir: PodDirectory) {
     let client = loop {
         match Client::try_default().await {
@@ -139,14 +143,27 @@ pub async fn watch_pods(node: String, dir: PodDirectory) {
     };
     let api: Api<Pod> = Api::all(client);
     let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
-    let mut events = watcher(api, config).default_backoff().boxed();
+    let mut events = watcher(api, config).boxed();
     let mut pending = None;
+    let mut retry = Retry::default();
+    let mut failing = false;
     while let Some(event) = events.next().await {
         match event {
-            Ok(event) => dir.apply(event, &mut pending),
+            Ok(event) => {
+                let data = !matches!(event, watcher::Event::Init);
+                dir.apply(event, &mut pending);
+                if data && failing {
+                    failing = false;
+                    retry.reset();
+                    tracing::info!("watching this node's pods again");
+                }
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "watching this node's pods");
+                let wait = retry.next_delay();
+                failing = true;
+                tracing::warn!(error = %e, retry_in = ?wait, "watching this node's pods");
                 dir.fail(format!("watching pods on {node}: {e}"));
+                tokio::time::sleep(wait).await;
             }
         }
     }

@@ -226,9 +226,13 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
     sampler.abort();
     let _ = (&mut sampler).await;
     join_sampler(sampler_thread).await;
-    match tokio::time::timeout(STOP_GRACE, &mut remediator).await {
-        Ok(_) => {}
-        Err(_) => {
+    // Meanwhile the Kubernetes task, whose samples ended too, marks the node condition it
+    // maintained as stopped.
+    let remediation = async {
+        if tokio::time::timeout(STOP_GRACE, &mut remediator)
+            .await
+            .is_err()
+        {
             tracing::warn!(
                 target: "nodemedic::audit",
                 result = "interrupted",
@@ -236,8 +240,17 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
             );
             remediator.abort();
         }
-    }
-    kube_task.abort();
+    };
+    let kubernetes = async {
+        if tokio::time::timeout(KUBE_STOP, &mut kube_task)
+            .await
+            .is_err()
+        {
+            tracing::warn!("the node condition was not handed over within {KUBE_STOP:?}");
+            kube_task.abort();
+        }
+    };
+    tokio::join!(remediation, kubernetes);
     tracing::info!("nodemedic stopped");
     Ok(())
 }
@@ -246,6 +259,10 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
 /// unit's `TimeoutStopSec=20s` (deploy/systemd) and the kubelet's default 30 s grace period, so
 /// the `interrupted` audit line is written before a SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(15);
+
+/// How long stopping waits for the Kubernetes task to mark the node condition stopped (one
+/// API call; the API may be down).
+const KUBE_STOP: Duration = Duration::from_secs(5);
 
 /// How long stopping waits for the sampler thread to finish its sample and drop the engine.
 const SAMPLER_STOP: Duration = Duration::from_secs(3);

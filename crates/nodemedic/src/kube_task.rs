@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use nodemedic_kube::{KubeConfig, Reporter};
+use nodemedic_kube::{KubeConfig, KubeError, Reporter, Retry};
 use nodemedic_remedy::Decision;
 use serde::Serialize;
 use tokio::sync::{mpsc, watch};
@@ -23,7 +23,6 @@ pub struct KubeStatus {
 pub type SharedKube = Arc<Mutex<KubeStatus>>;
 
 const PAUSE_POLL: Duration = Duration::from_secs(10);
-const RETRY: Duration = Duration::from_secs(30);
 
 fn set(status: &SharedKube, f: impl FnOnce(&mut KubeStatus)) {
     if let Ok(mut s) = status.lock() {
@@ -59,9 +58,12 @@ pub async fn run(
     };
     set(&status, |s| s.node = Some(node.clone()));
     let mut reporter: Option<Reporter> = None;
-    let mut last_attempt: Option<Instant> = None;
     let mut last_pause_poll: Option<Instant> = None;
     let mut pending: Vec<Decision> = Vec::new();
+    // Every call to the API waits for this after a failure: the connection, the pause
+    // annotation and the report alike, so an outage is a handful of log lines.
+    let mut retry = Retry::default();
+    let mut next_attempt: Option<Instant> = None;
     while samples.changed().await.is_ok() {
         let Some(sample) = samples.borrow_and_update().clone() else {
             continue;
@@ -69,54 +71,85 @@ pub async fn run(
         while let Ok(d) = decisions.try_recv() {
             pending.push(d);
         }
-        if reporter.is_none() && last_attempt.is_none_or(|t| t.elapsed() >= RETRY) {
-            last_attempt = Some(Instant::now());
-            match Reporter::connect(cfg.clone(), node.clone()).await {
-                Ok(r) => {
-                    tracing::info!(node = %node, "kubernetes reporting active");
-                    reporter = Some(r);
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "kubernetes reporting unavailable; retrying in 30s");
-                    set(&status, |s| {
-                        s.state = "failed".into();
-                        s.reason = Some(e.to_string());
-                    });
-                }
-            }
+        // Decisions stay pending for the next attempt, but not without bound.
+        if pending.len() > 100 {
+            pending.drain(..pending.len() - 100);
         }
-        let Some(r) = reporter.as_mut() else {
+        if next_attempt.is_some_and(|t| Instant::now() < t) {
             continue;
-        };
-        if last_pause_poll.is_none_or(|t| t.elapsed() >= PAUSE_POLL) {
-            last_pause_poll = Some(Instant::now());
-            match r.paused().await {
-                Ok(p) => {
-                    pause.set(if p { Pause::On } else { Pause::Off });
-                    set(&status, |s| s.paused_by_annotation = p);
-                }
-                Err(e) => tracing::warn!(error = %e, "reading the pause annotation"),
-            }
         }
-        match r.report(&sample.verdicts, &pending).await {
+        let round = Round {
+            cfg: &cfg,
+            node: &node,
+            pause: &pause,
+            status: &status,
+        };
+        match round
+            .run(&mut reporter, &mut last_pause_poll, &sample, &pending)
+            .await
+        {
             Ok(()) => {
                 pending.clear();
+                if next_attempt.take().is_some() {
+                    tracing::info!("kubernetes reporting active again");
+                }
+                retry.reset();
                 set(&status, |s| {
                     s.state = "active".into();
                     s.reason = None;
                 });
             }
             Err(e) => {
-                tracing::warn!(error = %e, "kubernetes report failed");
-                // Decisions stay pending for the next attempt, but not without bound.
-                if pending.len() > 100 {
-                    pending.drain(..pending.len() - 100);
-                }
+                let wait = retry.next_delay();
+                next_attempt = Some(Instant::now() + wait);
+                tracing::warn!(error = %e, retry_in = ?wait, "kubernetes reporting failed");
                 set(&status, |s| {
                     s.state = "failed".into();
                     s.reason = Some(e.to_string());
                 });
             }
         }
+    }
+    // The samples stopped: nodemedic is shutting down.
+    if let Some(r) = reporter.as_mut() {
+        match r.stopped().await {
+            Ok(()) => tracing::info!("node condition handed over: nodemedic stopped"),
+            Err(e) => tracing::warn!(error = %e, "could not mark the node condition stopped"),
+        }
+    }
+}
+
+/// One round with the API: connect if not connected, read the pause annotation when due,
+/// then bring the node's condition, label and Events in line with the sample.
+struct Round<'a> {
+    cfg: &'a KubeConfig,
+    node: &'a str,
+    pause: &'a PauseFlag,
+    status: &'a SharedKube,
+}
+
+impl Round<'_> {
+    async fn run(
+        &self,
+        reporter: &mut Option<Reporter>,
+        last_pause_poll: &mut Option<Instant>,
+        sample: &Sample,
+        pending: &[Decision],
+    ) -> Result<(), KubeError> {
+        let r = match reporter {
+            Some(r) => r,
+            None => {
+                let r = Reporter::connect(self.cfg.clone(), self.node.to_string()).await?;
+                tracing::info!(node = %self.node, "kubernetes reporting connected");
+                reporter.insert(r)
+            }
+        };
+        if last_pause_poll.is_none_or(|t| t.elapsed() >= PAUSE_POLL) {
+            let p = r.paused().await?;
+            *last_pause_poll = Some(Instant::now());
+            self.pause.set(if p { Pause::On } else { Pause::Off });
+            set(self.status, |s| s.paused_by_annotation = p);
+        }
+        r.report(&sample.verdicts, pending).await
     }
 }

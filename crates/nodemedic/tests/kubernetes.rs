@@ -460,8 +460,16 @@ fn condition_label_events_rbac_and_pause_on_a_real_apiserver() {
     assert_eq!(st["kubernetes"]["state"], "active", "{}", st["kubernetes"]);
     assert_eq!(st["kubernetes"]["paused_by_annotation"], true);
     assert_eq!(st["remediation"]["paused"], true);
-    // Several seconds of a latched collapse while paused: no decision.
-    std::thread::sleep(Duration::from_secs(3));
+    // Fifteen more samples of a latched collapse while paused: no decision.
+    let seen = st["samples_total"].as_u64().unwrap();
+    s.poll("15 more samples", Duration::from_secs(30), |s| {
+        let n = status(s)["samples_total"].as_u64().unwrap_or(0);
+        if n >= seen + 15 {
+            Ok(())
+        } else {
+            Err(format!("{n} samples"))
+        }
+    });
     assert_eq!(dry_runs(&s), 0, "{}", status(&s)["remediation"]);
 
     // Unpause: the next decision comes (dry-run: decided, audited, reported; nothing written).
@@ -511,6 +519,39 @@ fn condition_label_events_rbac_and_pause_on_a_real_apiserver() {
         .filter(|r| *r == "IRQCollapsed")
         .count();
     assert_eq!(collapsed_events, 1);
+
+    // SIGTERM: the condition nodemedic maintained turns Unknown, written by its own field
+    // manager, instead of claiming a collapse with a frozen heartbeat.
+    let term = Command::new("kill")
+        .args(["-TERM", &s.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    assert!(s
+        .wait_exit(Duration::from_secs(30))
+        .is_some_and(|st| st.success()));
+    let n = cluster.node();
+    let cond = n["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "IRQAffinityCollapsed")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (cond["status"].as_str(), cond["reason"].as_str()),
+        (Some("Unknown"), Some("NodemedicStopped")),
+        "{cond}"
+    );
+    let managers: Vec<&str> = n["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["subresource"] == "status")
+        .filter_map(|f| f["manager"].as_str())
+        .collect();
+    assert!(managers.contains(&"nodemedic"), "{managers:?}");
+    assert!(!managers.contains(&"unknown"), "{managers:?}");
 }
 
 /// The DaemonSet's pod, as its controller would create it, in `namespace`.
