@@ -5,7 +5,7 @@
 #
 #   deploy/container/build-image.sh [--oci-archive FILE]
 #
-# Tags nodemedic:<version> (the version in Cargo.toml, which the Helm chart's appVersion
+# Tags localhost/nodemedic:<version> (the version in Cargo.toml, which the Helm chart's appVersion
 # matches) in buildah's local storage and prints the image ID. --oci-archive also writes the
 # image as an OCI archive, e.g. for `ctr -n k8s.io images import FILE` on a node.
 set -euo pipefail
@@ -43,6 +43,6 @@ buildah build --quiet --layers=false --build-arg "VERSION=$VERSION" \
     -f deploy/container/Containerfile -t "localhost/nodemedic:$VERSION" "$CTX" >&2
 if [ -n "$ARCHIVE" ]; then
     rm -f "$ARCHIVE"
-    buildah push --quiet "localhost/nodemedic:$VERSION" "oci-archive:$ARCHIVE:nodemedic:$VERSION" >&2
+    buildah push --quiet "localhost/nodemedic:$VERSION" "oci-archive:$ARCHIVE:localhost/nodemedic:$VERSION" >&2
 fi
 buildah images --noheading --format '{{.ID}}' "localhost/nodemedic:$VERSION"
