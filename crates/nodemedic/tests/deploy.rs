@@ -11,6 +11,12 @@ mod common;
 use std::process::Command;
 
 use common::{helm, nodemedic_bin, render, workspace_root};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{
+    Container, HostPathVolumeSource, Namespace, PodSpec, Probe, VolumeMount,
+};
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
+use serde::Deserialize;
 
 const RENDERED: &str = "deploy/kubernetes/nodemedic.yaml";
 
@@ -51,79 +57,204 @@ fn the_plain_manifests_are_the_chart_rendered_with_defaults() {
     }
 }
 
+/// The objects of a rendered chart, parsed.
+fn objects(all: &str) -> Vec<serde_yaml_ng::Value> {
+    serde_yaml_ng::Deserializer::from_str(all)
+        .map(|d| serde_yaml_ng::Value::deserialize(d).unwrap())
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// The one object of `kind`, as its typed Kubernetes API struct.
+fn object<T: serde::de::DeserializeOwned>(all: &str, kind: &str) -> T {
+    let mut found = objects(all)
+        .into_iter()
+        .filter(|o| o["kind"].as_str() == Some(kind));
+    let one = found
+        .next()
+        .unwrap_or_else(|| panic!("no {kind} in:\n{all}"));
+    assert!(found.next().is_none(), "more than one {kind}");
+    serde_yaml_ng::from_value(one).unwrap()
+}
+
+fn daemonset(all: &str) -> (PodSpec, Container) {
+    let ds: DaemonSet = object(all, "DaemonSet");
+    let pod = ds.spec.unwrap().template.spec.unwrap();
+    let mut containers = pod.containers.clone();
+    assert_eq!(containers.len(), 1);
+    (pod, containers.remove(0))
+}
+
+fn mount<'a>(c: &'a Container, path: &str) -> Option<&'a VolumeMount> {
+    c.volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.mount_path == path)
+}
+
+fn host_path<'a>(pod: &'a PodSpec, volume: &str) -> Option<&'a HostPathVolumeSource> {
+    pod.volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == volume)
+        .and_then(|v| v.host_path.as_ref())
+}
+
+fn capabilities(c: &Container) -> (Vec<String>, Vec<String>) {
+    let caps = c
+        .security_context
+        .as_ref()
+        .and_then(|s| s.capabilities.clone())
+        .unwrap_or_default();
+    (caps.add.unwrap_or_default(), caps.drop.unwrap_or_default())
+}
+
+fn rules(all: &str) -> Vec<PolicyRule> {
+    let role: ClusterRole = object(all, "ClusterRole");
+    role.rules.unwrap_or_default()
+}
+
+/// The verbs granted on `resource`, across the rules.
+fn verbs(rules: &[PolicyRule], resource: &str) -> Vec<String> {
+    rules
+        .iter()
+        .filter(|r| r.resources.iter().flatten().any(|x| x == resource))
+        .flat_map(|r| r.verbs.clone())
+        .collect()
+}
+
 #[test]
 fn privileges_mounts_and_rbac_follow_the_features() {
     let default = render(&[]);
-    let ds = doc(&default, "DaemonSet");
-    for want in [
-        "hostPID: false",
-        "privileged: false",
-        "readOnlyRootFilesystem: true",
-        "allowPrivilegeEscalation: false",
-        "drop: [\"ALL\"]",
-        "- BPF",
-        "- PERFMON",
-        "runAsUser: 0",
-        "path: /run/dbus/system_bus_socket",
-        "priorityClassName: system-node-critical",
-        "fieldPath: spec.nodeName",
-    ] {
-        assert!(ds.contains(want), "default DaemonSet lacks {want:?}:\n{ds}");
-    }
-    assert!(
-        !ds.contains("SYS_RESOURCE") && !ds.contains("SYS_ADMIN"),
-        "{ds}"
-    );
-    // Requests equal limits (a guaranteed pod).
-    let res = &ds[ds.find("resources:").unwrap()..];
-    let requests = &res[res.find("requests:").unwrap()..res.find("limits:").unwrap()];
-    let limits = &res[res.find("limits:").unwrap()..res.find("securityContext").unwrap()];
+    let (pod, c) = daemonset(&default);
+    assert_eq!(pod.host_pid, Some(false));
     assert_eq!(
-        requests.replace("requests:", "").trim(),
-        limits.replace("limits:", "").trim()
+        pod.priority_class_name.as_deref(),
+        Some("system-node-critical")
     );
-    let proc_mount = &ds[ds.find("mountPath: /host/proc").unwrap()..];
-    assert!(proc_mount
-        .lines()
-        .nth(1)
-        .unwrap()
-        .contains("readOnly: true"));
-    let ns = doc(&default, "Namespace");
+    let pod_sec = pod.security_context.clone().unwrap();
+    assert_eq!(pod_sec.run_as_user, Some(0));
+    assert_eq!(
+        pod_sec.seccomp_profile.map(|p| p.type_).as_deref(),
+        Some("RuntimeDefault")
+    );
+    let sec = c.security_context.clone().unwrap();
+    assert_eq!(sec.privileged, Some(false));
+    assert_eq!(sec.read_only_root_filesystem, Some(true));
+    assert_eq!(sec.allow_privilege_escalation, Some(false));
+    let (add, drop) = capabilities(&c);
+    assert_eq!(
+        (add, drop),
+        (
+            vec!["BPF".into(), "PERFMON".into()],
+            vec!["ALL".to_string()]
+        )
+    );
+    // The image is the fully qualified name the image archive carries.
+    let chart: serde_yaml_ng::Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(workspace_root().join("deploy/helm/nodemedic/Chart.yaml"))
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        c.image.as_deref(),
+        Some(
+            format!(
+                "localhost/nodemedic:{}",
+                chart["appVersion"].as_str().unwrap()
+            )
+            .as_str()
+        )
+    );
+    // The D-Bus directory, not the socket: a node without a system bus still starts the pod.
+    let dbus = host_path(&pod, "dbus").unwrap();
+    assert_eq!(
+        (dbus.path.as_str(), dbus.type_.as_deref()),
+        ("/run/dbus", Some("DirectoryOrCreate"))
+    );
+    assert!(mount(&c, "/host/run/dbus").is_some());
+    let env: Vec<(String, Option<String>, Option<String>)> = c
+        .env
+        .iter()
+        .flatten()
+        .map(|e| {
+            (
+                e.name.clone(),
+                e.value.clone(),
+                e.value_from
+                    .as_ref()
+                    .and_then(|v| v.field_ref.as_ref())
+                    .map(|f| f.field_path.clone()),
+            )
+        })
+        .collect();
+    assert!(env.contains(&(
+        "NODEMEDIC_CONFIG".into(),
+        Some("/etc/nodemedic/nodemedic.toml".into()),
+        None
+    )));
+    assert!(env.contains(&("NODE_NAME".into(), None, Some("spec.nodeName".into()))));
+    // Ready after the first sample; alive while samples come.
+    let path = |p: &Option<Probe>| {
+        p.as_ref()
+            .and_then(|p| p.http_get.as_ref())
+            .and_then(|g| g.path.clone())
+    };
+    assert_eq!(path(&c.readiness_probe).as_deref(), Some("/readyz"));
+    assert_eq!(path(&c.liveness_probe).as_deref(), Some("/healthz"));
+    // Requests, a memory limit, and no CPU limit (a quota would throttle nodemedic itself).
+    let res = c.resources.clone().unwrap();
+    let requests = res.requests.unwrap_or_default();
+    let limits = res.limits.unwrap_or_default();
     assert!(
-        ns.contains("pod-security.kubernetes.io/enforce: privileged"),
-        "{ns}"
+        requests.contains_key("cpu") && requests.contains_key("memory"),
+        "{requests:?}"
     );
-    let role = doc(&default, "ClusterRole");
-    assert!(role.contains(r#"verbs: ["get"]"#), "{role}");
-    assert!(role.contains(r#"resources: ["pods"]"#), "{role}");
+    assert!(limits.contains_key("memory"), "{limits:?}");
+    assert!(!limits.contains_key("cpu"), "{limits:?}");
+    assert_eq!(mount(&c, "/host/proc").unwrap().read_only, Some(true));
+    let ns: Namespace = object(&default, "Namespace");
+    assert_eq!(
+        ns.metadata.labels.unwrap()["pod-security.kubernetes.io/enforce"],
+        "privileged"
+    );
+    let r = rules(&default);
+    assert_eq!(verbs(&r, "nodes"), vec!["get"]);
+    assert_eq!(verbs(&r, "nodes/status"), vec!["patch"]);
+    assert_eq!(verbs(&r, "pods"), vec!["list", "watch"]);
+    assert_eq!(verbs(&r, "events"), vec!["create", "patch"]);
 
     let label = render(&["features.nodeLabel=true"]);
-    assert!(doc(&label, "ClusterRole").contains(r#"verbs: ["get", "patch"]"#));
+    assert_eq!(verbs(&rules(&label), "nodes"), vec!["get", "patch"]);
 
     let native = render(&["features.nativeRebalance=true"]);
-    let ds = doc(&native, "DaemonSet");
-    let proc_mount = &ds[ds.find("mountPath: /host/proc").unwrap()..];
-    assert!(proc_mount
-        .lines()
-        .nth(1)
-        .unwrap()
-        .contains("readOnly: false"));
+    let (_, c) = daemonset(&native);
+    assert_eq!(mount(&c, "/host/proc").unwrap().read_only, Some(false));
 
     let observe_only = render(&[
         "features.probes=false",
         "features.irqbalanceRestart=false",
         "features.podNames=false",
+        "features.events=false",
     ]);
-    let ds = doc(&observe_only, "DaemonSet");
-    assert!(
-        ds.contains("runAsNonRoot: true") && ds.contains("runAsUser: 65534"),
-        "{ds}"
+    let (pod, c) = daemonset(&observe_only);
+    let pod_sec = pod.security_context.clone().unwrap();
+    assert_eq!(
+        (pod_sec.run_as_non_root, pod_sec.run_as_user),
+        (Some(true), Some(65534))
     );
-    assert!(!ds.contains("add:") && !ds.contains("dbus"), "{ds}");
-    assert!(!doc(&observe_only, "ClusterRole").contains("pods"));
+    assert_eq!(capabilities(&c).0, Vec::<String>::new());
+    assert!(host_path(&pod, "dbus").is_none() && mount(&c, "/host/run/dbus").is_none());
+    let r = rules(&observe_only);
+    assert!(
+        verbs(&r, "pods").is_empty() && verbs(&r, "events").is_empty(),
+        "{r:?}"
+    );
 
     let memlock = render(&["features.probesMemlock=true"]);
-    assert!(doc(&memlock, "DaemonSet").contains("- SYS_RESOURCE"));
+    assert!(capabilities(&daemonset(&memlock).1)
+        .0
+        .contains(&"SYS_RESOURCE".to_string()));
 }
 
 #[test]

@@ -19,18 +19,19 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
 {{/*
-The kubelet's check of /healthz: an HTTP(S) GET, or only a TCP connection when the endpoint
-wants credentials the kubelet cannot present (values.yaml, webConfig.probe).
+The kubelet's checks: an HTTP(S) GET of .path (/readyz for readiness: ready once the first
+sample is in; /healthz for liveness), or only a TCP connection when the endpoint wants
+credentials the kubelet cannot present (values.yaml, webConfig.probe).
 */}}
 {{- define "nodemedic.healthProbe" -}}
-{{- if eq . "tcp" -}}
+{{- if eq .probe "tcp" -}}
 tcpSocket:
   port: metrics
 {{- else -}}
 httpGet:
-  path: /healthz
+  path: {{ .path }}
   port: metrics
-  {{- if eq . "https" }}
+  {{- if eq .probe "https" }}
   scheme: HTTPS
   {{- end }}
 {{- end }}
