@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 pub use events::EventLimiter;
-pub use pods::{watch_pods, PodDirectory, PodNamesCollector};
+pub use pods::{list_pods, watch_pods, PodDirectory, PodNamesCollector};
 pub use retry::Retry;
 
 pub const CONDITION_TYPE: &str = "IRQAffinityCollapsed";

@@ -169,6 +169,34 @@ pub async fn watch_pods(node: String, dir: PodDirectory) {
     }
 }
 
+/// One list of the pods bound to `node`, into `dir`: for one-shot commands (`check`), which
+/// cannot wait for a watch. A failure is kept in `dir` for the collector to report.
+pub async fn list_pods(node: &str, dir: &PodDirectory) {
+    let listed = async {
+        let client = Client::try_default().await?;
+        let api: Api<Pod> = Api::all(client);
+        let params = kube::api::ListParams::default().fields(&format!("spec.nodeName={node}"));
+        api.list(&params).await
+    };
+    match tokio::time::timeout(LIST_TIMEOUT, listed).await {
+        Ok(Ok(list)) => {
+            let mut pending = None;
+            dir.apply(watcher::Event::Init, &mut pending);
+            for pod in list.items {
+                dir.apply(watcher::Event::InitApply(pod), &mut pending);
+            }
+            dir.apply(watcher::Event::InitDone, &mut pending);
+        }
+        Ok(Err(e)) => dir.fail(format!("listing pods on {node}: {e}")),
+        Err(_) => dir.fail(format!(
+            "listing pods on {node}: no answer within {LIST_TIMEOUT:?}"
+        )),
+    }
+}
+
+/// How long [`list_pods`] waits for the API.
+const LIST_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Puts the cached pod names into each sample.
 pub struct PodNamesCollector {
     dir: PodDirectory,

@@ -143,7 +143,7 @@ pub fn run(config: &Config, args: &CheckArgs) -> anyhow::Result<u8> {
             cgroups_interval: std::time::Duration::ZERO,
             ..config.engine_config()
         },
-        crate::probes::sources(config, false),
+        extra_sources(config),
     );
     let first = engine.sample();
     if let Some(reason) = fatal(&first) {
@@ -173,6 +173,28 @@ pub fn run(config: &Config, args: &CheckArgs) -> anyhow::Result<u8> {
             EXIT_HEALTHY
         },
     )
+}
+
+/// The probes, and in a pod this node's pod names from one list of the API (check cannot
+/// wait for a watch): `kubectl exec … nodemedic check` names pods as `/metrics` does.
+fn extra_sources(config: &Config) -> Vec<Box<dyn nodemedic_collect::Collector>> {
+    let mut extra = crate::probes::sources(config, false);
+    let Ok(Some(node)) = config.kubernetes.resolve() else {
+        return extra;
+    };
+    if !config.kubernetes.pod_names {
+        return extra;
+    }
+    let dir = nodemedic_kube::PodDirectory::new();
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt.block_on(nodemedic_kube::list_pods(&node, &dir)),
+        Err(e) => tracing::warn!(error = %e, "no runtime for the pod list"),
+    }
+    extra.push(Box::new(nodemedic_kube::PodNamesCollector::new(dir)));
+    extra
 }
 
 /// Without `/proc/interrupts` there is nothing to diagnose.

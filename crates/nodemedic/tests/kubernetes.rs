@@ -457,6 +457,33 @@ fn condition_label_events_rbac_and_pause_on_a_real_apiserver() {
                 .join("\n"))
         }
     });
+    // `check` names the pods too, from one list of the API (it cannot wait for a watch).
+    let check = Command::new(env!("CARGO_BIN_EXE_nodemedic"))
+        .arg("--config")
+        .arg(s.dir.path().join("nodemedic.toml"))
+        .arg("--host-root")
+        .arg(fixture_dir("8cpu-collapsed"))
+        .arg("--path.cgroupfs")
+        .arg(cgroupfs.path())
+        .args(["check", "--interval", "200ms", "--format", "json"])
+        .env("KUBECONFIG", &sa)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .unwrap();
+    assert_eq!(
+        check.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let report: Value = serde_json::from_slice(&check.stdout).unwrap();
+    let named: Vec<(&str, &str)> = report["pressure"]["cgroups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| Some((c["namespace"].as_str()?, c["pod"].as_str()?)))
+        .collect();
+    assert!(named.contains(&("shop", "web-0")), "{named:?}");
     assert_eq!(st["kubernetes"]["state"], "active", "{}", st["kubernetes"]);
     assert_eq!(st["kubernetes"]["paused_by_annotation"], true);
     assert_eq!(st["remediation"]["paused"], true);
