@@ -483,41 +483,46 @@ pub fn findings(v: &PressureVerdict) -> Vec<Finding> {
             ),
         });
     }
-    for c in v.cgroups.iter() {
-        if c.quota_bound {
-            let cores = c
-                .quota_cores
-                .map_or_else(|| "?".into(), |q| format!("{q:.2}"));
-            out.push(Finding {
-                kind: "quota_bound".into(),
-                severity: Severity::Warning,
-                subject: c.name.clone(),
-                message: format!(
-                    "{} is held back by its CPU limit: throttled in {} of its CFS periods with a quota of {cores} CPUs \
-                     (using {}), and its tasks waited for CPU {} of the time; raise or remove the CPU limit \
-                     (cpu.max, resources.limits.cpu), or spread the work over more replicas",
-                    c.name,
-                    pct(c.throttled_ratio),
-                    c.cpu_usage_cores
-                        .map_or_else(|| "n/a".into(), |u| format!("{u:.2} CPUs")),
-                    pct(c.cpu_some_ratio),
-                ),
-            });
-        }
-        if c.starved {
-            out.push(Finding {
-                kind: "starved".into(),
-                severity: Severity::Warning,
-                subject: c.name.clone(),
-                message: format!(
-                    "{} is starved: its tasks waited for CPU {} and for memory {} of the time; \
-                     raise its requests (CPU) or memory limit, or move it away from the neighbours that compete with it",
-                    c.name,
-                    pct(c.cpu_some_ratio),
-                    pct(c.memory_some_ratio),
-                ),
-            });
-        }
+    out.extend(v.cgroups.iter().flat_map(cgroup_findings));
+    out
+}
+
+/// A cgroup's findings: quota-bound and starved, each naming it and saying what to do.
+pub fn cgroup_findings(c: &CgroupRates) -> Vec<Finding> {
+    let mut out = Vec::new();
+    if c.quota_bound {
+        let cores = c
+            .quota_cores
+            .map_or_else(|| "?".into(), |q| format!("{q:.2}"));
+        out.push(Finding {
+            kind: "quota_bound".into(),
+            severity: Severity::Warning,
+            subject: c.name.clone(),
+            message: format!(
+                "{} is held back by its CPU limit: throttled in {} of its CFS periods with a quota of {cores} CPUs \
+                 (using {}), and its tasks waited for CPU {} of the time; raise or remove the CPU limit \
+                 (cpu.max, resources.limits.cpu), or spread the work over more replicas",
+                c.name,
+                pct(c.throttled_ratio),
+                c.cpu_usage_cores
+                    .map_or_else(|| "n/a".into(), |u| format!("{u:.2} CPUs")),
+                pct(c.cpu_some_ratio),
+            ),
+        });
+    }
+    if c.starved {
+        out.push(Finding {
+            kind: "starved".into(),
+            severity: Severity::Warning,
+            subject: c.name.clone(),
+            message: format!(
+                "{} is starved: its tasks waited for CPU {} and for memory {} of the time; \
+                 raise its requests (CPU) or memory limit, or move it away from the neighbours that compete with it",
+                c.name,
+                pct(c.cpu_some_ratio),
+                pct(c.memory_some_ratio),
+            ),
+        });
     }
     out
 }

@@ -8,6 +8,7 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, PostParams};
 use kube::Client;
+use nodemedic_detect::pressure::CgroupRates;
 use nodemedic_detect::GroupVerdict;
 use nodemedic_remedy::Decision;
 
@@ -16,6 +17,61 @@ pub struct NodeEvent {
     pub reason: String,
     pub action: String,
     pub note: String,
+}
+
+/// What an Event is about: the node, or one of its pods.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Regarding {
+    Node,
+    Pod {
+        namespace: String,
+        name: String,
+        uid: String,
+    },
+}
+
+/// An Event on a pod for a cgroup finding of the pressure detector (`quota_bound`,
+/// `starved`), with the finding's words: what was measured and what to do. `None` for
+/// another kind, or a cgroup that is not a named pod.
+pub fn for_pod_finding(
+    c: &CgroupRates,
+    f: &nodemedic_detect::Finding,
+) -> Option<(Regarding, NodeEvent)> {
+    let reason = match f.kind.as_str() {
+        "quota_bound" => "CPUQuotaBound",
+        "starved" => "CPUStarved",
+        _ => return None,
+    };
+    if c.kind != "pod" {
+        return None;
+    }
+    let regarding = Regarding::Pod {
+        namespace: c.namespace.clone()?,
+        name: c.pod.clone()?,
+        uid: c.pod_uid.clone()?,
+    };
+    Some((
+        regarding,
+        NodeEvent {
+            type_: "Warning",
+            reason: reason.into(),
+            action: "Detect".into(),
+            note: limit_note(f.message.clone()),
+        },
+    ))
+}
+
+/// Event notes are limited to 1 kB.
+fn limit_note(mut note: String) -> String {
+    if note.len() > 1000 {
+        let mut cut = 997;
+        while !note.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        note.truncate(cut);
+        note.push_str("...");
+    }
+    note
 }
 
 pub fn for_verdict(v: &GroupVerdict) -> NodeEvent {
@@ -54,22 +110,13 @@ pub fn for_decision(d: &Decision) -> NodeEvent {
         (action, "dry_run") => format!("DryRun{}", camel(action)),
         (action, _) => camel(action),
     };
-    let mut note = format!(
+    let note = limit_note(format!(
         "{} [{}] {}: {}",
         d.groups.join(", "),
         d.result,
         d.reason,
         d.evidence
-    );
-    // Event notes are limited to 1 kB.
-    if note.len() > 1000 {
-        let mut cut = 997;
-        while !note.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        note.truncate(cut);
-        note.push_str("...");
-    }
+    ));
     NodeEvent {
         type_: if ok { "Normal" } else { "Warning" },
         reason,
@@ -127,12 +174,41 @@ impl EventLimiter {
     }
 }
 
+/// Creates `e` about `regarding`: a node Event in `node_namespace`, a pod Event in the
+/// pod's namespace (where `kubectl describe pod` shows it).
 pub async fn create(
     client: &Client,
-    namespace: &str,
+    node_namespace: &str,
     node: &str,
+    regarding: &Regarding,
     e: &NodeEvent,
 ) -> Result<(), kube::Error> {
+    let (namespace, object) = match regarding {
+        Regarding::Node => (
+            node_namespace,
+            ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(node.into()),
+                ..Default::default()
+            },
+        ),
+        Regarding::Pod {
+            namespace,
+            name,
+            uid,
+        } => (
+            namespace.as_str(),
+            ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                namespace: Some(namespace.clone()),
+                name: Some(name.clone()),
+                uid: Some(uid.clone()),
+                ..Default::default()
+            },
+        ),
+    };
     let api: Api<Event> = Api::namespaced(client.clone(), namespace);
     let event = Event {
         metadata: ObjectMeta {
@@ -147,12 +223,7 @@ pub async fn create(
         reason: Some(e.reason.clone()),
         note: Some(e.note.clone()),
         type_: Some(e.type_.to_string()),
-        regarding: Some(ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Node".into()),
-            name: Some(node.into()),
-            ..Default::default()
-        }),
+        regarding: Some(object),
         ..Default::default()
     };
     api.create(&PostParams::default(), &event).await?;
@@ -181,6 +252,64 @@ mod tests {
             "still deduplicated"
         );
         assert!(l.admit("A", "x", t + Duration::from_secs(601)));
+    }
+
+    fn rates(kind: &'static str, named: bool) -> CgroupRates {
+        use nodemedic_kernel::cgroup::{Qos, Workload};
+        CgroupRates {
+            path: "kubepods/burstable/pod0a1b".into(),
+            workload: Workload::Pod {
+                uid: "0a1b".into(),
+                qos: Qos::Burstable,
+            },
+            kind,
+            pod_uid: Some("0a1b".into()),
+            qos: Some(Qos::Burstable),
+            name: "shop/web-0".into(),
+            namespace: named.then(|| "shop".into()),
+            pod: named.then(|| "web-0".into()),
+            container: None,
+            quota_cores: Some(0.1),
+            cpu_usage_cores: Some(0.1),
+            throttled_ratio: Some(0.99),
+            cpu_some_ratio: Some(0.95),
+            memory_some_ratio: Some(0.0),
+            io_some_ratio: Some(0.0),
+            quota_bound: true,
+            starved: false,
+        }
+    }
+
+    /// A quota-bound pod gets a Warning on the Pod itself, in its namespace, saying what was
+    /// measured and what to do; a container's cgroup, or a pod without names, gets none.
+    #[test]
+    fn quota_bound_pods_get_an_event_on_the_pod() {
+        let c = rates("pod", true);
+        let f = nodemedic_detect::pressure::cgroup_findings(&c);
+        assert_eq!(f.len(), 1);
+        let (regarding, e) = for_pod_finding(&c, &f[0]).unwrap();
+        assert_eq!(
+            regarding,
+            Regarding::Pod {
+                namespace: "shop".into(),
+                name: "web-0".into(),
+                uid: "0a1b".into()
+            }
+        );
+        assert_eq!((e.type_, e.reason.as_str()), ("Warning", "CPUQuotaBound"));
+        assert!(
+            e.note.contains("throttled in 99% of its CFS periods"),
+            "{}",
+            e.note
+        );
+        assert!(e.note.contains("waited for CPU 95%"), "{}", e.note);
+        assert!(
+            e.note.contains("raise or remove the CPU limit"),
+            "{}",
+            e.note
+        );
+        assert!(for_pod_finding(&rates("container", true), &f[0]).is_none());
+        assert!(for_pod_finding(&rates("pod", false), &f[0]).is_none());
     }
 
     #[test]

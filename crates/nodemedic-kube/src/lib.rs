@@ -13,18 +13,19 @@ mod events;
 mod pods;
 mod retry;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
 use kube::api::{Api, Patch, PatchParams};
 use kube::Client;
+use nodemedic_detect::pressure::PressureVerdict;
 use nodemedic_detect::GroupVerdict;
 use nodemedic_remedy::Decision;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-pub use events::EventLimiter;
+pub use events::{EventLimiter, Regarding};
 pub use pods::{list_pods, watch_pods, PodDirectory, PodNamesCollector};
 pub use retry::Retry;
 
@@ -62,6 +63,10 @@ pub struct KubeConfig {
     /// Resolve pod UIDs and container IDs in cgroup series to namespace/pod/container names,
     /// from one watch of this node's pods (needs "pods list, watch").
     pub pod_names: bool,
+    /// An Event on a pod when it turns quota-bound or starved (`kubectl describe pod`), in
+    /// the pod's namespace, within the same rate limit (needs `pod_names` and "events
+    /// create").
+    pub pod_events: bool,
 }
 
 impl Default for KubeConfig {
@@ -75,6 +80,7 @@ impl Default for KubeConfig {
             events_per_minute: 10,
             event_dedup_seconds: 600,
             pod_names: true,
+            pod_events: true,
         }
     }
 }
@@ -163,6 +169,8 @@ pub struct Reporter {
     last_label: Option<bool>,
     limiter: EventLimiter,
     previous: BTreeMap<String, (bool, bool)>,
+    /// Pod-level pressure findings (by pod UID and kind) active at the last report.
+    previous_pods: BTreeSet<(String, String)>,
 }
 
 impl Reporter {
@@ -184,6 +192,7 @@ impl Reporter {
             last_label: None,
             limiter,
             previous: BTreeMap::new(),
+            previous_pods: BTreeSet::new(),
         })
     }
 
@@ -207,6 +216,7 @@ impl Reporter {
     pub async fn report(
         &mut self,
         verdicts: &[GroupVerdict],
+        pressure: Option<&PressureVerdict>,
         decisions: &[Decision],
     ) -> Result<(), KubeError> {
         let want = desired_condition(verdicts);
@@ -250,7 +260,7 @@ impl Reporter {
                     .copied()
                     .unwrap_or((false, false));
                 if state != before && (v.collapsed || before.0) {
-                    events.push(events::for_verdict(v));
+                    events.push((Regarding::Node, events::for_verdict(v)));
                 }
                 now_state.insert(v.group.key.clone(), state);
             }
@@ -259,14 +269,65 @@ impl Reporter {
                 decisions
                     .iter()
                     .filter(|d| d.result != "pending")
-                    .map(events::for_decision),
+                    .map(|d| (Regarding::Node, events::for_decision(d))),
             );
-            for e in events {
-                if self.limiter.admit(&e.reason, &e.note, now) {
-                    events::create(&self.client, &self.cfg.events_namespace, &self.node, &e)
-                        .await?;
-                }
+            for (regarding, e) in events {
+                self.create_event(&regarding, &e, now).await?;
             }
+        }
+        if self.cfg.pod_events {
+            self.report_pods(pressure, now).await?;
+        }
+        Ok(())
+    }
+
+    /// An Event on each pod that turned quota-bound or starved since the last report.
+    async fn report_pods(
+        &mut self,
+        pressure: Option<&PressureVerdict>,
+        now: Instant,
+    ) -> Result<(), KubeError> {
+        let Some(p) = pressure else {
+            return Ok(());
+        };
+        let mut active = BTreeSet::new();
+        let mut new = Vec::new();
+        for c in p.cgroups.iter() {
+            for f in nodemedic_detect::pressure::cgroup_findings(c) {
+                let Some((regarding, e)) = events::for_pod_finding(c, &f) else {
+                    continue;
+                };
+                let key = (c.pod_uid.clone().unwrap_or_default(), f.kind.clone());
+                if !self.previous_pods.contains(&key) {
+                    new.push((regarding, e));
+                }
+                active.insert(key);
+            }
+        }
+        for (regarding, e) in new {
+            self.create_event(&regarding, &e, now).await?;
+        }
+        // Only once every new Event is out: a failed round tries them again (the limiter
+        // drops those that did go out).
+        self.previous_pods = active;
+        Ok(())
+    }
+
+    async fn create_event(
+        &mut self,
+        regarding: &Regarding,
+        e: &events::NodeEvent,
+        now: Instant,
+    ) -> Result<(), KubeError> {
+        if self.limiter.admit(&e.reason, &e.note, now) {
+            events::create(
+                &self.client,
+                &self.cfg.events_namespace,
+                &self.node,
+                regarding,
+                e,
+            )
+            .await?;
         }
         Ok(())
     }

@@ -150,6 +150,7 @@ impl Round<'_> {
             self.pause.set(if p { Pause::On } else { Pause::Off });
             set(self.status, |s| s.paused_by_annotation = p);
         }
-        r.report(&sample.verdicts, pending).await
+        r.report(&sample.verdicts, sample.pressure.as_ref(), pending)
+            .await
     }
 }

@@ -251,6 +251,13 @@ fn privileges_mounts_and_rbac_follow_the_features() {
         "{r:?}"
     );
 
+    // Pod Events alone still need to create Events.
+    let pod_events_only = render(&["features.events=false"]);
+    assert_eq!(
+        verbs(&rules(&pod_events_only), "events"),
+        vec!["create", "patch"]
+    );
+
     let memlock = render(&["features.probesMemlock=true"]);
     assert!(capabilities(&daemonset(&memlock).1)
         .0
