@@ -85,9 +85,26 @@ pub fn psi(data: &[u8]) {
     }
     if let Ok(p) = psi::parse(&text) {
         assert!(p.some.is_some() || p.full.is_some());
+        // Every total read is one the text spells out after `total=`.
+        let totals: Vec<u64> = text
+            .split("total=")
+            .skip(1)
+            .filter_map(|rest| {
+                rest.split(|c: char| !c.is_ascii_digit())
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .collect();
         for line in [p.some, p.full].into_iter().flatten() {
-            assert!(line.avg10.is_finite() && line.avg10 >= 0.0);
-            assert!(line.total_seconds() >= 0.0);
+            for avg in [line.avg10, line.avg60, line.avg300] {
+                assert!(avg.is_finite() && avg >= 0.0, "{avg}");
+            }
+            assert!(
+                totals.contains(&line.total_us),
+                "{} not in {totals:?}",
+                line.total_us
+            );
         }
     }
 }
