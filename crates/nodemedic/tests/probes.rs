@@ -54,10 +54,27 @@ fn run_serves_metrics_with_the_probes_up_or_down_with_a_reason() {
             .map(|v| v.parse().unwrap())
     };
 
+    // Which outcome this machine must take: without a kprobe PMU (CI's Firecracker kernel,
+    // CONFIG_KPROBES off, where fentry programs are refused too) the probes are down, with
+    // both attach methods in the reason; with one they attach. NODEMEDIC_EXPECT_PROBES=up|down
+    // overrides it for a kernel that has fentry but no kprobes. The attach path is proven on
+    // Debian 12's kernel in QEMU: tests/vm/probes-guest.sh, run by tests/vm/nodemedic-e2e.sh.
+    let expect_up = match std::env::var("NODEMEDIC_EXPECT_PROBES").as_deref() {
+        Ok("up") => true,
+        Ok("down") => false,
+        _ => std::path::Path::new("/sys/bus/event_source/devices/kprobe").exists(),
+    };
     match probes["down_reason"].as_str() {
         Some(reason) => {
-            assert!(!reason.is_empty());
-            eprintln!("probes down on this kernel: {reason}");
+            assert!(
+                !expect_up,
+                "this machine has a kprobe PMU, so the probes must attach: {reason}"
+            );
+            eprintln!("probes down on this kernel, as expected: {reason}");
+            assert!(
+                reason.contains("fentry") && reason.contains("kprobe"),
+                "the reason names both attach methods that failed: {reason}"
+            );
             // One reason, in all three places.
             assert_eq!(mine["state"], "failed", "{mine}");
             assert!(mine["reason"].as_str().unwrap().contains(reason), "{mine}");
@@ -83,6 +100,10 @@ fn run_serves_metrics_with_the_probes_up_or_down_with_a_reason() {
             );
         }
         None => {
+            assert!(
+                expect_up,
+                "no kprobe PMU here, yet the probes attached: {probes}"
+            );
             assert_eq!(mine["state"], "active", "{mine}");
             for hook in [
                 "perf_event_output",
@@ -106,6 +127,5 @@ fn run_serves_metrics_with_the_probes_up_or_down_with_a_reason() {
         success_zero.iter().all(|l| l.contains("\"perf_probes\"")),
         "{success_zero:?}"
     );
-    assert!(up("perf_event_wakeup").is_some());
     assert!(sample_lines(&metrics).any(|l| l.starts_with("nodemedic_irq_interrupts_total{")));
 }
