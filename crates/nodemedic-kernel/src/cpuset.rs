@@ -424,4 +424,16 @@ mod tests {
         c.remove(0);
         assert_eq!(c.first(), Some(1));
     }
+
+    proptest::proptest! {
+        /// The list and mask formats read back to the set that wrote them, for sets of up to
+        /// 8192 CPUs, empty included.
+        #[test]
+        fn list_and_mask_round_trip(cpus in proptest::collection::btree_set(0u32..8192, 0..300)) {
+            let set = CpuSet::from_cpus(cpus.iter().copied());
+            proptest::prop_assert_eq!(set.iter().collect::<Vec<_>>(), cpus.iter().copied().collect::<Vec<_>>());
+            proptest::prop_assert_eq!(CpuSet::parse_list(&set.to_list_string()).ok(), Some(set.clone()));
+            proptest::prop_assert_eq!(CpuSet::parse_mask(&set.to_mask_string()).ok(), Some(set));
+        }
+    }
 }
