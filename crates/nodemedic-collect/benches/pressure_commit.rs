@@ -20,17 +20,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nodemedic_collect::sources::PressureCollector;
-use nodemedic_collect::{Collector, CommitProbe, CommitProbeConfig, Ctx, Paths, Reader};
+use nodemedic_collect::{
+    process_cpu_seconds, Collector, CommitProbe, CommitProbeConfig, Ctx, Paths, Reader,
+};
 use nodemedic_kernel::snapshot::WAL_FSYNC_BUCKETS;
 use nodemedic_kernel::Snapshot;
-
-fn cpu_ticks() -> u64 {
-    let s = std::fs::read_to_string("/proc/self/stat").unwrap();
-    let after = &s[s.rfind(')').unwrap() + 2..];
-    let f: Vec<&str> = after.split_whitespace().collect();
-    // utime and stime are fields 14 and 15; `after` starts at field 3.
-    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
-}
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -40,7 +34,6 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 }
 
 // Ticks are 10 ms; over many rounds that resolves well below a µs per round.
-const TICK_US: f64 = 10_000.0;
 
 fn pressure(rounds: usize) {
     let paths = Paths::default();
@@ -56,7 +49,7 @@ fn pressure(rounds: usize) {
     collector.collect(&ctx, &mut snap).unwrap();
     assert!(snap.pressure.is_some(), "no /proc/pressure on this machine");
     let mut walls = Vec::with_capacity(rounds);
-    let cpu0 = cpu_ticks();
+    let cpu0 = process_cpu_seconds();
     for _ in 0..rounds {
         let mut snap = Snapshot::default();
         let t = Instant::now();
@@ -64,7 +57,7 @@ fn pressure(rounds: usize) {
         walls.push(t.elapsed());
         std::hint::black_box(&snap);
     }
-    let cpu = (cpu_ticks() - cpu0) as f64 * TICK_US / rounds as f64;
+    let cpu = (process_cpu_seconds() - cpu0) * 1e6 / rounds as f64;
     walls.sort();
     let us = |d: Duration| d.as_secs_f64() * 1e6;
     println!(
@@ -93,12 +86,12 @@ fn commit(dir: &Path, secs: u64, io_uring: bool) {
         io_uring,
         ..CommitProbeConfig::default()
     };
-    let cpu0 = cpu_ticks();
+    let cpu0 = process_cpu_seconds();
     let probe = CommitProbe::start(&config).unwrap();
     std::thread::sleep(Duration::from_secs(secs));
     let l = probe.latest();
     drop(probe);
-    let cpu = (cpu_ticks() - cpu0) as f64 * TICK_US;
+    let cpu = (process_cpu_seconds() - cpu0) * 1e6;
     assert_eq!(l.errors, 0, "{:?}", l.last_error);
     println!(
         "commit probe ({}, asked io_uring={io_uring}) in {}: {} commits of {} B in {secs} s: mean {:.1} µs, p50 {}, p99 {}; CPU {:.1} µs per commit",

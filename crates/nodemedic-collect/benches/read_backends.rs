@@ -27,25 +27,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use nodemedic_collect::{Backend, Reader, ReaderConfig};
-
-fn cpu_ticks() -> u64 {
-    let s = std::fs::read_to_string("/proc/self/stat").unwrap();
-    let after = &s[s.rfind(')').unwrap() + 2..];
-    let f: Vec<&str> = after.split_whitespace().collect();
-    // Fields 14 and 15 of the line are utime and stime; `after` starts at field 3.
-    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
-}
-
-fn clk_tck() -> f64 {
-    let out = std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok();
-    out.and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(100.0)
-}
+use nodemedic_collect::{process_cpu_seconds, Backend, Reader, ReaderConfig};
 
 fn irq_files(root: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -115,7 +97,7 @@ struct Result {
     cpu_us: f64,
 }
 
-fn run(files: &[PathBuf], backend: Backend, rounds: usize, tck: f64) -> Option<Result> {
+fn run(files: &[PathBuf], backend: Backend, rounds: usize) -> Option<Result> {
     let reader = Reader::with_config(ReaderConfig {
         backend,
         max_open_files: 1 << 20,
@@ -139,24 +121,23 @@ fn run(files: &[PathBuf], backend: Backend, rounds: usize, tck: f64) -> Option<R
         });
     };
     one_round(&reader);
-    // CPU time comes in clock ticks (10 ms): small sets get more rounds so that every
-    // measurement covers at least 200,000 reads.
+    // Small sets get more rounds so that every measurement covers at least 200,000 reads.
     let rounds = rounds.max(200_000 / files.len().max(1));
     let mut times = Vec::with_capacity(rounds);
-    let c0 = cpu_ticks();
+    let c0 = process_cpu_seconds();
     for _ in 0..rounds {
         let t = Instant::now();
         one_round(&reader);
         times.push(t.elapsed());
     }
-    let c1 = cpu_ticks();
+    let c1 = process_cpu_seconds();
     assert!(bytes > 0);
     times.sort();
     let per_file = |d: Duration| d.as_secs_f64() * 1e6 / files.len() as f64;
     Some(Result {
         median_us: per_file(times[times.len() / 2]),
         p90_us: per_file(times[times.len() * 9 / 10]),
-        cpu_us: (c1 - c0) as f64 / tck * 1e6 / (rounds * files.len()) as f64,
+        cpu_us: (c1 - c0) * 1e6 / (rounds * files.len()) as f64,
     })
 }
 
@@ -165,7 +146,7 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(200);
-    let tck = clk_tck();
+
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let irq_fixture = std::env::var_os("NODEMEDIC_BENCH_IRQ_FIXTURE")
         .map(PathBuf::from)
@@ -216,7 +197,7 @@ fn main() {
                 Backend::Pread => "kept-open fd, pread at 0",
                 Backend::IoUring => "io_uring batch, registered fds",
             };
-            if let Some(r) = run(files, backend, rounds, tck) {
+            if let Some(r) = run(files, backend, rounds) {
                 println!(
                     "| {name} | {} | {label} | {:.2} | {:.2} | {:.2} |",
                     files.len(),

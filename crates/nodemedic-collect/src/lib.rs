@@ -13,7 +13,7 @@ pub mod sources;
 mod status;
 #[allow(unsafe_code)]
 mod sys;
-pub use sys::cap_malloc_arenas;
+pub use sys::{cap_malloc_arenas, process_cpu_seconds};
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;

@@ -1,6 +1,7 @@
-//! The few system interfaces std does not wrap: the filesystem type of an open file,
-//! the open-file limit, and io_uring. This is the only module of the crate allowed to use
-//! `unsafe`; every block says why it is sound.
+//! The few system interfaces std does not wrap: the filesystem type of an open file and
+//! inotify (through rustix), the open-file limit (rlimit), glibc's arena cap, and io_uring.
+//! This is the only module of the crate allowed to use `unsafe` (io_uring submissions and
+//! mallopt); every block says why it is sound.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -47,20 +48,18 @@ const PSEUDO_FS_MAGICS: [i64; 5] = [
 
 /// Whether `file` lives on procfs, sysfs or a cgroup filesystem. `false` when unknown.
 pub fn is_kernel_generated(file: &File) -> bool {
-    let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
-    // SAFETY: fstatfs writes at most one `statfs` into the pointer, which points at a
-    // properly sized and aligned `MaybeUninit<statfs>` that outlives the call; the fd is
-    // owned by `file`, which is borrowed for the duration of the call.
-    let rc = unsafe { libc::fstatfs(file.as_raw_fd(), st.as_mut_ptr()) };
-    if rc != 0 {
-        return false;
+    match rustix::fs::fstatfs(file) {
+        #[allow(clippy::unnecessary_cast)] // f_type is i64 on x86_64, u32/i32 elsewhere
+        Ok(st) => PSEUDO_FS_MAGICS.contains(&(st.f_type as i64)),
+        Err(_) => false,
     }
-    // SAFETY: fstatfs returned 0, so it initialised the whole struct (and it was zeroed
-    // before, so every byte is initialised in any case).
-    let st = unsafe { st.assume_init() };
-    #[allow(clippy::unnecessary_cast)] // f_type is i64 on x86_64, u32/i32 elsewhere
-    let magic = st.f_type as i64;
-    PSEUDO_FS_MAGICS.contains(&magic)
+}
+
+/// This process's CPU time in seconds, from the scheduler's nanosecond accounting
+/// (`CLOCK_PROCESS_CPUTIME_ID`; `/proc/self/stat` counts 10 ms ticks). For benchmarks.
+pub fn process_cpu_seconds() -> f64 {
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
 /// Caps glibc's malloc arenas. glibc gives each thread that allocates under contention an
@@ -82,25 +81,7 @@ pub fn cap_malloc_arenas() {
 /// systemd starts services with a soft limit of 1024 and a hard one of 524288; a 256-CPU
 /// node with 500 pods needs a few thousand kept-open files.
 pub fn raise_nofile_limit() -> io::Result<u64> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes one `rlimit` into a valid, exclusively borrowed struct.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if lim.rlim_cur < lim.rlim_max {
-        let want = libc::rlimit {
-            rlim_cur: lim.rlim_max,
-            rlim_max: lim.rlim_max,
-        };
-        // SAFETY: setrlimit only reads the struct, which is valid for the call.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) } == 0 {
-            lim.rlim_cur = lim.rlim_max;
-        }
-    }
-    Ok(lim.rlim_cur)
+    rlimit::increase_nofile_limit(u64::MAX)
 }
 
 /// Why io_uring cannot be set up here.
@@ -418,9 +399,9 @@ impl Ring {
 /// replaced: a name created, deleted or renamed in its directory, or the directory itself
 /// removed or moved. One non-blocking read per sample replaces an `fstat` per file per read.
 pub struct DirWatch {
-    /// The inotify fd (non-blocking), read through std.
+    /// The inotify fd (non-blocking), read and decoded by rustix.
     fd: File,
-    buf: Vec<u8>,
+    buf: Vec<std::mem::MaybeUninit<u8>>,
 }
 
 /// What [`DirWatch::drain`] found.
@@ -435,68 +416,39 @@ pub enum DirEvents {
 
 impl DirWatch {
     pub fn new() -> io::Result<Self> {
-        // SAFETY: inotify_init1 takes only flags and returns a new fd or -1.
-        let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just returned by inotify_init1 and is owned by nobody else.
-        let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        use rustix::fs::inotify::{init, CreateFlags};
+        let fd = init(CreateFlags::NONBLOCK | CreateFlags::CLOEXEC)?;
         Ok(Self {
             fd: File::from(fd),
-            buf: vec![0; 4096],
+            buf: vec![std::mem::MaybeUninit::uninit(); 4096],
         })
     }
 
     /// Watches `dir` (the same directory twice gives the same descriptor).
     pub fn add(&self, dir: &std::path::Path) -> io::Result<i32> {
-        use std::os::unix::ffi::OsStrExt;
-        let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))?;
-        let mask = libc::IN_CREATE
-            | libc::IN_DELETE
-            | libc::IN_MOVED_FROM
-            | libc::IN_MOVED_TO
-            | libc::IN_DELETE_SELF
-            | libc::IN_MOVE_SELF
-            | libc::IN_ONLYDIR;
-        // SAFETY: the fd is a live inotify fd owned by `self`, `c` is a NUL-terminated path
-        // that outlives the call.
-        let wd = unsafe { libc::inotify_add_watch(self.fd.as_raw_fd(), c.as_ptr(), mask) };
-        if wd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(wd)
+        use rustix::fs::inotify::{add_watch, WatchFlags};
+        let mask = WatchFlags::CREATE
+            | WatchFlags::DELETE
+            | WatchFlags::MOVED_FROM
+            | WatchFlags::MOVED_TO
+            | WatchFlags::DELETE_SELF
+            | WatchFlags::MOVE_SELF
+            | WatchFlags::ONLYDIR;
+        Ok(add_watch(&self.fd, dir, mask)?)
     }
 
     /// Reads every queued event without blocking.
     pub fn drain(&mut self) -> DirEvents {
+        use rustix::fs::inotify::{ReadFlags, Reader};
         let mut wds = Vec::new();
+        let mut events = Reader::new(&self.fd, &mut self.buf);
         loop {
-            let n = match io::Read::read(&mut self.fd, &mut self.buf) {
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            match events.next() {
+                Ok(e) if e.events().contains(ReadFlags::QUEUE_OVERFLOW) => return DirEvents::All,
+                Ok(e) => wds.push(e.wd()),
+                Err(rustix::io::Errno::AGAIN) => break,
+                Err(rustix::io::Errno::INTR) => continue,
                 Err(_) => return DirEvents::All,
-            };
-            if n == 0 {
-                break;
-            }
-            // Each event: wd (i32), mask (u32), cookie (u32), len (u32), then `len` name bytes.
-            let mut at = 0;
-            while at + 16 <= n {
-                let field = |o: usize| {
-                    let b: [u8; 4] = self.buf[at + o..at + o + 4].try_into().unwrap_or([0; 4]);
-                    u32::from_ne_bytes(b)
-                };
-                let wd = field(0) as i32;
-                let mask = field(4);
-                let len = field(12) as usize;
-                if mask & libc::IN_Q_OVERFLOW != 0 {
-                    return DirEvents::All;
-                }
-                wds.push(wd);
-                at += 16 + len;
             }
         }
         if wds.is_empty() {

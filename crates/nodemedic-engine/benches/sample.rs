@@ -13,27 +13,12 @@
 //! `cargo bench -p nodemedic-engine`.
 
 #![allow(clippy::expect_used)]
-// One `clock_gettime` for nanosecond CPU time (see `cpu_seconds`).
-#![allow(unsafe_code)]
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nodemedic_collect::Paths;
 use nodemedic_engine::{Engine, EngineConfig};
-
-/// This process's CPU time, from the scheduler's nanosecond accounting
-/// (`CLOCK_PROCESS_CPUTIME_ID`; `/proc/self/stat` counts 10 ms ticks).
-fn cpu_seconds() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
-}
 
 /// Real time between two samples: `$NODEMEDIC_BENCH_PAUSE_MS`, default 1. The daemon samples
 /// every few seconds, and after a pause that long a sample starts with cold caches (on this
@@ -106,7 +91,7 @@ fn run_with(name: &str, paths: Paths, samples: usize, cgroups_interval: Duration
     for _ in 0..5 {
         engine.sample_at(tick());
     }
-    let cpu0 = cpu_seconds();
+    let cpu0 = nodemedic_collect::process_cpu_seconds();
     let mut walls = Vec::with_capacity(samples);
     let mut last = None;
     for _ in 0..samples {
@@ -116,7 +101,7 @@ fn run_with(name: &str, paths: Paths, samples: usize, cgroups_interval: Duration
         last = Some(s);
         std::thread::sleep(pause);
     }
-    let cpu = (cpu_seconds() - cpu0) / samples as f64;
+    let cpu = (nodemedic_collect::process_cpu_seconds() - cpu0) / samples as f64;
     walls.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let s = last.expect("samples");

@@ -437,7 +437,10 @@ mod tests {
             // Nothing retired is an empty list or zeros (IRQs that went away with no
             // interrupts counted retire nothing).
             if got.retired.is_empty() {
-                assert!(want_retired.iter().all(|t| *t == 0), "step {step}: {want_retired:?}");
+                assert!(
+                    want_retired.iter().all(|t| *t == 0),
+                    "step {step}: {want_retired:?}"
+                );
             } else {
                 assert_eq!(got.retired, want_retired, "step {step}");
             }
