@@ -24,3 +24,27 @@ ensure_rust() {
         . "$HOME/.cargo/env"
     fi
 }
+
+# The Go toolchain the test suite builds Kubernetes and Helm with. The go command fetches it
+# from the Go module proxy (golang.org/toolchain) when the local go is another version;
+# pinned, so that every machine builds with the same compiler and Go's build cache stays warm.
+export GOTOOLCHAIN="${GOTOOLCHAIN_PIN:-go1.26.8}"
+
+# ensure_go: a go command that understands GOTOOLCHAIN (1.21 or newer). Debian 12's golang-go
+# is 1.19, which does not; bookworm-backports' golang-1.23-go does, and fetches the pinned
+# toolchain above through the module proxy.
+ensure_go() {
+    case ":$PATH:" in *:/usr/local/go/bin:*) ;; *) export PATH="$PATH:/usr/local/go/bin" ;; esac
+    local v
+    v=$(GOTOOLCHAIN=local go env GOVERSION 2>/dev/null || true)
+    case "$v" in
+        go1.2[1-9]* | go1.[3-9][0-9]*) return 0 ;;
+    esac
+    local list=/etc/apt/sources.list.d/nodemedic-bookworm-backports.list
+    if [ ! -f "$list" ]; then
+        echo "deb http://deb.debian.org/debian bookworm-backports main" > "$list"
+        apt-get update
+    fi
+    apt-get install -y --no-install-recommends -t bookworm-backports golang-1.23-go
+    ln -sf /usr/lib/go-1.23/bin/go /usr/local/bin/go
+}
