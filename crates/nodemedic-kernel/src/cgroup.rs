@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::mounts::CgroupMounts;
 use crate::psi::Psi;
-use crate::{body, whole_lines, CUT_SHORT};
+use crate::{body, whole_lines, SkipReason};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CgroupFileError {
@@ -47,7 +47,7 @@ impl CpuMax {
 fn single_line(text: &str) -> Result<&str, CgroupFileError> {
     let b = body(text);
     if let Some(s) = b.skipped.first() {
-        return Err(bad(s.line, s.reason.clone()));
+        return Err(bad(s.line, s.reason.to_string()));
     }
     match b.lines.as_slice() {
         [] => Err(CgroupFileError::Empty),
@@ -130,7 +130,7 @@ impl CpuStat {
 /// Parses `cpu.stat` of either version. Keys it does not use are ignored (the v2 file has
 /// `user_usec`, `system_usec`, and more with each kernel).
 pub fn parse_cpu_stat(text: &str) -> Result<CpuStat, CgroupFileError> {
-    let lines = whole_lines(text).map_err(|n| bad(n, CUT_SHORT))?;
+    let lines = whole_lines(text).map_err(|n| bad(n, SkipReason::CutShort.to_string()))?;
     let mut s = CpuStat::default();
     let (mut periods, mut throttled, mut throttled_time) = (None, None, None);
     let mut empty = true;
@@ -465,7 +465,7 @@ mod tests {
         assert_eq!(parse_cpu_stat(" \n\n"), Err(CgroupFileError::Empty));
         assert_eq!(
             parse_cpu_stat("nr_periods 1\nnr_throttled 1\nthrottled_usec 1"),
-            Err(bad(3, CUT_SHORT)),
+            Err(bad(3, SkipReason::CutShort.to_string())),
             "a cut file names its last line"
         );
     }

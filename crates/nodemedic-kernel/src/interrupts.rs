@@ -8,7 +8,7 @@
 
 use serde::Serialize;
 
-use crate::{leading_counts, parse_cpu_header, SkippedLine, TableError};
+use crate::{leading_counts, parse_cpu_header, SkipReason, SkippedLine, TableError};
 
 pub type InterruptsError = TableError;
 
@@ -109,7 +109,7 @@ impl Parser {
         if !complete {
             self.out.skipped.push(SkippedLine {
                 line: n,
-                reason: crate::CUT_SHORT.into(),
+                reason: SkipReason::CutShort,
             });
             return;
         }
@@ -149,29 +149,27 @@ enum Row {
     Arch(ArchLine),
 }
 
-fn parse_row(line: &str, ncpus: usize) -> Result<Row, String> {
-    let (label, rest) = line
-        .split_once(':')
-        .ok_or_else(|| "no ':' after the row label".to_string())?;
+fn parse_row(line: &str, ncpus: usize) -> Result<Row, SkipReason> {
+    let (label, rest) = line.split_once(':').ok_or(SkipReason::NoColon)?;
     let label = label.trim();
     if label.is_empty() {
-        return Err("empty row label".into());
+        return Err(SkipReason::EmptyLabel);
     }
     let (counts, nonzero, used) = leading_counts(rest, ncpus);
     let desc = rest[used..].trim();
     if label.bytes().all(|b| b.is_ascii_digit()) {
         let irq = label
             .parse::<u32>()
-            .map_err(|_| format!("IRQ number {label:?} out of range"))?;
+            .map_err(|_| SkipReason::IrqOutOfRange(label.to_string()))?;
         if counts.is_empty() {
-            return Err(format!("IRQ {irq} has no counts"));
+            return Err(SkipReason::NoCounts(irq));
         }
         let mut line = parse_irq_description(irq, counts, desc);
         line.nonzero = Some(nonzero);
         Ok(Row::Irq(line))
     } else {
         if label.chars().any(char::is_whitespace) {
-            return Err(format!("row label {label:?} contains spaces"));
+            return Err(SkipReason::LabelWithSpaces(label.to_string()));
         }
         Ok(Row::Arch(ArchLine {
             name: label.to_string(),

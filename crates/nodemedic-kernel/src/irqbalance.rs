@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::{CpuSet, CpuSetError, SkippedLine};
+use crate::{CpuSet, CpuSetError, SkipReason, SkippedLine};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EnvFile {
@@ -22,7 +22,7 @@ pub fn parse_env_file(text: &str) -> EnvFile {
         let Some((key, value)) = line.split_once('=') else {
             out.skipped.push(SkippedLine {
                 line: i + 1,
-                reason: "not KEY=VALUE".into(),
+                reason: SkipReason::NotKeyValue,
             });
             continue;
         };
@@ -30,7 +30,7 @@ pub fn parse_env_file(text: &str) -> EnvFile {
         if key.is_empty() || !key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
             out.skipped.push(SkippedLine {
                 line: i + 1,
-                reason: format!("invalid variable name {key:?}"),
+                reason: SkipReason::BadVariableName(key.to_string()),
             });
             continue;
         }

@@ -27,7 +27,43 @@ pub use snapshot::Snapshot;
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct SkippedLine {
     pub line: usize,
-    pub reason: String,
+    pub reason: SkipReason,
+}
+
+/// Why a line was skipped. Serialized as its message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SkipReason {
+    /// The last line of a file that does not end with a newline (see [`body`]).
+    #[error("last line has no newline: the file was cut short")]
+    CutShort,
+    #[error("no ':' after the row label")]
+    NoColon,
+    #[error("empty row label")]
+    EmptyLabel,
+    #[error("IRQ number {0:?} out of range")]
+    IrqOutOfRange(String),
+    #[error("IRQ {0} has no counts")]
+    NoCounts(u32),
+    #[error("row label {0:?} contains spaces")]
+    LabelWithSpaces(String),
+    #[error("no ':' after the softirq name")]
+    NoSoftirqColon,
+    #[error("unexpected content in softirq row {0:?}")]
+    SoftirqContent(String),
+    #[error("column {0:?} is not hex")]
+    NotHex(String),
+    #[error("{found} columns, expected at least {min}")]
+    TooFewColumns { found: usize, min: usize },
+    #[error("not KEY=VALUE")]
+    NotKeyValue,
+    #[error("invalid variable name {0:?}")]
+    BadVariableName(String),
+}
+
+impl serde::Serialize for SkipReason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
 }
 
 /// The usable lines of a kernel file: complete, non-blank, numbered from 1.
@@ -35,9 +71,6 @@ pub(crate) struct Body<'a> {
     pub lines: Vec<(usize, &'a str)>,
     pub skipped: Vec<SkippedLine>,
 }
-
-/// Why the last line of a file that does not end with a newline is not read.
-pub(crate) const CUT_SHORT: &str = "last line has no newline: the file was cut short";
 
 /// The complete, non-blank lines of a file that must be whole, numbered from 1, without
 /// collecting them (small per-cgroup files are read by the thousand); `Err` with the number
@@ -69,7 +102,7 @@ pub(crate) fn body(text: &str) -> Body<'_> {
         if cut && i + 1 == all.len() {
             out.skipped.push(SkippedLine {
                 line: i + 1,
-                reason: CUT_SHORT.into(),
+                reason: SkipReason::CutShort,
             });
         } else if !line.trim().is_empty() {
             out.lines.push((i + 1, line));
@@ -84,7 +117,18 @@ pub enum TableError {
     #[error("file is empty")]
     Empty,
     #[error("bad CPU header: {0}")]
-    BadHeader(String),
+    BadHeader(#[from] HeaderError),
+}
+
+/// Why a `CPU<n>` header line is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderError {
+    #[error("header token {0:?} is not CPU<n>")]
+    NotCpu(String),
+    #[error("CPU id {0} exceeds the supported maximum")]
+    TooLarge(u32),
+    #[error("header names no CPUs")]
+    NoCpus,
 }
 
 /// Splits a per-CPU table into its CPU header and the lines after it.
@@ -94,7 +138,7 @@ pub(crate) fn cpu_table(text: &str) -> Result<(Vec<u32>, Body<'_>), TableError> 
         return Err(TableError::Empty);
     }
     let (_, header) = b.lines.remove(0);
-    let cpus = parse_cpu_header(header).map_err(TableError::BadHeader)?;
+    let cpus = parse_cpu_header(header)?;
     Ok((cpus, b))
 }
 
@@ -102,20 +146,20 @@ pub(crate) fn cpu_table(text: &str) -> Result<(Vec<u32>, Body<'_>), TableError> 
 ///
 /// The header names only the CPUs that were online when the file was read, so the position of
 /// a count column says nothing by itself: column `i` belongs to the CPU named by token `i`.
-pub(crate) fn parse_cpu_header(line: &str) -> Result<Vec<u32>, String> {
+pub(crate) fn parse_cpu_header(line: &str) -> Result<Vec<u32>, HeaderError> {
     let mut cpus = Vec::new();
     for token in line.split_whitespace() {
         let id = token
             .strip_prefix("CPU")
             .and_then(|n| n.parse::<u32>().ok())
-            .ok_or_else(|| format!("header token {token:?} is not CPU<n>"))?;
+            .ok_or_else(|| HeaderError::NotCpu(token.to_string()))?;
         if id >= cpuset::MAX_CPUS {
-            return Err(format!("CPU id {id} exceeds the supported maximum"));
+            return Err(HeaderError::TooLarge(id));
         }
         cpus.push(id);
     }
     if cpus.is_empty() {
-        return Err("header names no CPUs".to_string());
+        return Err(HeaderError::NoCpus);
     }
     Ok(cpus)
 }

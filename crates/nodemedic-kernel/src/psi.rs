@@ -62,7 +62,7 @@ pub(crate) fn parse_lines(text: &str) -> Result<Psi, PsiError> {
     // added something.
     let lines = crate::whole_lines(text).map_err(|line| PsiError::BadLine {
         line,
-        reason: crate::CUT_SHORT.into(),
+        reason: crate::SkipReason::CutShort.to_string(),
     })?;
     let mut psi = Psi::default();
     for (n, line) in lines {
@@ -223,7 +223,7 @@ mod tests {
         if let Some(s) = b.skipped.first() {
             return Err(PsiError::BadLine {
                 line: s.line,
-                reason: s.reason.clone(),
+                reason: s.reason.to_string(),
             });
         }
         let mut psi = Psi::default();

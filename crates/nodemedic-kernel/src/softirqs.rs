@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::{cpu_table, leading_counts, SkippedLine, TableError};
+use crate::{cpu_table, leading_counts, SkipReason, SkippedLine, TableError};
 
 pub type SoftirqsError = TableError;
 
@@ -48,7 +48,7 @@ pub fn parse(text: &str) -> Result<Softirqs, SoftirqsError> {
         let Some((name, rest)) = line.split_once(':') else {
             out.skipped.push(SkippedLine {
                 line: n,
-                reason: "no ':' after the softirq name".into(),
+                reason: SkipReason::NoSoftirqColon,
             });
             continue;
         };
@@ -57,7 +57,7 @@ pub fn parse(text: &str) -> Result<Softirqs, SoftirqsError> {
         if name.is_empty() || !rest[used..].trim().is_empty() {
             out.skipped.push(SkippedLine {
                 line: n,
-                reason: format!("unexpected content in softirq row {name:?}"),
+                reason: SkipReason::SoftirqContent(name.to_string()),
             });
             continue;
         }

@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use crate::{body, SkippedLine};
+use crate::{body, SkipReason, SkippedLine};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Softnet {
@@ -50,19 +50,22 @@ pub fn parse(text: &str) -> Softnet {
 /// Columns read; a newer kernel's further columns are checked as hex and otherwise ignored.
 const MAX_COLUMNS: usize = 15;
 
-fn parse_row(line: &str) -> Result<SoftnetRow, String> {
+fn parse_row(line: &str) -> Result<SoftnetRow, SkipReason> {
     // One row per CPU every sample (256 on a 256-CPU node): no allocation unless it fails.
     let mut cols = [0u32; MAX_COLUMNS];
     let mut n = 0;
     for c in line.split_ascii_whitespace() {
-        let v = u32::from_str_radix(c, 16).map_err(|_| format!("column {c:?} is not hex"))?;
+        let v = u32::from_str_radix(c, 16).map_err(|_| SkipReason::NotHex(c.to_string()))?;
         if let Some(slot) = cols.get_mut(n) {
             *slot = v;
         }
         n += 1;
     }
     if n < MIN_COLUMNS {
-        return Err(format!("{n} columns, expected at least {MIN_COLUMNS}"));
+        return Err(SkipReason::TooFewColumns {
+            found: n,
+            min: MIN_COLUMNS,
+        });
     }
     let at = |i: usize| (i < n).then(|| cols[i]);
     Ok(SoftnetRow {
@@ -132,8 +135,11 @@ mod tests {
         assert_eq!(parse(row).rows[0].process_queue_len, Some(9));
         let s = parse("1 2 3 0 0 0 0 0 0 4 5 6 7 8 9 a zz\n1 2 3\n");
         assert!(s.rows.is_empty());
-        assert_eq!(s.skipped[0].reason, "column \"zz\" is not hex");
-        assert_eq!(s.skipped[1].reason, "3 columns, expected at least 10");
+        assert_eq!(s.skipped[0].reason, SkipReason::NotHex("zz".into()));
+        assert_eq!(
+            s.skipped[1].reason.to_string(),
+            "3 columns, expected at least 10"
+        );
     }
 
     #[test]
