@@ -1,0 +1,332 @@
+#!/usr/bin/env bash
+# A real single-node Kubernetes cluster on this machine, for the test suite: etcd,
+# kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy (iptables) and a kubelet
+# with Debian's containerd, runc and CNI bridge plugin. Everything listens inside a network
+# namespace made here (its own loopback, the node's address, the pods' bridge), so no packet
+# leaves it; mounts, cgroups and /proc stay the host's, as on a real node.
+#
+#   tests/k8s/cluster-up.sh DIR      # DIR holds all state; prints DIR/env when the node is Ready
+#   set -a; . DIR/env; set +a        # KUBECONFIG, NETNS, NODE_NAME, NODE_IP, CONTAINERD_SOCK, …
+#   tests/k8s/cluster-down.sh DIR    # stops everything and leaves nothing behind
+#
+# Helpers for the tests: tests/k8s/lib.sh (kubectl, import an image, run in the netns).
+# Binaries: tests/k8s/build-k8s.sh (cached under /var/cache/nodemedic-k8s).
+set -euo pipefail
+exec </dev/null
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+[ $# -eq 1 ] || { echo "usage: $0 DIR" >&2; exit 2; }
+mkdir -p "$1"
+DIR="$(cd "$1" && pwd)"
+CACHE="${NODEMEDIC_K8S_CACHE:-/var/cache/nodemedic-k8s}"
+BIN="$CACHE/bin"
+TIMEOUT="${NODEMEDIC_K8S_READY_TIMEOUT:-180}"
+
+NETNS="${NODEMEDIC_K8S_NETNS:-nmk8s}"
+NODE_NAME="${NODEMEDIC_K8S_NODE:-nodemedic-node}"
+# Addresses inside the namespace only. NODE_IP sits on the namespace's loopback.
+NODE_IP=10.213.0.2
+POD_CIDR=10.244.0.0/24
+SERVICE_CIDR=10.96.0.0/24
+KUBERNETES_SVC=10.96.0.1
+PAUSE_IMAGE=registry.k8s.io/pause:3.10
+
+log() { printf '[cluster-up %s] %s\n' "$(date +%T)" "$*" >&2; }
+die() {
+  log "ERROR: $*"
+  for f in "$DIR"/logs/*.log; do
+    [ -f "$f" ] || continue
+    echo "--- $(basename "$f") (last 15 lines)" >&2
+    tail -n 15 "$f" >&2
+  done
+  "$HERE/cluster-down.sh" "$DIR" >&2 || true
+  exit 1
+}
+
+[ "$(id -u)" = 0 ] || { log "needs root"; exit 1; }
+# shellcheck source=deploy/bootstrap.sh
+. "$HERE/../../deploy/bootstrap.sh"
+ensure_packages containerd runc containernetworking-plugins buildah iptables conntrack openssl curl >&2
+ensure_go >&2
+"$HERE/build-k8s.sh"
+
+# A previous run of this DIR, or a crashed one with the same namespace name.
+"$HERE/cluster-down.sh" "$DIR" >/dev/null 2>&1 || true
+mkdir -p "$DIR"/{logs,pki,etc,containerd,kubelet,pod-logs,cni/net.d,images}
+start=$(date +%s)
+
+in_ns() { nsenter --net="/run/netns/$NETNS" "$@"; }
+
+# ------------------------------------------------------------------ network
+# The namespace holds the cluster's network: its loopback carries the node's address, and the
+# CNI bridge the pods'. Daemons enter it with nsenter --net only (`ip netns exec` would also
+# remount /sys, hiding /sys/fs/cgroup from the kubelet).
+ip netns add "$NETNS"
+in_ns ip link set lo up
+in_ns ip addr add "$NODE_IP/32" dev lo
+in_ns sysctl -qw net.ipv4.ip_forward=1
+# Pods reach Services across the bridge only if bridged packets go through iptables.
+in_ns sysctl -qw net.bridge.bridge-nf-call-iptables=1 2>/dev/null || true
+echo "$NETNS" > "$DIR/netns"
+
+# ---------------------------------------------------------------- certificates
+PKI="$DIR/pki"
+ca_sign() {  # ca_sign NAME SUBJECT EXTENSIONS
+  local name=$1 subj=$2 ext=$3
+  openssl req -newkey rsa:2048 -nodes -sha256 -keyout "$PKI/$name.key" -out "$PKI/$name.csr" \
+    -subj "$subj" >/dev/null 2>&1
+  printf '%s\n' "basicConstraints=CA:FALSE" "keyUsage=critical,digitalSignature,keyEncipherment" \
+    "$ext" > "$PKI/$name.ext"
+  openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
+    -sha256 -days 365 -extfile "$PKI/$name.ext" -out "$PKI/$name.crt" >/dev/null 2>&1
+}
+# A CA that signs every certificate below: a self-signed serving certificate (CA:TRUE) was
+# refused by the pod's client, and pods get this CA from kube-root-ca.crt.
+openssl req -x509 -newkey rsa:2048 -nodes -sha256 -days 365 -keyout "$PKI/ca.key" \
+  -out "$PKI/ca.crt" -subj "/CN=nodemedic-test-ca" \
+  -addext "basicConstraints=critical,CA:TRUE" \
+  -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" >/dev/null 2>&1
+ca_sign apiserver "/CN=kube-apiserver" "extendedKeyUsage=serverAuth
+subjectAltName=IP:$NODE_IP,IP:$KUBERNETES_SVC,IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+# The apiserver's identity toward the kubelet (logs, exec).
+ca_sign apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "extendedKeyUsage=clientAuth"
+ca_sign admin "/O=system:masters/CN=admin" "extendedKeyUsage=clientAuth"
+ca_sign controller-manager "/CN=system:kube-controller-manager" "extendedKeyUsage=clientAuth"
+ca_sign scheduler "/CN=system:kube-scheduler" "extendedKeyUsage=clientAuth"
+ca_sign kube-proxy "/CN=system:kube-proxy" "extendedKeyUsage=clientAuth"
+ca_sign kubelet "/O=system:nodes/CN=system:node:$NODE_NAME" "extendedKeyUsage=clientAuth"
+ca_sign kubelet-serving "/O=system:nodes/CN=system:node:$NODE_NAME" "extendedKeyUsage=serverAuth
+subjectAltName=IP:$NODE_IP,DNS:$NODE_NAME"
+openssl genrsa -out "$PKI/sa.key" 2048 >/dev/null 2>&1
+openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" >/dev/null 2>&1
+chmod 600 "$PKI"/*.key
+
+APISERVER_URL="https://$NODE_IP:6443"
+kubeconfig() {  # kubeconfig NAME CERT
+  cat > "$DIR/etc/$1.kubeconfig" <<KCFG
+apiVersion: v1
+kind: Config
+clusters:
+- name: nodemedic-test
+  cluster:
+    server: $APISERVER_URL
+    certificate-authority: $PKI/ca.crt
+users:
+- name: $1
+  user:
+    client-certificate: $PKI/$2.crt
+    client-key: $PKI/$2.key
+contexts:
+- name: nodemedic-test
+  context:
+    cluster: nodemedic-test
+    user: $1
+current-context: nodemedic-test
+KCFG
+}
+for k in admin controller-manager scheduler kube-proxy kubelet; do kubeconfig "$k" "$k"; done
+
+# ------------------------------------------------------------------ daemons
+# spawn NAME CMD...: starts a daemon in the namespace, in its own session, logging to logs/.
+spawn() {
+  local name=$1; shift
+  setsid nsenter --net="/run/netns/$NETNS" "$@" >"$DIR/logs/$name.log" 2>&1 &
+  echo $! > "$DIR/$name.pid"
+}
+alive() { kill -0 "$(cat "$DIR/$1.pid")" 2>/dev/null; }
+wait_for() {  # wait_for WHAT SECONDS CMD...: polls CMD every 0.5 s
+  local what=$1 secs=$2; shift 2
+  local deadline=$(( $(date +%s) + secs ))
+  until "$@" >/dev/null 2>&1; do
+    [ "$(date +%s)" -lt "$deadline" ] || die "$what not within ${secs}s"
+    sleep 0.5
+  done
+}
+KUBECTL=("$BIN/kubectl" --kubeconfig "$DIR/etc/admin.kubeconfig")
+k() { in_ns "${KUBECTL[@]}" "$@"; }
+
+spawn etcd env -u ETCD_NAME etcd --name nodemedic-test --data-dir "$DIR/etcd" \
+  --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+  --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+  --initial-cluster nodemedic-test=http://127.0.0.1:2380 --logger zap --log-outputs stderr
+wait_for "etcd" 30 in_ns curl -sf http://127.0.0.1:2379/health
+
+spawn kube-apiserver "$BIN/kube-apiserver" \
+  --bind-address=0.0.0.0 --secure-port=6443 --advertise-address="$NODE_IP" \
+  --etcd-servers=http://127.0.0.1:2379 \
+  --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
+  --client-ca-file="$PKI/ca.crt" \
+  --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" \
+  --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
+  --kubelet-certificate-authority="$PKI/ca.crt" \
+  --kubelet-preferred-address-types=InternalIP \
+  --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
+  --service-account-issuer=https://kubernetes.default.svc \
+  --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
+  --service-cluster-ip-range="$SERVICE_CIDR" --allow-privileged=true --profiling=false --v=1
+wait_for "kube-apiserver /readyz" 120 k get --raw /readyz
+
+# The controller-manager's own identity per controller (ServiceAccount tokens, the root CA
+# ConfigMap kube-root-ca.crt in every namespace, garbage collection of uninstalled objects).
+spawn kube-controller-manager "$BIN/kube-controller-manager" \
+  --kubeconfig="$DIR/etc/controller-manager.kubeconfig" \
+  --authentication-kubeconfig="$DIR/etc/controller-manager.kubeconfig" \
+  --authorization-kubeconfig="$DIR/etc/controller-manager.kubeconfig" \
+  --use-service-account-credentials=true \
+  --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
+  --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
+  --service-cluster-ip-range="$SERVICE_CIDR" \
+  --leader-elect=false --bind-address=127.0.0.1 --v=1
+spawn kube-scheduler "$BIN/kube-scheduler" \
+  --kubeconfig="$DIR/etc/scheduler.kubeconfig" \
+  --authentication-kubeconfig="$DIR/etc/scheduler.kubeconfig" \
+  --authorization-kubeconfig="$DIR/etc/scheduler.kubeconfig" \
+  --leader-elect=false --bind-address=127.0.0.1 --v=1
+
+cat > "$DIR/etc/kube-proxy.yaml" <<YAML
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: iptables
+clientConnection:
+  kubeconfig: $DIR/etc/kube-proxy.kubeconfig
+hostnameOverride: $NODE_NAME
+clusterCIDR: $POD_CIDR
+bindAddress: 127.0.0.1
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+# nf_conntrack_max is a host-wide sysctl: leave it to the host.
+conntrack:
+  maxPerCore: 0
+YAML
+spawn kube-proxy "$BIN/kube-proxy" --config="$DIR/etc/kube-proxy.yaml" --v=1
+
+# ---------------------------------------------------------------- containerd
+CONTAINERD_SOCK="$DIR/containerd/containerd.sock"
+cat > "$DIR/cni/net.d/10-nmk8s.conflist" <<JSON
+{
+  "cniVersion": "1.0.0",
+  "name": "nmk8s",
+  "plugins": [
+    {"type": "bridge", "bridge": "nmk8s0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_CIDR"}]],
+              "routes": [{"dst": "0.0.0.0/0"}], "dataDir": "$DIR/cni/ipam"}},
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+JSON
+cat > "$DIR/etc/containerd.toml" <<TOML
+# containerd of its own: config, state, root and socket under DIR, never the system's.
+version = 2
+root = "$DIR/containerd/root"
+state = "$DIR/containerd/state"
+[grpc]
+  address = "$CONTAINERD_SOCK"
+[ttrpc]
+  address = "$CONTAINERD_SOCK.ttrpc"
+[plugins."io.containerd.grpc.v1.cri"]
+  # Nothing can be pulled here: the pause image is built and imported below.
+  sandbox_image = "$PAUSE_IMAGE"
+  # The capability bounding set lacks CAP_SYS_RESOURCE: without this runc fails on the
+  # sandbox's oom_score_adj.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        # PID 1 is not systemd: the cgroupfs driver, as the kubelet's.
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "$DIR/cni/net.d"
+TOML
+spawn containerd containerd --config "$DIR/etc/containerd.toml"
+wait_for "containerd" 30 ctr --address "$CONTAINERD_SOCK" version
+
+# The images the tests need and cannot pull: pause for every pod sandbox, and a CPU burner.
+build_image() {  # build_image NAME GO_PACKAGE_DIR ARCHIVE
+  local name=$1 pkg=$2 archive=$3 ctx
+  ctx=$(mktemp -d)
+  (cd "$HERE/images" && CGO_ENABLED=0 GOFLAGS=-buildvcs=false go build -trimpath \
+     -ldflags "-s -w" -o "$ctx/app" "./$pkg")
+  local c
+  export STORAGE_DRIVER=vfs BUILDAH_ISOLATION=chroot
+  c=$(buildah from scratch)
+  buildah copy "$c" "$ctx/app" /app >/dev/null
+  buildah config --entrypoint '["/app"]' --user 65534:65534 "$c"
+  buildah commit --quiet "$c" "$name" >/dev/null
+  buildah rm "$c" >/dev/null
+  rm -f "$archive"
+  buildah push --quiet "$name" "oci-archive:$archive:$name"
+  rm -rf "$ctx"
+}
+import_image() { ctr --address "$CONTAINERD_SOCK" -n k8s.io images import "$1" >/dev/null; }
+build_image "$PAUSE_IMAGE" pause "$DIR/images/pause.tar"
+build_image localhost/nodemedic-test-busy:1 busy "$DIR/images/busy.tar"
+import_image "$DIR/images/pause.tar"
+import_image "$DIR/images/busy.tar"
+
+# ------------------------------------------------------------------ kubelet
+cat > "$DIR/etc/kubelet.yaml" <<YAML
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# PID 1 is not systemd here.
+cgroupDriver: cgroupfs
+# cgroups are hybrid (the cpu controller on v1, PSI in /sys/fs/cgroup/unified); kubelet 1.35+
+# refuses v1 unless told.
+failCgroupV1: false
+failSwapOn: false
+address: $NODE_IP
+port: 10250
+readOnlyPort: 0
+tlsCertFile: $PKI/kubelet-serving.crt
+tlsPrivateKeyFile: $PKI/kubelet-serving.key
+# kubectl logs and exec: the apiserver's client certificate, and RBAC through the API.
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: $PKI/ca.crt
+authorization:
+  mode: Webhook
+clusterDomain: cluster.local
+podLogsDir: $DIR/pod-logs
+# This disk is shared with builds: do not evict test pods over it.
+evictionHard:
+  memory.available: "100Mi"
+  nodefs.available: "1%"
+  imagefs.available: "1%"
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+YAML
+spawn kubelet "$BIN/kubelet" \
+  --config="$DIR/etc/kubelet.yaml" --kubeconfig="$DIR/etc/kubelet.kubeconfig" \
+  --container-runtime-endpoint="unix://$CONTAINERD_SOCK" \
+  --root-dir="$DIR/kubelet" --hostname-override="$NODE_NAME" --node-ip="$NODE_IP" --v=1
+
+node_ready() {
+  [ "$(k get node "$NODE_NAME" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" = True ]
+}
+wait_for "node $NODE_NAME Ready" "$TIMEOUT" node_ready
+wait_for "the default ServiceAccount" 60 k get serviceaccount default -n default
+for d in etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy containerd kubelet; do
+  alive "$d" || die "$d exited"
+done
+
+cat > "$DIR/env" <<ENV
+KUBECONFIG=$DIR/etc/admin.kubeconfig
+KUBECTL=$BIN/kubectl
+NETNS=$NETNS
+NODE_NAME=$NODE_NAME
+NODE_IP=$NODE_IP
+APISERVER_URL=$APISERVER_URL
+CA_FILE=$PKI/ca.crt
+CONTAINERD_SOCK=$CONTAINERD_SOCK
+POD_CIDR=$POD_CIDR
+KUBERNETES_SVC=$KUBERNETES_SVC
+ENV
+log "node $NODE_NAME Ready in $(( $(date +%s) - start ))s"
+echo "$DIR/env"

@@ -1,0 +1,3 @@
+module nodemedic.test/k8s-images
+
+go 1.22
