@@ -153,10 +153,22 @@ pub fn cgroup_path(data: &[u8]) {
 
 pub fn mountinfo(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
-    if let Ok(m) = mounts::cgroup_mounts(&text) {
-        assert!(
-            m.cpu.is_none() || m.cpuacct.is_some() || !text.contains("cpuacct") || m.cpu.is_some()
-        );
+    // Whatever is chosen is a mount point of its kind that the text lists, under the root.
+    let root = std::path::Path::new("/host");
+    if let Ok(m) = mounts::cgroup_mounts_under(&text, root) {
+        for (chosen, kind) in [
+            (&m.unified, "cgroup2"),
+            (&m.cpu, "cgroup"),
+            (&m.cpuacct, "cgroup"),
+        ] {
+            if let Some(p) = chosen {
+                assert!(p.starts_with(root), "{p:?}");
+                assert!(
+                    text.lines().any(|l| l.contains(&format!(" - {kind} "))),
+                    "{p:?} chosen without a {kind} line"
+                );
+            }
+        }
     }
 }
 

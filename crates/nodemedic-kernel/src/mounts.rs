@@ -1,7 +1,7 @@
 //! Where the cgroup hierarchies are mounted, from `/proc/self/mountinfo` (parsed by the
 //! procfs project's `procfs-core`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use procfs_core::process::MountInfos;
 use procfs_core::FromRead;
@@ -25,29 +25,58 @@ pub enum MountInfoError {
     Parse(String),
 }
 
+/// The cgroup mounts of a mountinfo text: the first of each kind (see
+/// [`cgroup_mounts_under`] for a process that sees more than one).
 pub fn cgroup_mounts(text: &str) -> Result<CgroupMounts, MountInfoError> {
+    cgroup_mounts_under(text, Path::new("/"))
+}
+
+/// The cgroup mounts under `root` (the host's root mounted in a container, `/host`, or `/`).
+///
+/// In a pod on a cgroup v1 (or hybrid) node a process sees two mounts of each hierarchy: the
+/// container's own `/sys/fs/cgroup/cpu`, whose mount root is its cgroup
+/// (`/kubepods/burstable/pod…/<id>`), and the host's, bind-mounted under `/host` with root
+/// `/`. Of the mounts under `root`, one of the whole hierarchy (root `/`) is taken first; a
+/// part of a hierarchy only when there is no whole one.
+pub fn cgroup_mounts_under(text: &str, root: &Path) -> Result<CgroupMounts, MountInfoError> {
     let mounts =
         MountInfos::from_read(text.as_bytes()).map_err(|e| MountInfoError::Parse(e.to_string()))?;
-    let mut out = CgroupMounts::default();
+    // (mount point, whole hierarchy) of each kind, in mountinfo's order.
+    let mut unified = Vec::new();
+    let mut cpu = Vec::new();
+    let mut cpuacct = Vec::new();
     for m in mounts.0 {
+        if !m.mount_point.starts_with(root) {
+            continue;
+        }
+        let whole = m.root == "/";
         match m.fs_type.as_str() {
-            "cgroup2" => {
-                out.unified.get_or_insert(m.mount_point);
-            }
+            "cgroup2" => unified.push((m.mount_point, whole)),
             "cgroup" => {
                 // v1 controllers are named in the super options: `rw,cpu,cpuacct`.
                 let has = |c: &str| m.super_options.contains_key(c);
-                if has("cpu") && out.cpu.is_none() {
-                    out.cpu = Some(m.mount_point.clone());
+                if has("cpu") {
+                    cpu.push((m.mount_point.clone(), whole));
                 }
-                if has("cpuacct") && out.cpuacct.is_none() {
-                    out.cpuacct = Some(m.mount_point);
+                if has("cpuacct") {
+                    cpuacct.push((m.mount_point, whole));
                 }
             }
             _ => {}
         }
     }
-    Ok(out)
+    let pick = |v: Vec<(PathBuf, bool)>| {
+        let first = v.first().map(|(p, _)| p.clone());
+        v.into_iter()
+            .find(|(_, whole)| *whole)
+            .map(|(p, _)| p)
+            .or(first)
+    };
+    Ok(CgroupMounts {
+        unified: pick(unified),
+        cpu: pick(cpu),
+        cpuacct: pick(cpuacct),
+    })
 }
 
 #[cfg(test)]
@@ -74,5 +103,53 @@ mod tests {
         assert_eq!((m.unified, m.cpu), (Some("/sys/fs/cgroup".into()), None));
         assert_eq!(cgroup_mounts("").unwrap(), CgroupMounts::default());
         assert!(cgroup_mounts("garbage line\n").is_err());
+    }
+
+    /// A pod on a hybrid node (kubelet's cgroupfs driver, containerd, the host's / under
+    /// /host): the container's own v1 mounts come first and hold only its cgroup; the
+    /// host's whole hierarchies under /host are the ones to read.
+    #[test]
+    fn a_pod_on_a_hybrid_node_reads_the_hosts_hierarchies() {
+        let pod = "\
+1200 1100 0:150 / / ro,relatime - overlay overlay rw,lowerdir=/l,upperdir=/u,workdir=/w
+1210 1200 0:160 / /sys ro,nosuid,nodev,noexec,relatime - sysfs sysfs ro
+1211 1210 0:161 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw,mode=755
+1212 1211 0:29 /kubepods/burstable/pod0a1b/c0ffee /sys/fs/cgroup/cpu ro,nosuid,nodev,noexec,relatime master:12 - cgroup cgroup rw,cpu
+1213 1211 0:30 /kubepods/burstable/pod0a1b/c0ffee /sys/fs/cgroup/cpuacct ro,nosuid,nodev,noexec,relatime master:13 - cgroup cgroup rw,cpuacct
+1214 1211 0:38 /kubepods/burstable/pod0a1b/c0ffee /sys/fs/cgroup/unified ro,nosuid,nodev,noexec,relatime master:20 - cgroup2 cgroup2 rw
+1300 1200 0:22 / /host/proc ro,nosuid,nodev,noexec,relatime master:2 - proc proc rw
+1310 1200 0:21 / /host/sys ro,nosuid,nodev,noexec,relatime master:3 - sysfs sysfs rw
+1311 1310 0:28 / /host/sys/fs/cgroup ro,relatime master:4 - tmpfs tmpfs rw,mode=755
+1312 1311 0:29 / /host/sys/fs/cgroup/cpu ro,relatime master:12 - cgroup cgroup rw,cpu
+1313 1311 0:30 / /host/sys/fs/cgroup/cpuacct ro,relatime master:13 - cgroup cgroup rw,cpuacct
+1314 1311 0:38 / /host/sys/fs/cgroup/unified ro,relatime master:20 - cgroup2 cgroup2 rw
+";
+        let m = cgroup_mounts_under(pod, Path::new("/host/sys/fs/cgroup")).unwrap();
+        assert_eq!(m.cpu, Some("/host/sys/fs/cgroup/cpu".into()));
+        assert_eq!(m.cpuacct, Some("/host/sys/fs/cgroup/cpuacct".into()));
+        assert_eq!(m.unified, Some("/host/sys/fs/cgroup/unified".into()));
+        // Without a root, the whole hierarchy still beats the container's part of it.
+        let m = cgroup_mounts(pod).unwrap();
+        assert_eq!(m.cpu, Some("/host/sys/fs/cgroup/cpu".into()));
+        // A part of a hierarchy only when there is no whole one.
+        let own = pod.lines().take(6).collect::<Vec<_>>().join("\n") + "\n";
+        let m = cgroup_mounts(&own).unwrap();
+        assert_eq!(m.cpu, Some("/sys/fs/cgroup/cpu".into()));
+    }
+
+    /// A pod on a pure cgroup v2 node: its own /sys/fs/cgroup is the root of its cgroup
+    /// namespace (mount root `/` as well), the host's is under /host.
+    #[test]
+    fn a_pod_on_a_v2_node_reads_the_hosts_hierarchy() {
+        let pod = "\
+1200 1100 0:150 / / ro,relatime - overlay overlay rw
+1211 1200 0:30 / /sys/fs/cgroup ro,nosuid,nodev,noexec,relatime - cgroup2 cgroup2 rw,nsdelegate
+1311 1300 0:30 / /host/sys/fs/cgroup ro,relatime master:4 - cgroup2 cgroup2 rw,nsdelegate
+";
+        let m = cgroup_mounts_under(pod, Path::new("/host/sys/fs/cgroup")).unwrap();
+        assert_eq!(
+            (m.unified, m.cpu),
+            (Some("/host/sys/fs/cgroup".into()), None)
+        );
     }
 }

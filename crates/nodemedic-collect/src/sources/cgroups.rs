@@ -9,7 +9,7 @@ use nodemedic_kernel::cgroup::{
     classify, parse_cfs, parse_cpu_max, parse_cpu_stat, parse_cpuacct_usage, CgroupPressure,
     CgroupStats, Cgroups, Workload,
 };
-use nodemedic_kernel::mounts::{cgroup_mounts, CgroupMounts};
+use nodemedic_kernel::mounts::{cgroup_mounts_under, CgroupMounts};
 use nodemedic_kernel::{psi, Snapshot};
 
 use super::pressure::EOPNOTSUPP;
@@ -238,13 +238,7 @@ impl Collector for CgroupsCollector {
 fn layout(reader: &Reader, procfs: &Path, root: &Path) -> (CgroupMounts, bool) {
     let mountinfo = procfs.join("self/mountinfo");
     if let Ok(Some(text)) = reader.read_optional(&mountinfo) {
-        if let Ok(m) = cgroup_mounts(&text) {
-            let under = |p: Option<PathBuf>| p.filter(|p| p.starts_with(root));
-            let m = CgroupMounts {
-                unified: under(m.unified),
-                cpu: under(m.cpu),
-                cpuacct: under(m.cpuacct),
-            };
+        if let Ok(m) = cgroup_mounts_under(&text, root) {
             if m.unified.is_some() || m.cpu.is_some() {
                 return (m, true);
             }
