@@ -27,8 +27,13 @@ use nodemedic_kernel::Snapshot;
 #[serde(default, deny_unknown_fields)]
 pub struct PressureConfig {
     /// Node saturated when CPU `some` pressure (share of wall time in which at least one
-    /// runnable task waited for a CPU) reaches this…
+    /// runnable task waited for a CPU) reaches this while the CPUs are busy (below)…
     pub node_cpu_some: f64,
+    /// …busy meaning that tasks ran this share of the online CPUs' time (the root cgroup's
+    /// CPU usage between two cgroup readings). CPU pressure alone is not saturation: tasks
+    /// throttled by their own quota wait too, on an idle node (a pod throttled in every
+    /// period drove node CPU `some` to 95% on a 91% idle node).
+    pub node_cpu_busy: f64,
     /// …or memory `some` pressure (reclaim, refaults, swap-in) reaches this…
     pub node_memory_some: f64,
     /// …or I/O `full` pressure (all non-idle tasks waited for I/O at once) reaches this.
@@ -50,6 +55,7 @@ impl Default for PressureConfig {
     fn default() -> Self {
         Self {
             node_cpu_some: 0.5,
+            node_cpu_busy: 0.8,
             node_memory_some: 0.2,
             node_io_full: 0.3,
             starved_cpu_some: 0.3,
@@ -66,6 +72,7 @@ impl PressureConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         for (field, value) in [
             ("node_cpu_some", self.node_cpu_some),
+            ("node_cpu_busy", self.node_cpu_busy),
             ("node_memory_some", self.node_memory_some),
             ("node_io_full", self.node_io_full),
             ("starved_cpu_some", self.starved_cpu_some),
@@ -131,6 +138,9 @@ pub struct PressureVerdict {
     pub node_saturated: bool,
     /// Which node thresholds this sample passed (`cpu some`, `memory some`, `io full`).
     pub node_over: Vec<String>,
+    /// Share of the online CPUs' time spent running tasks between the last two cgroup
+    /// readings; `None` before two readings or without the root cgroup's usage.
+    pub node_cpu_busy: Option<f64>,
     /// Every watched cgroup with rates, by path. Shared with the detector: samples between
     /// two cgroup readings repeat the same rates without copying 500 pods' worth of them.
     pub cgroups: Arc<Vec<CgroupRates>>,
@@ -159,6 +169,8 @@ pub struct PressureDetector {
     cgroup_rates: Arc<Vec<CgroupRates>>,
     named_from: Option<Arc<BTreeMap<String, nodemedic_kernel::snapshot::PodIdentity>>>,
     node: Latch,
+    /// See [`PressureVerdict::node_cpu_busy`].
+    node_cpu_busy: Option<f64>,
     /// The verdicts of the cgroups of the last fresh reading, sorted by path like the
     /// reading itself, so that a reading is matched to them in one pass.
     latches: Vec<(String, CgroupLatches)>,
@@ -234,8 +246,14 @@ impl PressureDetector {
         let at = |r: &str, f: fn(&PsiRatios) -> Option<f64>| node.get(r).and_then(f);
         let mut node_over = Vec::new();
         let c = &self.config;
+        let busy = self.node_cpu_busy.is_some_and(|b| b >= c.node_cpu_busy);
         for (resource, kind, value, threshold) in [
-            ("cpu", "some", at("cpu", |p| p.some), c.node_cpu_some),
+            (
+                "cpu",
+                "some",
+                at("cpu", |p| p.some).filter(|_| busy),
+                c.node_cpu_some,
+            ),
             (
                 "memory",
                 "some",
@@ -257,6 +275,7 @@ impl PressureDetector {
             node,
             node_saturated: self.node.active,
             node_over,
+            node_cpu_busy: self.node_cpu_busy,
             cgroups,
             changes,
         })
@@ -269,6 +288,7 @@ impl PressureDetector {
             self.cgroups_seen = None;
             self.cgroup_rates = Arc::default();
             self.latches.clear();
+            self.node_cpu_busy = None;
             return (Arc::default(), Vec::new());
         };
         let fresh = self
@@ -299,6 +319,13 @@ impl PressureDetector {
         let dt = match snap.at.checked_sub(before_at) {
             Some(d) if !d.is_zero() => d.as_secs_f64(),
             _ => return (Arc::default(), Vec::new()),
+        };
+        let cpus = snap.topology.as_ref().map_or(0, |t| t.online.len());
+        self.node_cpu_busy = match (before_all.cpu_usage_us, now_all.cpu_usage_us) {
+            (Some(a), Some(b)) if cpus > 0 => b
+                .checked_sub(a)
+                .map(|us| (us as f64 / 1e6 / dt / cpus as f64).min(1.0)),
+            _ => None,
         };
         let h = self.config.hysteresis();
         let mut changes = Vec::new();
@@ -473,10 +500,11 @@ pub fn findings(v: &PressureVerdict) -> Vec<Finding> {
             severity: Severity::Warning,
             subject: "node".into(),
             message: format!(
-                "the node is saturated: work waited for CPU {} (some), memory {} (some), I/O {} (full) of the last {:.0} s; \
+                "the node is saturated: work waited for CPU {} (some, with the CPUs {} busy), memory {} (some), I/O {} (full) of the last {:.0} s; \
                  it holds more than it can run: move workloads off it, lower overcommit (requests closer to use), \
                  and see the most-pressured cgroups in `nodemedic check`",
                 pct(at("cpu").some),
+                pct(v.node_cpu_busy),
                 pct(at("memory").some),
                 pct(at("io").full),
                 v.interval_seconds
@@ -599,6 +627,54 @@ mod tests {
             })),
             ..Default::default()
         }
+    }
+
+    /// `snap` on a node of `cpus` CPUs whose tasks have used `usage_us` of CPU time in all.
+    fn busy_snap(secs: u64, node_cpu_us: u64, cpus: u32, usage_us: u64) -> Snapshot {
+        let mut s = snap(secs, node_cpu_us, pod(0, 0, 0));
+        s.topology = Some(nodemedic_kernel::snapshot::Topology {
+            online: nodemedic_kernel::CpuSet::from_cpus(0..cpus),
+            ..Default::default()
+        });
+        let mut cg = (**s.cgroups.as_ref().unwrap()).clone();
+        cg.cpu_usage_us = Some(usage_us);
+        s.cgroups = Some(Arc::new(cg));
+        s
+    }
+
+    /// CPU pressure alone is not saturation: tasks throttled by their own quota wait too, on
+    /// idle CPUs (a real node: 95% CPU `some` at 91% idle). With the CPUs busy it is.
+    #[test]
+    fn cpu_saturation_needs_busy_cpus_besides_cpu_pressure() {
+        let mut d = PressureDetector::new(PressureConfig::default());
+        // 4 CPUs, 10 s apart: 95% CPU wait throughout.
+        let (mut wait, mut used) = (0u64, 0u64);
+        d.observe(&busy_snap(0, 0, 4, 0));
+        for i in 1..=10u64 {
+            wait += 9_500_000;
+            used += 4 * 900_000; // 9% busy
+            let v = d.observe(&busy_snap(i * 10, wait, 4, used)).unwrap();
+            assert!((v.node_cpu_busy.unwrap() - 0.09).abs() < 1e-9);
+            assert!(!v.node_saturated, "idle CPUs, sample {i}");
+            assert!(v.node_over.is_empty());
+        }
+        let mut saturated = Vec::new();
+        for i in 11..=14u64 {
+            wait += 9_500_000;
+            used += 4 * 9_500_000; // 95% busy
+            let v = d.observe(&busy_snap(i * 10, wait, 4, used)).unwrap();
+            assert_eq!(v.node_over, ["cpu some"]);
+            saturated.push(v.node_saturated);
+            if v.node_saturated {
+                let f = findings(&v);
+                assert!(
+                    f[0].message.contains("with the CPUs 95% busy"),
+                    "{}",
+                    f[0].message
+                );
+            }
+        }
+        assert_eq!(saturated, [false, false, true, true], "raise_after 3");
     }
 
     /// Cgroups are read on their own interval: samples in between carry the same reading.
@@ -752,6 +828,7 @@ mod tests {
                 node: BTreeMap::new(),
                 node_saturated: false,
                 node_over: Vec::new(),
+                node_cpu_busy: None,
                 cgroups: Arc::default(),
                 changes: Vec::new(),
             })
@@ -799,13 +876,18 @@ mod tests {
     fn node_saturation_flaps_never() {
         let mut d = PressureDetector::new(PressureConfig::default());
         let mut total = 0;
-        d.observe(&snap(0, total, pod(0, 0, 0)));
+        d.observe(&busy_snap(0, total, 2, 0));
+        let mut over = 0;
         for i in 1..200u64 {
-            // 90% and 10% CPU wait, alternating.
+            // 90% and 10% CPU wait, alternating, on busy CPUs.
             total += if i % 2 == 0 { 9_000_000 } else { 1_000_000 };
-            let v = d.observe(&snap(i * 10, total, pod(0, i, 0))).unwrap();
+            let v = d
+                .observe(&busy_snap(i * 10, total, 2, i * 2 * 9_500_000))
+                .unwrap();
+            over += v.node_over.len();
             assert!(!v.node_saturated);
         }
+        assert_eq!(over, 99, "every other sample is over the threshold");
     }
 
     #[test]

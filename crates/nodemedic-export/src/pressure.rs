@@ -245,9 +245,17 @@ pub(crate) fn verdicts(e: &mut Encoder, snap: &Snapshot, verdict: Option<&Pressu
     e.family(
         "nodemedic_node_pressure_saturated",
         Kind::Gauge,
-        "Whether the node is judged saturated (node PSI above the thresholds, with hysteresis).",
+        "Whether the node is judged saturated (node PSI above the thresholds, CPU pressure only with busy CPUs, with hysteresis).",
     );
     e.sample(&[], f64::from(u8::from(v.node_saturated)));
+    if let Some(busy) = v.node_cpu_busy {
+        e.family(
+            "nodemedic_node_cpu_busy_ratio",
+            Kind::Gauge,
+            "Share of the online CPUs' time spent running tasks between the last two cgroup readings (the root cgroup's CPU usage): what CPU saturation needs besides CPU pressure.",
+        );
+        e.sample(&[], busy);
+    }
     let labelled: Vec<(Labels, &CgroupRates)> = v
         .cgroups
         .iter()

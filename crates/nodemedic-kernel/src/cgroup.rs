@@ -366,6 +366,11 @@ pub struct Cgroups {
     /// under `--path.cgroupfs`, as for fixture trees).
     pub from_mountinfo: bool,
     pub groups: BTreeMap<String, CgroupStats>,
+    /// CPU time used by every task on the node: the root cgroup's (v1 `cpuacct.usage`, v2
+    /// `cpu.stat` `usage_usec`). Whether the CPUs are busy, which CPU pressure alone does not
+    /// say (throttled tasks wait too).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_usage_us: Option<u64>,
 }
 
 #[cfg(test)]

@@ -218,10 +218,12 @@ impl Collector for CgroupsCollector {
         };
         let found = self.list(&walk_root, ctx.rescan, &mut out.warnings)?;
         let groups = read_all(ctx.reader, &mounts, found, &mut out.warnings);
+        let cpu_usage_us = node_cpu_usage(ctx.reader, &mounts, &mut out.warnings);
         let cgroups = Arc::new(Cgroups {
             mounts,
             from_mountinfo,
             groups,
+            cpu_usage_us,
         });
         snap.cgroups = Some(cgroups.clone());
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(Reading {
@@ -245,6 +247,36 @@ fn layout(reader: &Reader, procfs: &Path, root: &Path) -> (CgroupMounts, bool) {
         }
     }
     (discover(root), false)
+}
+
+/// The CPU time of every task on the node, from the root cgroup: v1 `cpuacct.usage`, else
+/// v2 `cpu.stat`'s `usage_usec`. `None` (with a warning when a file is unreadable) without.
+fn node_cpu_usage(
+    reader: &Reader,
+    mounts: &CgroupMounts,
+    warnings: &mut Vec<String>,
+) -> Option<u64> {
+    let (path, v1) = match (&mounts.cpuacct, &mounts.unified) {
+        (Some(acct), _) => (acct.join("cpuacct.usage"), true),
+        (None, Some(unified)) => (unified.join("cpu.stat"), false),
+        (None, None) => return None,
+    };
+    let text = match reader.read_optional(&path) {
+        Ok(t) => t?,
+        Err(e) => {
+            warnings.push(e.to_string());
+            return None;
+        }
+    };
+    let usage = if v1 {
+        parse_cpuacct_usage(&text).map(Some)
+    } else {
+        parse_cpu_stat(&text).map(|s| s.usage_us)
+    };
+    usage.unwrap_or_else(|e| {
+        warnings.push(format!("{}: {e}", path.display()));
+        None
+    })
 }
 
 fn discover(root: &Path) -> CgroupMounts {
