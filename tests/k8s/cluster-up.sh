@@ -151,7 +151,7 @@ spawn etcd env -u ETCD_NAME etcd --name nodemedic-test --data-dir "$DIR/etcd" \
   --initial-cluster nodemedic-test=http://127.0.0.1:2380 --logger zap --log-outputs stderr
 wait_for "etcd" 30 in_ns curl -sf http://127.0.0.1:2379/health
 
-spawn kube-apiserver "$BIN/kube-apiserver" \
+APISERVER_ARGS=(
   --bind-address=0.0.0.0 --secure-port=6443 --advertise-address="$NODE_IP" \
   --etcd-servers=http://127.0.0.1:2379 \
   --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
@@ -164,6 +164,10 @@ spawn kube-apiserver "$BIN/kube-apiserver" \
   --service-account-issuer=https://kubernetes.default.svc \
   --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
   --service-cluster-ip-range="$SERVICE_CIDR" --allow-privileged=true --profiling=false --v=1
+)
+# For lib.sh restart-apiserver (the tests' API outage).
+declare -p APISERVER_ARGS > "$DIR/kube-apiserver.args"
+spawn kube-apiserver "$BIN/kube-apiserver" "${APISERVER_ARGS[@]}"
 wait_for "kube-apiserver /readyz" 120 k get --raw /readyz
 
 # The controller-manager's own identity per controller (ServiceAccount tokens, the root CA

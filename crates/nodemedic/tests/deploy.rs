@@ -274,6 +274,7 @@ fn the_generated_configuration_is_accepted_by_nodemedic() {
             "features.nodeLabel=true",
         ],
         vec!["features.probes=false"],
+        vec!["sampleInterval=3s", "paths.procfs=/fixture/proc"],
     ] {
         let toml = config_toml(&render(&set));
         let dir = tempfile::tempdir().unwrap();
@@ -297,6 +298,10 @@ fn the_generated_configuration_is_accepted_by_nodemedic() {
             effective.contains(&format!("[remediation.native]\nenabled = {native}")),
             "{effective}"
         );
+        if set.contains(&"sampleInterval=3s") {
+            assert!(effective.contains("sample_interval = \"3s\""), "{effective}");
+            assert!(effective.contains("procfs = \"/fixture/proc\""), "{effective}");
+        }
         // The probes run exactly when the chart grants their capabilities.
         let probes = !set.contains(&"features.probes=false");
         assert!(
