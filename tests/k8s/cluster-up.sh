@@ -64,6 +64,10 @@ in_ns() { nsenter --net="/run/netns/$NETNS" "$@"; }
 ip netns add "$NETNS"
 in_ns ip link set lo up
 in_ns ip addr add "$NODE_IP/32" dev lo
+# The namespace has no default route, as a real node would: Service addresses need one for
+# the kernel to route a hostNetwork pod's packet to the nat table, where kube-proxy's DNAT
+# turns it into the apiserver's address.
+in_ns ip route add "$SERVICE_CIDR" dev lo
 in_ns sysctl -qw net.ipv4.ip_forward=1
 # Pods reach Services across the bridge only if bridged packets go through iptables.
 in_ns sysctl -qw net.bridge.bridge-nf-call-iptables=1 2>/dev/null || true

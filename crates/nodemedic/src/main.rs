@@ -89,8 +89,10 @@ fn main() -> ExitCode {
 }
 
 fn init_logging(verbose: u8) {
+    // kube's client logs every failed request at ERROR, and nodemedic logs the same failure
+    // with its back-off: one line, not two, per attempt during an API outage.
     let default = match verbose {
-        0 => "info",
+        0 => "info,kube_client::client::builder=off",
         1 => "debug",
         _ => "trace",
     };
