@@ -557,7 +557,8 @@ def condition():
                 raise Pending(f"condition {c['status']}")
         raise Pending("no condition")
 
-    node = poll("IRQAffinityCollapsed True", 120, collapsed)
+    poll("IRQAffinityCollapsed True", 120, collapsed)
+    node = json.loads(kubectl("get", "node", ENV["NODE_NAME"], "-o", "json", "--show-managed-fields").stdout)
     managers = {f["manager"] for f in node["metadata"]["managedFields"] if f.get("subresource") == "status"}
     assert "nodemedic" in managers, managers
     kubectl("delete", "daemonset", "-n", NAMESPACE, "nodemedic", "--wait=true", timeout=120)

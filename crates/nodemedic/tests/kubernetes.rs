@@ -127,7 +127,15 @@ impl Cluster {
     }
 
     fn node(&self) -> Value {
-        serde_json::from_str(&self.kubectl(&["get", "node", NODE, "-o", "json"])).unwrap()
+        serde_json::from_str(&self.kubectl(&[
+            "get",
+            "node",
+            NODE,
+            "-o",
+            "json",
+            "--show-managed-fields",
+        ]))
+        .unwrap()
     }
 
     fn event_reasons(&self) -> Vec<String> {
