@@ -186,6 +186,20 @@ def host_pid():
     raise Pending("no host process for the nodemedic container")
 
 
+def failed_collectors():
+    """Collectors that failed, but the eBPF probes on a kernel that cannot attach them
+    (tests/k8s runs on a kernel without kprobes or fentry: they are down with that reason
+    from the start, which check 1 shows)."""
+    out = []
+    for c in status()["collectors"]:
+        if c["state"] != "failed":
+            continue
+        if c["name"] == "perf_probes" and "kprobe" in c.get("reason", ""):
+            continue
+        out.append(c)
+    return out
+
+
 def fds_and_watches(pid):
     fds = list(Path(f"/proc/{pid}/fd").iterdir())
     watches = 0
@@ -240,7 +254,7 @@ def sees_the_host():
     _, body = http("/metrics")
     irqs = {l["irq"] for n, l, _ in samples(body) if n == "nodemedic_irq_interrupts_total"}
     assert len(irqs) == host_irqs, f"{len(irqs)} IRQs exported, the host has {host_irqs}"
-    assert any(n.startswith("nodemedic_node_pressure_") for n, _, _ in samples(body)), "no node PSI"
+    assert any(n == "nodemedic_pressure_cpu_waiting_seconds_total" for n, _, _ in samples(body)), "no node PSI"
     st = status()
     p = st["pressure"]
     assert p["cgroup_mounts_from_mountinfo"] is True, p
@@ -363,7 +377,7 @@ def churn():
         return now
 
     poll("fds and watches back to baseline", 120, baseline, every=2)
-    failed = [c for c in status()["collectors"] if c["state"] == "failed"]
+    failed = failed_collectors()
     assert not failed, failed
 
 
@@ -372,8 +386,17 @@ def apiserver(action):
     if action == "stop":
         pid = int(pidfile.read_text())
         os.killpg(pid, 15)
-        poll("the apiserver gone", 30, lambda: (_ for _ in ()).throw(Pending("alive"))
-             if Path(f"/proc/{pid}").exists() else True)
+
+        def gone():
+            if Path(f"/proc/{pid}").exists():
+                raise Pending("alive")
+            return True
+
+        try:
+            poll("the apiserver gone", 10, gone)
+        except AssertionError:
+            os.killpg(pid, 9)  # graceful shutdown waits for watches; an outage need not
+            poll("the apiserver killed", 10, gone)
     else:
         run([K8S / "lib.sh", "restart-apiserver", ENV["DIR"]], timeout=180)
 
@@ -391,8 +414,10 @@ def api_outage(workload_pod):
     assert code == 200, (code, body[:200])
     st = json.loads(body)
     assert st["samples_total"] >= before + 10, f"{st['samples_total']} samples, {before} before"
-    failed = [c for c in st["collectors"] if c["state"] == "failed"]
+    failed = [c for c in failed_collectors() if c["name"] != "kube_pods"]
     assert not failed, failed
+    pods = [c for c in st["collectors"] if c["name"] == "kube_pods"][0]
+    assert pods["state"] == "active" and "stale" in " ".join(pods["warnings"]), pods
     apiserver("start")
     # The daemon's log over the outage, as the kubelet kept it.
     logs = Path(ENV["DIR"]) / "pod-logs"
@@ -459,9 +484,11 @@ def prometheus(workload_pod):
     (d / "prometheus.yml").write_text(PROM_CONFIG.format(
         alerts=shipped, fast=d / "fast.yml", api=ENV["APISERVER_URL"], ca=ENV["CA_FILE"],
         cert=pki / "admin.crt", key=pki / "admin.key"))
-    run(["promtool", "check", "config", d / "prometheus.yml"])
+    # Debian's prometheus is built without kubernetes_sd_configs: this one comes from the Go
+    # module proxy (tests/k8s/build-prometheus.sh, cached).
+    server = run([K8S / "build-prometheus.sh"], timeout=1800).stdout.strip()
     proc = subprocess.Popen(
-        in_ns(["prometheus", f"--config.file={d / 'prometheus.yml'}", f"--storage.tsdb.path={d / 'data'}",
+        in_ns([server, f"--config.file={d / 'prometheus.yml'}", f"--storage.tsdb.path={d / 'data'}",
                "--web.listen-address=127.0.0.1:9090"]),
         stdout=open(d / "prometheus.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -575,21 +602,26 @@ def condition():
     helm("uninstall", "nodemedic", "--wait")
 
 
-def main():
+def attach(d):
+    """Points the helpers at the cluster of DIR (after cluster-up.sh)."""
     global HELM
+    HELM = run([K8S / "build-helm.sh"]).stdout.strip()
+    for line in (Path(d) / "env").read_text().splitlines():
+        k, _, v = line.partition("=")
+        ENV[k] = v
+    ENV["DIR"] = str(d)
+
+
+def main():
     d = Path(sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="nodemedic-node-"))
     d.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    HELM = run([K8S / "build-helm.sh"]).stdout.strip()
     image = d / "nodemedic-image.tar"
     log("building the image (deploy/container/build-image.sh)")
     run([ROOT / "deploy/container/build-image.sh", "--oci-archive", image], timeout=3600)
     log("bringing the cluster up (tests/k8s/cluster-up.sh)")
     run([K8S / "cluster-up.sh", d], timeout=3600)
-    for line in (d / "env").read_text().splitlines():
-        k, _, v = line.partition("=")
-        ENV[k] = v
-    ENV["DIR"] = str(d)
+    attach(d)
     run(["ctr", "--address", ENV["CONTAINERD_SOCK"], "-n", "k8s.io", "images", "import", image])
     log(f"cluster and image ready in {time.time() - t0:.0f}s")
     try:

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 
-/// Exponential back-off with jitter: 1 s, doubling, at most 60 s; back to the start after a
-/// success. What the log says during an outage follows it: a minute without the API is a
+/// Exponential back-off with jitter: 1 s, doubling, at most 30 s (up to twice that with the
+/// jitter); back to the start after a success. What the log says during an outage follows it: a minute without the API is a
 /// handful of lines, not one per second.
 #[derive(Debug)]
 pub struct Retry {
@@ -15,8 +15,8 @@ pub struct Retry {
 
 /// The first delay.
 pub const FIRST: Duration = Duration::from_secs(1);
-/// The longest delay.
-pub const MAX: Duration = Duration::from_secs(60);
+/// The longest delay before jitter: an API back from an outage is used again within a minute.
+pub const MAX: Duration = Duration::from_secs(30);
 
 impl Default for Retry {
     fn default() -> Self {
