@@ -445,8 +445,9 @@ pub fn render_text(r: &CheckReport) -> String {
 
 fn perf_text(o: &mut String, p: &nodemedic_kernel::perf::PerfProbes) {
     let _ = writeln!(o, "\nperf-event outputs and wakeups (eBPF probes):");
-    if let Some(reason) = &p.down_reason {
-        let _ = writeln!(o, "  probes down: {reason}");
+    if p.down_reason.is_some() {
+        // The reason is in the findings below: said once.
+        let _ = writeln!(o, "  probes down (the reason is under Findings)");
         return;
     }
     let Some(r) = &p.rates else {

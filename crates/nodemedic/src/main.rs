@@ -34,7 +34,12 @@ fn main() -> ExitCode {
             };
         }
     };
-    init_logging(cli.global.verbose);
+    // check reports every failed collector, with its reason, in its output: the engine's log
+    // line about it would say it a second time.
+    init_logging(
+        cli.global.verbose,
+        matches!(cli.command, Command::Check(_)).then_some("nodemedic_engine=error"),
+    );
     let mut config = match Config::load(cli.global.config.as_deref()) {
         Ok(c) => c,
         Err(e) => {
@@ -88,13 +93,17 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logging(verbose: u8) {
+fn init_logging(verbose: u8, quieter: Option<&str>) {
     // kube's client logs every failed request at ERROR, and nodemedic logs the same failure
     // with its back-off: one line, not two, per attempt during an API outage.
     let default = match verbose {
         0 => "info,kube_client::client::builder=off",
         1 => "debug",
         _ => "trace",
+    };
+    let default = match quieter {
+        Some(q) if verbose == 0 => format!("{default},{q}"),
+        _ => default.to_string(),
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     // Colours only on a terminal: under systemd the journal would store escape codes.

@@ -329,3 +329,53 @@ fn pressure_section_on_a_kubernetes_node() {
     assert!(text.contains("Pressure (share of the interval"), "{text}");
     assert!(text.contains("most pressured cgroups"), "{text}");
 }
+
+/// A failed collector's reason is said once in all that check prints (stdout and stderr),
+/// not in a log line, a section and the findings.
+#[test]
+fn a_failure_reason_is_printed_once() {
+    // The balanced fixture with softnet_stat a directory: that collector fails, alone.
+    let tmp = tempfile::tempdir().unwrap();
+    let tree = tmp.path().join("tree");
+    let cp = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(fixture("8cpu-balanced"))
+        .arg(&tree)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let softnet = tree.join("proc/net/softnet_stat");
+    std::fs::remove_file(&softnet).unwrap();
+    std::fs::create_dir(&softnet).unwrap();
+    let config = no_probes_config();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "--config",
+            config.to_str().unwrap(),
+            "--host-root",
+            tree.to_str().unwrap(),
+            "--interval",
+            "50ms",
+        ];
+        args.extend_from_slice(extra);
+        check(&args)
+    };
+    let out = run(&[]);
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = json(&run(&["--format", "json"]));
+    let reasons: Vec<&str> = report["collectors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["state"] == "failed")
+        .filter_map(|c| c["reason"].as_str())
+        .collect();
+    assert_eq!(reasons.len(), 1, "{report:#}");
+    for r in reasons {
+        assert_eq!(all.matches(r).count(), 1, "{r:?} in:\n{all}");
+    }
+}
