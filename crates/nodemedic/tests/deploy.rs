@@ -299,8 +299,14 @@ fn the_generated_configuration_is_accepted_by_nodemedic() {
             "{effective}"
         );
         if set.contains(&"sampleInterval=3s") {
-            assert!(effective.contains("sample_interval = \"3s\""), "{effective}");
-            assert!(effective.contains("procfs = \"/fixture/proc\""), "{effective}");
+            assert!(
+                effective.contains("sample_interval = \"3s\""),
+                "{effective}"
+            );
+            assert!(
+                effective.contains("procfs = \"/fixture/proc\""),
+                "{effective}"
+            );
         }
         // The probes run exactly when the chart grants their capabilities.
         let probes = !set.contains(&"features.probes=false");
