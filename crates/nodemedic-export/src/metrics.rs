@@ -60,7 +60,7 @@ pub struct RemediationExport<'a> {
     pub mode: &'a str,
     pub paused: bool,
     /// Decisions by (action, result).
-    pub decisions: &'a [((String, String), u64)],
+    pub decisions: &'a [((&'static str, &'static str), u64)],
     pub last_action_timestamp: Option<f64>,
 }
 

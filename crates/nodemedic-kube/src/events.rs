@@ -95,32 +95,28 @@ pub fn for_verdict(v: &GroupVerdict) -> NodeEvent {
 }
 
 pub fn for_decision(d: &Decision) -> NodeEvent {
-    let ok = matches!(
-        d.result.as_str(),
-        "done" | "verified" | "dry_run" | "resumed"
-    );
-    let reason = match (d.action.as_str(), d.result.as_str()) {
-        ("verify", "verified") => "RemediationVerified".to_string(),
-        ("verify", _) => "RemediationNotVerified".to_string(),
-        ("escalate", _) => "RemediationEscalated".to_string(),
-        ("pause", r) => format!(
-            "Remediation{}",
-            if r == "paused" { "Paused" } else { "Resumed" }
-        ),
-        (action, "dry_run") => format!("DryRun{}", camel(action)),
-        (action, _) => camel(action),
+    use nodemedic_remedy::{DecisionAction as A, DecisionResult as R};
+    let ok = matches!(d.result, R::Done | R::Verified | R::DryRun | R::Resumed);
+    let reason = match (d.action, d.result) {
+        (A::Verify, R::Verified) => "RemediationVerified".to_string(),
+        (A::Verify, _) => "RemediationNotVerified".to_string(),
+        (A::Escalate, _) => "RemediationEscalated".to_string(),
+        (A::Pause, R::Paused) => "RemediationPaused".to_string(),
+        (A::Pause, _) => "RemediationResumed".to_string(),
+        (action, R::DryRun) => format!("DryRun{}", camel(action.as_str())),
+        (action, _) => camel(action.as_str()),
     };
     let note = limit_note(format!(
         "{} [{}] {}: {}",
         d.groups.join(", "),
-        d.result,
+        d.result.as_str(),
         d.reason,
         d.evidence
     ));
     NodeEvent {
         type_: if ok { "Normal" } else { "Warning" },
         reason,
-        action: camel(&d.action),
+        action: camel(d.action.as_str()),
         note,
     }
 }

@@ -268,7 +268,7 @@ impl Reporter {
             events.extend(
                 decisions
                     .iter()
-                    .filter(|d| d.result != "pending")
+                    .filter(|d| d.result != nodemedic_remedy::DecisionResult::Pending)
                     .map(|d| (Regarding::Node, events::for_decision(d))),
             );
             for (regarding, e) in events {

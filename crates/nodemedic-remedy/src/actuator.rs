@@ -9,7 +9,7 @@ use zbus::zvariant::OwnedObjectPath;
 
 use crate::config::{IrqbalanceMethod, IrqbalanceStep};
 use crate::dpkg;
-use crate::policy::{IrqbalanceState, Outcome, Step, Target};
+use crate::policy::{FailureClass, IrqbalanceState, Outcome, Step, StepFailure, Target};
 use crate::spread;
 
 const DBUS_TIMEOUT: Duration = Duration::from_secs(10);
@@ -42,14 +42,60 @@ trait Unit {
     fn unit_file_state(&self) -> zbus::Result<String>;
 }
 
+/// A D-Bus call that failed or did not answer in time.
+#[derive(Debug, thiserror::Error)]
+pub enum DbusError {
+    #[error("{0}: no answer within {DBUS_TIMEOUT:?}")]
+    Timeout(&'static str),
+    #[error(transparent)]
+    Bus(#[from] zbus::Error),
+}
+
+impl DbusError {
+    /// The failure class, from the error's kind: the D-Bus error name of a method error, the
+    /// io error of a broken connection.
+    pub fn class(&self) -> FailureClass {
+        let bus = match self {
+            DbusError::Timeout(_) => return FailureClass::Timeout,
+            DbusError::Bus(e) => e,
+        };
+        match bus {
+            zbus::Error::MethodError(name, _, _) => match name.as_str() {
+                "org.freedesktop.DBus.Error.AccessDenied"
+                | "org.freedesktop.DBus.Error.AuthFailed"
+                | "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired" => {
+                    FailureClass::Permission
+                }
+                "org.freedesktop.DBus.Error.ServiceUnknown"
+                | "org.freedesktop.DBus.Error.NameHasNoOwner"
+                | "org.freedesktop.systemd1.NoSuchUnit"
+                | "org.freedesktop.systemd1.LoadFailed" => FailureClass::Unavailable,
+                "org.freedesktop.DBus.Error.Timeout" | "org.freedesktop.DBus.Error.NoReply" => {
+                    FailureClass::Timeout
+                }
+                _ => FailureClass::Other,
+            },
+            zbus::Error::InputOutput(io) | zbus::Error::Connection(io, _) => {
+                FailureClass::of_io(io)
+            }
+            zbus::Error::Address(_) => FailureClass::Unavailable,
+            _ => FailureClass::Other,
+        }
+    }
+}
+
 /// `f` with the D-Bus timeout: a wedged bus or systemd must not wedge remediation.
 async fn bounded<T>(
-    what: &str,
+    what: &'static str,
     f: impl std::future::Future<Output = zbus::Result<T>>,
-) -> zbus::Result<T> {
-    tokio::time::timeout(DBUS_TIMEOUT, f)
+) -> Result<T, DbusError> {
+    Ok(tokio::time::timeout(DBUS_TIMEOUT, f)
         .await
-        .map_err(|_| zbus::Error::Failure(format!("{what}: no answer within {DBUS_TIMEOUT:?}")))?
+        .map_err(|_| DbusError::Timeout(what))??)
+}
+
+fn failed(class: FailureClass, detail: String) -> Outcome {
+    Outcome::Failed(StepFailure { class, detail })
 }
 
 /// Talks to systemd about irqbalance, over the system D-Bus.
@@ -66,7 +112,7 @@ impl Systemd {
         }
     }
 
-    async fn manager(&self) -> zbus::Result<ManagerProxy<'static>> {
+    async fn manager(&self) -> Result<ManagerProxy<'static>, DbusError> {
         let address = format!("unix:path={}", self.cfg.dbus_socket);
         let conn = bounded(
             "connecting to the system bus",
@@ -151,7 +197,7 @@ impl Systemd {
         let states = async {
             let load = bounded("LoadState", unit.load_state()).await?;
             let active = bounded("ActiveState", unit.active_state()).await?;
-            zbus::Result::Ok((load, active))
+            Ok::<_, DbusError>((load, active))
         };
         let (load, active) = match states.await {
             Ok(s) => s,
@@ -187,7 +233,7 @@ impl Systemd {
                         manager.try_restart_unit(&self.cfg.unit, "replace"),
                     )
                     .await?;
-                    Ok::<String, zbus::Error>(format!(
+                    Ok::<String, DbusError>(format!(
                         "TryRestartUnit({}) queued job {}",
                         self.cfg.unit,
                         job.as_str()
@@ -219,10 +265,13 @@ impl Systemd {
                 let out = match out {
                     Ok(out) => out,
                     Err(_) => {
-                        return Outcome::Failed(format!(
-                            "D-Bus failed ({e}); `systemctl try-restart {}` timed out after {SYSTEMCTL_TIMEOUT:?}",
-                            self.cfg.unit
-                        ))
+                        return failed(
+                            FailureClass::Timeout,
+                            format!(
+                                "D-Bus failed ({e}); `systemctl try-restart {}` timed out after {SYSTEMCTL_TIMEOUT:?}",
+                                self.cfg.unit
+                            ),
+                        )
                     }
                 };
                 match out {
@@ -230,15 +279,23 @@ impl Systemd {
                         "D-Bus failed ({e}); `systemctl try-restart {}` succeeded",
                         self.cfg.unit
                     )),
-                    Ok(o) => Outcome::Failed(format!(
-                        "D-Bus failed ({e}); systemctl exited {}: {}",
-                        o.status,
-                        String::from_utf8_lossy(&o.stderr).trim()
-                    )),
-                    Err(e2) => Outcome::Failed(format!("D-Bus failed ({e}); systemctl: {e2}")),
+                    // systemctl's LSB exit codes: 4 insufficient privilege, 5 unit not loaded.
+                    Ok(o) => failed(
+                        match o.status.code() {
+                            Some(4) => FailureClass::Permission,
+                            Some(5) => FailureClass::Unavailable,
+                            _ => e.class(),
+                        },
+                        format!(
+                            "D-Bus failed ({e}); systemctl exited {}: {}",
+                            o.status,
+                            String::from_utf8_lossy(&o.stderr).trim()
+                        ),
+                    ),
+                    Err(e2) => failed(e.class(), format!("D-Bus failed ({e}); systemctl: {e2}")),
                 }
             }
-            Err(e) => Outcome::Failed(format!("D-Bus: {e}")),
+            Err(e) => failed(e.class(), format!("D-Bus: {e}")),
         }
     }
 }
@@ -264,14 +321,22 @@ impl AffinityWriter {
     pub fn spread(&self, targets: &[Target]) -> Outcome {
         let mut written = Vec::new();
         let mut skipped = Vec::new();
+        // The class of the first refusal: all of them when nothing could be written.
+        let mut class = FailureClass::Other;
         for t in targets {
             for (irq, cpu) in spread::plan(&t.irqs, &t.eligible_cpus, &t.effective_cpus) {
                 match write_affinity(&self.procfs, irq, &CpuSet::from_cpus([cpu])) {
                     Ok(()) => written.push(format!("{irq}->{cpu}")),
-                    Err(e) if e.raw_os_error() == Some(5) => {
-                        skipped.push(format!("{irq} (kernel-managed, EIO)"))
+                    Err(e) => {
+                        if skipped.is_empty() {
+                            class = FailureClass::of_io(&e);
+                        }
+                        skipped.push(if e.raw_os_error() == Some(5) {
+                            format!("{irq} (kernel-managed, EIO)")
+                        } else {
+                            format!("{irq} ({e})")
+                        });
                     }
-                    Err(e) => skipped.push(format!("{irq} ({e})")),
                 }
             }
         }
@@ -285,7 +350,7 @@ impl AffinityWriter {
             }
         );
         if written.is_empty() {
-            Outcome::Failed(detail)
+            failed(class, detail)
         } else {
             Outcome::Done(detail)
         }
@@ -308,7 +373,7 @@ pub async fn execute(step: &Step, systemd: &Systemd, writer: &AffinityWriter) ->
             let w = AffinityWriter::new(writer.procfs.clone());
             tokio::task::spawn_blocking(move || w.spread(&targets))
                 .await
-                .unwrap_or_else(|e| Outcome::Failed(format!("writer task: {e}")))
+                .unwrap_or_else(|e| failed(FailureClass::Other, format!("writer task: {e}")))
         }
     }
 }
@@ -371,5 +436,46 @@ mod tests {
         };
         assert!(detail.contains("no system D-Bus socket at"), "{detail}");
         assert_eq!(version.as_deref(), Some("1.9.2-1"));
+    }
+
+    /// Failures are classed by the error's kind, not its words.
+    #[test]
+    fn dbus_failures_are_classed_by_kind() {
+        use std::io::{Error, ErrorKind};
+        use std::sync::Arc;
+        assert_eq!(DbusError::Timeout("x").class(), FailureClass::Timeout);
+        let bus = |e| DbusError::Bus(e).class();
+        assert_eq!(
+            bus(zbus::Error::Address("bad".into())),
+            FailureClass::Unavailable
+        );
+        assert_eq!(
+            bus(zbus::Error::InputOutput(Arc::new(Error::from(
+                ErrorKind::PermissionDenied
+            )))),
+            FailureClass::Permission
+        );
+        assert_eq!(
+            bus(zbus::Error::Failure("timed out, permission denied".into())),
+            FailureClass::Other,
+            "words do not make a class"
+        );
+    }
+
+    /// Asking irqbalance to re-place IRQs over a bus that is not there fails as unavailable,
+    /// with the connection error in the detail.
+    #[tokio::test]
+    async fn a_missing_bus_fails_as_unavailable() {
+        let root = rootfs_with_irqbalance("1.9.2-1");
+        let cfg = IrqbalanceStep {
+            dbus_socket: root.path().join("no/such/socket").display().to_string(),
+            systemctl_fallback: false,
+            ..Default::default()
+        };
+        let Outcome::Failed(f) = Systemd::new(cfg, root.path()).rebalance().await else {
+            panic!("rebalanced without a bus");
+        };
+        assert_eq!(f.class, FailureClass::Unavailable, "{}", f.detail);
+        assert!(f.detail.starts_with("D-Bus: "), "{}", f.detail);
     }
 }

@@ -12,4 +12,7 @@ pub mod policy;
 pub mod spread;
 
 pub use config::{Mode, RemediationConfig};
-pub use policy::{ActionKind, Decision, Outcome, Policy, Step};
+pub use policy::{
+    ActionKind, Decision, DecisionAction, DecisionResult, FailureClass, Outcome, Policy, Step,
+    StepFailure,
+};

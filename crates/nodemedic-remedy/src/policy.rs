@@ -48,7 +48,7 @@ impl IrqbalanceState {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ActionKind {
     IrqbalanceRestart,
@@ -86,47 +86,136 @@ pub struct Step {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Decision {
     pub timestamp: f64,
-    /// `irqbalance_restart`, `native_rebalance`, `verify`, `escalate`, `pause`.
-    pub action: String,
+    pub action: DecisionAction,
     pub groups: Vec<String>,
     pub mode: Mode,
     pub reason: String,
+    /// What was measured, or the error text of a failed step.
     pub evidence: String,
-    /// `pending`, `dry_run`, `done`, `verified`, `not_verified`, `escalated`, or a failure
-    /// class from [`failure_class`] (the error text is in `evidence`). Bounded: it is a label.
-    pub result: String,
+    /// Bounded: it is a label.
+    pub result: DecisionResult,
 }
 
-/// A failed step's class, for the `result` label: the error text itself would make every
-/// distinct message a new series. The text stays in the decision's `evidence` (`/status`, the
-/// audit log).
-pub fn failure_class(err: &str) -> &'static str {
-    let e = err.to_ascii_lowercase();
-    if e.contains("timed out") || e.contains("no answer within") || e.contains("timeout") {
-        "failed_timeout"
-    } else if e.contains("permission denied")
-        || e.contains("operation not permitted")
-        || e.contains("access denied")
-        || e.contains("accessdenied")
-    {
-        "failed_permission"
-    } else if e.contains("not found")
-        || e.contains("no such file")
-        || e.contains("not loaded")
-        || e.contains("serviceunknown")
-        || e.contains("failed to connect")
-    {
-        "failed_unavailable"
-    } else {
-        "failed"
+/// What a decision is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DecisionAction {
+    Act(ActionKind),
+    Verify,
+    Escalate,
+    Pause,
+    /// A completion for a step the policy does not know (a bug in the caller).
+    Unknown,
+}
+
+impl DecisionAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecisionAction::Act(kind) => kind.as_str(),
+            DecisionAction::Verify => "verify",
+            DecisionAction::Escalate => "escalate",
+            DecisionAction::Pause => "pause",
+            DecisionAction::Unknown => "unknown",
+        }
     }
+}
+
+/// How a decision came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DecisionResult {
+    /// A step handed to the actuators; its completion follows.
+    Pending,
+    DryRun,
+    Done,
+    Failed(FailureClass),
+    Verified,
+    NotVerified,
+    Escalated,
+    Paused,
+    Resumed,
+    Ignored,
+}
+
+impl DecisionResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecisionResult::Pending => "pending",
+            DecisionResult::DryRun => "dry_run",
+            DecisionResult::Done => "done",
+            DecisionResult::Failed(class) => class.as_str(),
+            DecisionResult::Verified => "verified",
+            DecisionResult::NotVerified => "not_verified",
+            DecisionResult::Escalated => "escalated",
+            DecisionResult::Paused => "paused",
+            DecisionResult::Resumed => "resumed",
+            DecisionResult::Ignored => "ignored",
+        }
+    }
+
+    /// An action was taken (or would have been, in dry-run), whatever its outcome.
+    pub fn is_action(self) -> bool {
+        matches!(
+            self,
+            DecisionResult::Done | DecisionResult::DryRun | DecisionResult::Failed(_)
+        )
+    }
+}
+
+macro_rules! serialize_as_str {
+    ($($t:ty),*) => {$(
+        impl Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+    )*};
+}
+serialize_as_str!(DecisionAction, DecisionResult, FailureClass);
+
+/// Why a step failed, from its error's type (an io error kind, a D-Bus error name, a
+/// timeout), for the `result` label: the error text itself would make every distinct message
+/// a new series. The text stays in the decision's `evidence` (`/status`, the audit log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FailureClass {
+    Timeout,
+    Permission,
+    /// What the step needs is not there: the bus, the unit, the IRQ.
+    Unavailable,
+    Other,
+}
+
+impl FailureClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureClass::Timeout => "failed_timeout",
+            FailureClass::Permission => "failed_permission",
+            FailureClass::Unavailable => "failed_unavailable",
+            FailureClass::Other => "failed",
+        }
+    }
+
+    pub fn of_io(e: &std::io::Error) -> Self {
+        use std::io::ErrorKind as K;
+        match e.kind() {
+            K::TimedOut => FailureClass::Timeout,
+            K::PermissionDenied => FailureClass::Permission,
+            K::NotFound | K::ConnectionRefused | K::AddrNotAvailable => FailureClass::Unavailable,
+            _ => FailureClass::Other,
+        }
+    }
+}
+
+/// A failed step: its class and what happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepFailure {
+    pub class: FailureClass,
+    pub detail: String,
 }
 
 /// How an action went, reported back by the daemon.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     Done(String),
-    Failed(String),
+    Failed(StepFailure),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -229,7 +318,7 @@ impl Policy {
             self.was_paused = paused;
             log.push(self.entry(
                 timestamp,
-                "pause",
+                DecisionAction::Pause,
                 Vec::new(),
                 if paused {
                     "remediation paused"
@@ -237,7 +326,11 @@ impl Policy {
                     "remediation resumed"
                 },
                 pause.unwrap_or_default().to_string(),
-                if paused { "paused" } else { "resumed" },
+                if paused {
+                    DecisionResult::Paused
+                } else {
+                    DecisionResult::Resumed
+                },
             ));
         }
         if paused {
@@ -328,11 +421,11 @@ impl Policy {
         if self.cfg.mode == Mode::DryRun {
             log.push(self.entry(
                 timestamp,
-                kind.as_str(),
+                DecisionAction::Act(kind),
                 groups,
                 &reason,
                 evidence,
-                "dry_run",
+                DecisionResult::DryRun,
             ));
             return (log, None);
         }
@@ -352,11 +445,11 @@ impl Policy {
         self.next_id += 1;
         log.push(self.entry(
             timestamp,
-            kind.as_str(),
+            DecisionAction::Act(kind),
             groups,
             &reason,
             evidence,
-            "pending",
+            DecisionResult::Pending,
         ));
         self.in_flight = Some((step.clone(), baselines));
         (log, Some(step))
@@ -374,11 +467,11 @@ impl Policy {
         let Some((step, baselines)) = self.in_flight.take().filter(|(s, _)| s.id == id) else {
             return self.entry(
                 timestamp,
-                "unknown",
+                DecisionAction::Unknown,
                 Vec::new(),
                 "completion for an unknown step",
                 String::new(),
-                "ignored",
+                DecisionResult::Ignored,
             );
         };
         let groups: Vec<String> = step.targets.iter().map(|t| t.name.clone()).collect();
@@ -391,24 +484,24 @@ impl Policy {
                 });
                 self.entry(
                     timestamp,
-                    step.kind.as_str(),
+                    DecisionAction::Act(step.kind),
                     groups,
                     "action carried out",
                     detail,
-                    "done",
+                    DecisionResult::Done,
                 )
             }
-            Outcome::Failed(err) => {
+            Outcome::Failed(failure) => {
                 for t in &step.targets {
                     self.fail_stage(&t.key, step.kind);
                 }
                 self.entry(
                     timestamp,
-                    step.kind.as_str(),
+                    DecisionAction::Act(step.kind),
                     groups,
                     "action failed",
-                    err.clone(),
-                    failure_class(&err),
+                    failure.detail,
+                    DecisionResult::Failed(failure.class),
                 )
             }
         }
@@ -464,11 +557,15 @@ impl Policy {
             }
             out.push(self.entry(
                 timestamp,
-                "verify",
+                DecisionAction::Verify,
                 vec![name],
                 &format!("checking the effect of {}", v.kind.as_str()),
                 evidence,
-                if ok { "verified" } else { "not_verified" },
+                if ok {
+                    DecisionResult::Verified
+                } else {
+                    DecisionResult::NotVerified
+                },
             ));
         }
         out
@@ -510,31 +607,31 @@ impl Policy {
         }
         self.entry(
             timestamp,
-            "escalate",
+            DecisionAction::Escalate,
             vec![v.group.name.clone()],
             &reason,
             evidence(v),
-            "escalated",
+            DecisionResult::Escalated,
         )
     }
 
     fn entry(
         &self,
         timestamp: f64,
-        action: &str,
+        action: DecisionAction,
         groups: Vec<String>,
         reason: &str,
         evidence: String,
-        result: &str,
+        result: DecisionResult,
     ) -> Decision {
         Decision {
             timestamp,
-            action: action.to_string(),
+            action,
             groups,
             mode: self.cfg.mode,
             reason: reason.to_string(),
             evidence,
-            result: result.to_string(),
+            result,
         }
     }
 

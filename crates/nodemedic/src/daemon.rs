@@ -580,9 +580,14 @@ fn render_body(
     format: Format,
 ) -> String {
     let remedy = shared.remedy.lock().ok();
-    let decisions: Vec<((String, String), u64)> = remedy
+    let decisions: Vec<((&str, &str), u64)> = remedy
         .as_ref()
-        .map(|r| r.counts.iter().map(|(k, v)| (k.clone(), *v)).collect())
+        .map(|r| {
+            r.counts
+                .iter()
+                .map(|((a, r), v)| ((a.as_str(), r.as_str()), *v))
+                .collect()
+        })
         .unwrap_or_default();
     let mode = shared.config.remediation.mode.as_str();
     let input = ExportInput {

@@ -11,7 +11,7 @@ use nodemedic_detect::Finding;
 use nodemedic_remedy::actuator::{execute, AffinityWriter, Systemd};
 use nodemedic_remedy::policy::IrqbalanceState;
 use nodemedic_remedy::policy::{Outcome, Step};
-use nodemedic_remedy::{Decision, Mode, Policy, RemediationConfig};
+use nodemedic_remedy::{Decision, DecisionAction, DecisionResult, Mode, Policy, RemediationConfig};
 use serde::Serialize;
 use tokio::sync::watch;
 
@@ -27,7 +27,7 @@ pub struct RemedyState {
     /// The most recent decisions, oldest first.
     pub audit: VecDeque<Decision>,
     #[serde(skip)]
-    pub counts: BTreeMap<(String, String), u64>,
+    pub counts: BTreeMap<(DecisionAction, DecisionResult), u64>,
     pub last_action_timestamp: Option<f64>,
     pub findings: Vec<Finding>,
 }
@@ -196,12 +196,12 @@ fn record(state: &SharedRemedy, decisions: &[Decision], keep: usize) {
     for d in decisions {
         tracing::warn!(
             target: "nodemedic::audit",
-            action = %d.action,
+            action = d.action.as_str(),
             groups = ?d.groups,
             mode = ?d.mode,
             reason = %d.reason,
             evidence = %d.evidence,
-            result = %d.result,
+            result = d.result.as_str(),
             "remediation decision"
         );
     }
@@ -209,12 +209,10 @@ fn record(state: &SharedRemedy, decisions: &[Decision], keep: usize) {
         return;
     };
     for d in decisions {
-        if d.result != "pending" {
-            *s.counts
-                .entry((d.action.clone(), d.result.clone()))
-                .or_default() += 1;
+        if d.result != DecisionResult::Pending {
+            *s.counts.entry((d.action, d.result)).or_default() += 1;
         }
-        if matches!(d.result.as_str(), "done" | "dry_run") || d.result.starts_with("failed") {
+        if d.result.is_action() {
             s.last_action_timestamp = Some(d.timestamp);
         }
         s.audit.push_back(d.clone());
@@ -362,11 +360,14 @@ mod tests {
         assert!(calls[1].0 - calls[0].0 >= cooldown, "{calls:?}");
         let verifications: Vec<&str> = audit
             .iter()
-            .filter(|d| d.action == "verify")
+            .filter(|d| d.action == DecisionAction::Verify)
             .map(|d| d.result.as_str())
             .collect();
         assert_eq!(verifications, vec!["not_verified", "not_verified"]);
-        let escalations = audit.iter().filter(|d| d.action == "escalate").count();
+        let escalations = audit
+            .iter()
+            .filter(|d| d.action == DecisionAction::Escalate)
+            .count();
         assert_eq!(
             escalations, 1,
             "failed verification escalates once, never loops"
@@ -406,7 +407,10 @@ mod tests {
             |i| if i < 10 { Pause::Unknown } else { Pause::Off },
         )
         .await;
-        assert!(audit.iter().all(|d| d.action != "pause"), "{audit:?}");
+        assert!(
+            audit.iter().all(|d| d.action != DecisionAction::Pause),
+            "{audit:?}"
+        );
         assert_eq!(
             calls.len(),
             1,
@@ -424,7 +428,7 @@ mod tests {
         assert!(calls.is_empty(), "{calls:?}");
         let pauses: Vec<(&str, &str)> = audit
             .iter()
-            .filter(|d| d.action == "pause")
+            .filter(|d| d.action == DecisionAction::Pause)
             .map(|d| (d.result.as_str(), d.evidence.as_str()))
             .collect();
         assert_eq!(
