@@ -225,13 +225,13 @@ impl Drop for CommitProbe {
 /// Puts the probe's histogram into every snapshot. A probe that could not start fails this
 /// collector with its reason.
 pub struct CommitProbeCollector {
-    probe: Result<CommitProbe, String>,
+    probe: Result<CommitProbe, Arc<ProbeError>>,
 }
 
 impl CommitProbeCollector {
     pub fn start(config: &CommitProbeConfig) -> Self {
         Self {
-            probe: CommitProbe::start(config).map_err(|e| e.to_string()),
+            probe: CommitProbe::start(config).map_err(Arc::new),
         }
     }
 }
@@ -245,7 +245,7 @@ impl Collector for CommitProbeCollector {
         let probe = self
             .probe
             .as_ref()
-            .map_err(|e| CollectError::Other(e.clone()))?;
+            .map_err(|e| CollectError::Down(e.clone()))?;
         let latest = probe.latest();
         let mut out = Collected::default();
         if let Some(e) = &latest.last_error {

@@ -17,6 +17,7 @@ pub use sys::{cap_malloc_arenas, process_cpu_seconds};
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use commit_probe::{CommitProbe, CommitProbeCollector, CommitProbeConfig};
@@ -75,8 +76,20 @@ pub struct Collected {
 pub enum CollectError {
     #[error(transparent)]
     Read(#[from] ReadError),
-    #[error("{0}")]
-    Other(String),
+    /// The collector panicked (a bug); the panic's message.
+    #[error("collector panicked (bug): {0}")]
+    Panicked(String),
+    /// What the collector depends on is down (the eBPF probes, the disk probe, the pod
+    /// watch); the error says why. Shared: the same error is reported by every sample.
+    #[error(transparent)]
+    Down(Arc<dyn std::error::Error + Send + Sync>),
+}
+
+impl CollectError {
+    /// [`CollectError::Down`] from any error.
+    pub fn down(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        CollectError::Down(Arc::new(e))
+    }
 }
 
 /// What a collector reads with: where the files are, the read layer, and whether this sample
@@ -193,12 +206,7 @@ impl CollectorSet {
         for collector in &self.collectors {
             let start = Instant::now();
             let outcome = catch_unwind(AssertUnwindSafe(|| collector.collect(&ctx, &mut snapshot)))
-                .unwrap_or_else(|panic| {
-                    Err(CollectError::Other(format!(
-                        "collector panicked (bug): {}",
-                        panic_message(panic.as_ref())
-                    )))
-                });
+                .unwrap_or_else(|panic| Err(CollectError::Panicked(panic_message(panic.as_ref()))));
             runs.push(CollectorRun {
                 name: collector.name(),
                 duration: start.elapsed(),

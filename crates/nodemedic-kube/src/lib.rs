@@ -114,7 +114,7 @@ pub enum KubeConfigError {
 #[derive(Debug, thiserror::Error)]
 pub enum KubeError {
     #[error("kubernetes client configuration: {0}")]
-    Config(String),
+    Config(#[from] kube::config::InferConfigError),
     #[error("kubernetes API: {0}")]
     Api(#[from] kube::Error),
 }
@@ -175,9 +175,7 @@ pub struct Reporter {
 
 impl Reporter {
     pub async fn connect(cfg: KubeConfig, node: String) -> Result<Self, KubeError> {
-        let config = kube::Config::infer()
-            .await
-            .map_err(|e| KubeError::Config(e.to_string()))?;
+        let config = kube::Config::infer().await?;
         let client = Client::try_from(config)?;
         let limiter = EventLimiter::new(
             cfg.events_per_minute,

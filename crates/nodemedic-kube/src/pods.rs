@@ -27,7 +27,7 @@ struct State {
     pods: Arc<PodMap>,
     synced: bool,
     /// The last watch error, cleared by the next good event.
-    error: Option<String>,
+    error: Option<Arc<PodsError>>,
 }
 
 /// The cache of pod names, shared by the watch task (writer) and the collector (reader).
@@ -92,8 +92,8 @@ impl PodDirectory {
         }
     }
 
-    fn fail(&self, reason: String) {
-        self.update(|s| s.error = Some(reason));
+    fn fail(&self, e: PodsError) {
+        self.update(|s| s.error = Some(Arc::new(e)));
     }
 }
 
@@ -136,7 +136,7 @@ pub async fn watch_pods(node: String, dir: PodDirectory) {
         match Client::try_default().await {
             Ok(c) => break c,
             Err(e) => {
-                dir.fail(format!("kubernetes client: {e}"));
+                dir.fail(PodsError::Client(e));
                 tokio::time::sleep(CLIENT_RETRY).await;
             }
         }
@@ -162,7 +162,10 @@ pub async fn watch_pods(node: String, dir: PodDirectory) {
                 let wait = retry.next_delay();
                 failing = true;
                 tracing::warn!(error = %e, retry_in = ?wait, "watching this node's pods");
-                dir.fail(format!("watching pods on {node}: {e}"));
+                dir.fail(PodsError::Watch {
+                    node: node.clone(),
+                    source: e,
+                });
                 tokio::time::sleep(wait).await;
             }
         }
@@ -187,11 +190,35 @@ pub async fn list_pods(node: &str, dir: &PodDirectory) {
             }
             dir.apply(watcher::Event::InitDone, &mut pending);
         }
-        Ok(Err(e)) => dir.fail(format!("listing pods on {node}: {e}")),
-        Err(_) => dir.fail(format!(
-            "listing pods on {node}: no answer within {LIST_TIMEOUT:?}"
-        )),
+        Ok(Err(source)) => dir.fail(PodsError::List {
+            node: node.to_string(),
+            source,
+        }),
+        Err(_) => dir.fail(PodsError::ListTimeout {
+            node: node.to_string(),
+        }),
     }
+}
+
+/// Why this node's pod names are not (or no longer) known.
+#[derive(Debug, thiserror::Error)]
+pub enum PodsError {
+    #[error("kubernetes client: {0}")]
+    Client(#[source] kube::Error),
+    #[error("watching pods on {node}: {source}")]
+    Watch {
+        node: String,
+        #[source]
+        source: watcher::Error,
+    },
+    #[error("listing pods on {node}: {source}")]
+    List {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("listing pods on {node}: no answer within {LIST_TIMEOUT:?}")]
+    ListTimeout { node: String },
 }
 
 /// How long [`list_pods`] waits for the API.
@@ -219,7 +246,7 @@ impl Collector for PodNamesCollector {
         let s = self.dir.state.read().unwrap_or_else(|p| p.into_inner());
         let mut out = Collected::default();
         match (&s.error, s.synced) {
-            (Some(e), false) => return Err(CollectError::Other(e.clone())),
+            (Some(e), false) => return Err(CollectError::Down(e.clone())),
             (Some(e), true) => out.warnings.push(format!("names may be stale: {e}")),
             (None, false) => out
                 .warnings
@@ -326,18 +353,21 @@ mod tests {
         assert_eq!(now["u-2"].containers["beef"], "pg");
         assert_eq!(before.len(), 1, "a sample's map never changes under it");
 
-        dir.fail("watching pods on n1: connection refused".into());
+        dir.fail(PodsError::ListTimeout { node: "n1".into() });
         let (snap, r) = sample(&dir);
         assert!(snap.pods.is_some(), "stale names are better than none");
-        assert!(r.unwrap().warnings[0].contains("connection refused"));
+        assert!(r.unwrap().warnings[0].contains("listing pods on n1: no answer"));
     }
 
     #[test]
     fn an_error_before_any_list_fails_the_collector_with_the_reason() {
         let dir = PodDirectory::new();
-        dir.fail("kubernetes client: no kubeconfig".into());
+        dir.fail(PodsError::ListTimeout { node: "n1".into() });
         let (snap, r) = sample(&dir);
         assert!(snap.pods.is_none());
-        assert!(r.unwrap_err().to_string().contains("no kubeconfig"));
+        assert!(r
+            .unwrap_err()
+            .to_string()
+            .contains("listing pods on n1: no answer within"));
     }
 }

@@ -52,10 +52,23 @@ struct Previous {
     owners: HashMap<u32, (u64, u64)>,
 }
 
+/// Why the probes are down: a load or attach error, or a read that failed.
+type DownReason = Arc<dyn std::error::Error + Send + Sync>;
+
 enum State {
     Up(Box<PerfProbes>),
-    Down(String),
+    Down(DownReason),
 }
+
+/// The collector's error while the probes are down.
+#[derive(Debug, thiserror::Error)]
+#[error("eBPF probes down: {0}")]
+pub struct ProbesDown(DownReason);
+
+/// The state of a collector that never loaded the probes (switched off).
+#[derive(Debug, thiserror::Error)]
+#[error("not loaded")]
+struct NotLoaded;
 
 struct Inner {
     state: State,
@@ -87,10 +100,9 @@ impl PerfProbeCollector {
                 (State::Up(Box::new(p)), ring)
             }
             Err(e) => {
-                let reason = e.to_string();
                 // The engine logs the collector failure with this reason once; no second line.
-                tracing::debug!(reason = %reason, "eBPF perf-event probes are down");
-                (State::Down(reason), None)
+                tracing::debug!(reason = %e, "eBPF perf-event probes are down");
+                (State::Down(Arc::new(e)), None)
             }
         };
         Self {
@@ -109,7 +121,7 @@ impl PerfProbeCollector {
     pub fn not_loaded(opts: CollectorOptions) -> Self {
         Self {
             inner: Mutex::new(Inner {
-                state: State::Down("not loaded".to_owned()),
+                state: State::Down(Arc::new(NotLoaded)),
                 previous: None,
             }),
             ring: Mutex::new(None),
@@ -123,7 +135,7 @@ impl PerfProbeCollector {
         let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         match &inner.state {
             State::Up(_) => None,
-            State::Down(r) => Some(r.clone()),
+            State::Down(r) => Some(r.to_string()),
         }
     }
 
@@ -142,12 +154,12 @@ impl PerfProbeCollector {
         inner: &mut Inner,
         ctx: &Ctx<'_>,
         now: Duration,
-    ) -> Result<PerfSection, String> {
+    ) -> Result<PerfSection, DownReason> {
         let probes = match &mut inner.state {
             State::Up(p) => p,
             State::Down(reason) => return Err(reason.clone()),
         };
-        let readings = probes.read().map_err(|e| e.to_string())?;
+        let readings = probes.read().map_err(|e| Arc::new(e) as DownReason)?;
         let totals = readings.totals();
 
         // Owners that exited give their slot back (on rescans, so the check is rare).
@@ -302,8 +314,9 @@ impl Collector for PerfProbeCollector {
                 snapshot.perf = Some(section);
                 Ok(Collected::default())
             }
-            Err(reason) => {
+            Err(down) => {
                 // Hooks are listed down with the reason, so metrics show probe_up 0 for each.
+                let reason = down.to_string();
                 snapshot.perf = Some(PerfSection {
                     hooks: HOOKS
                         .iter()
@@ -313,10 +326,10 @@ impl Collector for PerfProbeCollector {
                             error: Some(reason.clone()),
                         })
                         .collect(),
-                    down_reason: Some(reason.clone()),
+                    down_reason: Some(reason),
                     ..PerfSection::default()
                 });
-                Err(CollectError::Other(format!("eBPF probes down: {reason}")))
+                Err(CollectError::down(ProbesDown(down)))
             }
         }
     }

@@ -167,20 +167,27 @@ pub enum ListenAddr {
     Unix(PathBuf),
 }
 
+/// A listen address that is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ListenAddrError {
+    #[error("{0:?}: a unix socket needs an absolute path (unix:/run/nodemedic.sock)")]
+    RelativeSocket(String),
+    #[error("{0:?} is neither host:port nor unix:/path ({1})")]
+    Neither(String, std::net::AddrParseError),
+}
+
 impl std::str::FromStr for ListenAddr {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ListenAddrError;
+    fn from_str(s: &str) -> Result<Self, ListenAddrError> {
         if let Some(path) = s.strip_prefix("unix:") {
             if !path.starts_with('/') {
-                return Err(format!(
-                    "{s:?}: a unix socket needs an absolute path (unix:/run/nodemedic.sock)"
-                ));
+                return Err(ListenAddrError::RelativeSocket(s.to_string()));
             }
             return Ok(Self::Unix(PathBuf::from(path)));
         }
         s.parse::<SocketAddr>()
             .map(Self::Tcp)
-            .map_err(|e| format!("{s:?} is neither host:port nor unix:/path ({e})"))
+            .map_err(|e| ListenAddrError::Neither(s.to_string(), e))
     }
 }
 
