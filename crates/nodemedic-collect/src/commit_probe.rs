@@ -148,6 +148,7 @@ impl CommitProbe {
         let latest = Arc::new(Mutex::new(CommitLatency {
             directory: config.directory.display().to_string(),
             backend: writer.name().to_string(),
+            fallback_reason: fallback.clone(),
             ..CommitLatency::default()
         }));
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
@@ -170,6 +171,7 @@ impl CommitProbe {
                         let mut l = shared.lock().unwrap_or_else(|p| p.into_inner());
                         if l.backend != writer.name() {
                             l.backend = writer.name().to_string();
+                            l.fallback_reason = result.as_ref().err().map(|e| e.to_string());
                         }
                         match result {
                             Ok(()) => l.observe(took),

@@ -76,6 +76,7 @@ fn probe_without_io_uring_uses_write_and_fdatasync() {
     let l = wait_for(&probe, 3);
     assert!(l.count >= 3, "{l:?}");
     assert_eq!(l.backend, "syscalls");
+    assert_eq!(l.fallback_reason, None, "syscalls were asked for");
     check_histogram(&l);
 }
 
@@ -98,6 +99,12 @@ fn probe_falls_back_when_the_sysctl_disables_io_uring() {
     };
     let l = wait_for(&probe, 2);
     assert_eq!(l.backend, "syscalls");
+    assert!(
+        l.fallback_reason
+            .as_deref()
+            .is_some_and(|r| r.contains("kernel.io_uring_disabled = 2")),
+        "the reason is kept for /status: {l:?}"
+    );
     assert!(l.count >= 2, "{l:?}");
 }
 

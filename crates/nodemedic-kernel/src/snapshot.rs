@@ -70,6 +70,10 @@ pub struct CommitLatency {
     pub directory: String,
     /// How the probe writes: `io_uring` or `syscalls` (when io_uring is unavailable).
     pub backend: String,
+    /// Why it writes with syscalls although io_uring was asked for (a seccomp profile,
+    /// `kernel.io_uring_disabled`, a ring abandoned after a failure).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback_reason: Option<String>,
     /// Commits at or under each bound of [`WAL_FSYNC_BUCKETS`] (cumulative, as Prometheus).
     pub buckets: [u64; 14],
     pub count: u64,

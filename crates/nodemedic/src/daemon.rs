@@ -620,6 +620,8 @@ struct StatusBody<'a> {
     pods_named: Option<usize>,
     /// The read layer: backend (and why io_uring fell back), kept-open files, fallbacks.
     reader: Option<&'a nodemedic_collect::ReaderStatus>,
+    /// The disk commit probe (when on): its backend and why io_uring fell back, if it did.
+    disk_commit: Option<&'a nodemedic_kernel::snapshot::CommitLatency>,
     groups: Vec<GroupReport>,
     findings: Vec<nodemedic_detect::Finding>,
     /// The eBPF probes: attach method, each hook up or down with the reason, rates, top
@@ -666,6 +668,9 @@ async fn status(State(shared): State<Arc<Shared>>) -> Response {
             .and_then(|s| s.snapshot.pods.as_ref())
             .map(|p| p.len()),
         reader: sample.as_ref().map(|s| &s.reader),
+        disk_commit: sample
+            .as_ref()
+            .and_then(|s| s.snapshot.disk_commit.as_ref()),
         groups: sample
             .as_ref()
             .map(|s| shown_groups(&s.verdicts))
