@@ -196,12 +196,12 @@ fn record(state: &SharedRemedy, decisions: &[Decision], keep: usize) {
     for d in decisions {
         tracing::warn!(
             target: "nodemedic::audit",
-            action = d.action.as_str(),
+            action = %d.action.as_str(),
             groups = ?d.groups,
             mode = ?d.mode,
             reason = %d.reason,
             evidence = %d.evidence,
-            result = d.result.as_str(),
+            result = %d.result.as_str(),
             "remediation decision"
         );
     }
