@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes binaries the tests run (kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubelet, kube-proxy, kubectl) from the Go module proxy, cached, and makes
-# sure etcd is installed from Debian.
+# kube-scheduler, kubelet, kube-proxy, kubectl) from the Go module proxy, cached, and installs
+# what else tests/k8s runs from Debian (etcd, containerd, runc, CNI plugins, buildah, ...).
 #
 #   tests/k8s/build-k8s.sh        # idempotent; < 1 s when cached
 #
 # Env:
-#   NODEMEDIC_K8S_CACHE   cache root (default /var/cache/nodemedic-k8s): bin/, wrapper/
+#   NODEMEDIC_K8S_CACHE   cache root (default /var/cache/nodemedic-k8s): bin/ (the binaries,
+#                         .stamp, .build-seconds, .build-times), wrapper/ (the Go module), .lock
 #   GO                    go binary (default: go on PATH, else /usr/local/go/bin/go)
 #   GOTOOLCHAIN           the Go toolchain (deploy/bootstrap.sh pins it; default go1.26.8)
+#   NODEMEDIC_K8S_PACKAGES=0  skip the apt-get install of missing packages
+#   GOMODCACHE, GOCACHE   Go's own caches (a cold build: point both at empty directories)
 #
 # k8s.io/kubernetes cannot be `go install`ed (its go.mod replaces the k8s.io/* staging
 # modules with ./staging/...). The binaries are built from a throwaway wrapper module that
@@ -33,35 +36,60 @@ log() { printf '[build-k8s] %s\n' "$*" >&2; }
 
 mkdir -p "$BIN" "$WRAP"
 exec 9>"$CACHE/.lock"
-flock 9
+if ! flock -n 9; then
+  log "another build-k8s.sh holds $CACHE/.lock; waiting for it"
+  flock 9
+fi
 
-# ---------------------------------------------------------------- etcd (apt)
-install_etcd() {
-  if command -v etcd >/dev/null 2>&1; then
-    return 0
-  fi
-  log "installing etcd-server/etcd-client from Debian"
+# ------------------------------------------------------------ Debian packages
+# What the tests/k8s scripts run besides the Kubernetes binaries: etcd for the apiserver,
+# and for the whole cluster (cluster-up.sh) containerd 1.6, runc, the CNI plugins, buildah
+# for the images nothing can pull, iptables/conntrack for kube-proxy, and the tools.
+PACKAGES=(etcd-server etcd-client containerd runc containernetworking-plugins buildah
+          iptables conntrack socat ethtool iproute2 util-linux openssl curl jq)
+install_packages() {
+  local need=() p
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || need+=("$p")
+  done
+  [ ${#need[@]} -gt 0 ] || return 0
+  log "installing from Debian: ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  # Never let the package start a system-wide etcd service.
-  local prc=/usr/sbin/policy-rc.d created_prc=0
+  # No service may start during the install (etcd, containerd): the tests start their own,
+  # with their own configuration. policy-rc.d is what invoke-rc.d and deb-systemd-invoke ask.
+  local prc=/usr/sbin/policy-rc.d created=0
   if [ ! -e "$prc" ]; then
-    printf '#!/bin/sh\nexit 101\n' > "$prc"
-    chmod +x "$prc"; created_prc=1
+    created=1
+    printf '#!/bin/sh\n# tests/k8s/build-k8s.sh: no service starts during its apt-get install\nexit 101\n' > "$prc"
+    chmod +x "$prc"
+    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
   fi
   apt-get update -qq </dev/null
-  apt-get install -y -qq --no-install-recommends etcd-server etcd-client </dev/null
-  [ "$created_prc" = 1 ] && rm -f "$prc"
+  apt-get install -y -qq --no-install-recommends "${need[@]}" </dev/null
+  if [ "$created" = 1 ]; then rm -f "$prc"; trap - EXIT; fi
+  # Where systemd does run, the units are enabled by the packages: stop them for good.
   if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-    systemctl disable --now etcd >/dev/null 2>&1 || true
+    systemctl disable --now etcd containerd >/dev/null 2>&1 || true
   fi
 }
-install_etcd
+if [ "${NODEMEDIC_K8S_PACKAGES:-1}" = 1 ]; then install_packages; fi
 
 # ------------------------------------------------------------- the binaries
 if [ -z "${GO:-}" ]; then
   if command -v go >/dev/null 2>&1; then GO=go; else GO=/usr/local/go/bin/go; fi
 fi
-[ -x "$(command -v "$GO")" ] || { log "Go is needed (tests/run-all.sh installs it: deploy/bootstrap.sh ensure_go)"; exit 1; }
+if ! command -v "$GO" >/dev/null 2>&1; then
+  log "ERROR: no Go toolchain: neither 'go' on PATH nor /usr/local/go/bin/go (set GO=/path/to/go;"
+  log "       Debian 12's golang-go 1.19 is too old; tests/run-all.sh installs one: deploy/bootstrap.sh ensure_go)"
+  exit 1
+fi
+# Go 1.21+ understands GOTOOLCHAIN and fetches the pinned toolchain through the module proxy;
+# an older go would fail on k8s.io/kubernetes' go.mod with a confusing message.
+gov="$(GOTOOLCHAIN=local "$GO" env GOVERSION 2>/dev/null || true)"
+case "$gov" in
+  go1.2[1-9]* | go1.[3-9][0-9]*) ;;
+  *) log "ERROR: $GO is ${gov:-unusable}; Go 1.21 or newer is needed (set GO=/path/to/go)"; exit 1 ;;
+esac
 export GOTOOLCHAIN="${GOTOOLCHAIN:-go1.26.8}" GOFLAGS="${GOFLAGS:--buildvcs=false}" CGO_ENABLED=0
 
 STAMP_WANT="$(sha256sum "${BASH_SOURCE[0]}" | cut -d' ' -f1) $GOTOOLCHAIN"
@@ -122,15 +150,20 @@ for kv in "gitVersion=v$K8S_VERSION" "gitMajor=${K8S_VERSION%%.*}" \
   ldflags+=" -X k8s.io/component-base/version.$kv"
 done
 
+# Left by a build that was killed (we hold the lock: nobody else writes here now).
+rm -f "$BIN"/.*.tmp
+times=""
 for c in "${COMPONENTS[@]}"; do
   t0=$(date +%s)
-  tmp="$BIN/.$c.$$.tmp"
+  tmp="$BIN/.$c.$$.tmp"      # unique, then an atomic rename: a reader never sees half a binary
   "$GO" build -trimpath -ldflags "$ldflags" -o "$tmp" "k8s.io/kubernetes/cmd/$c"
   mv -f "$tmp" "$BIN/$c"
   log "built $c in $(( $(date +%s) - t0 ))s"
+  times+="$c $(( $(date +%s) - t0 ))"$'\n'
 done
 
 secs=$(( $(date +%s) - start ))
-echo "$secs" > "$BIN/.build-seconds"
-echo "$STAMP_WANT" > "$STAMP"
+printf '%s' "$times" > "$BIN/.build-times.tmp.$$" && mv -f "$BIN/.build-times.tmp.$$" "$BIN/.build-times"
+echo "$secs" > "$BIN/.build-seconds.tmp.$$" && mv -f "$BIN/.build-seconds.tmp.$$" "$BIN/.build-seconds"
+echo "$STAMP_WANT" > "$STAMP.tmp.$$" && mv -f "$STAMP.tmp.$$" "$STAMP"
 log "done in ${secs}s: $("$BIN/kube-apiserver" --version)"

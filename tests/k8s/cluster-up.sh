@@ -9,8 +9,13 @@
 #   set -a; . DIR/env; set +a        # KUBECONFIG, NETNS, NODE_NAME, NODE_IP, CONTAINERD_SOCK, …
 #   tests/k8s/cluster-down.sh DIR    # stops everything and leaves nothing behind
 #
-# Helpers for the tests: tests/k8s/lib.sh (kubectl, import an image, run in the netns).
-# Binaries: tests/k8s/build-k8s.sh (cached under /var/cache/nodemedic-k8s).
+# Helpers for the tests: tests/k8s/lib.sh (kubectl, ctr, import an image, run in the netns).
+# Binaries: tests/k8s/build-k8s.sh, images: build-images.sh (cached under
+# /var/cache/nodemedic-k8s). Its own check: tests/k8s/cluster-check.sh DIR.
+#
+# Env: NODEMEDIC_K8S_CACHE, NODEMEDIC_K8S_NETNS (nmk8s), NODEMEDIC_K8S_NODE (nodemedic-node),
+#      NODEMEDIC_K8S_READY_TIMEOUT (180 s for the node), NODEMEDIC_K8S_WAIT (0 s: how long to
+#      wait for another cluster on this machine to go; one runs at a time).
 set -euo pipefail
 exec </dev/null
 
@@ -29,7 +34,10 @@ NODE_IP=10.213.0.2
 POD_CIDR=10.244.0.0/24
 SERVICE_CIDR=10.96.0.0/24
 KUBERNETES_SVC=10.96.0.1
+# The sandbox image: containerd's sandbox_image and the kubelet's --pod-infra-container-image
+# name the same image, built here (build-images.sh pause) since nothing can be pulled.
 PAUSE_IMAGE=registry.k8s.io/pause:3.10
+CONTAINERD_SOCK="$DIR/containerd/containerd.sock"
 
 log() { printf '[cluster-up %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() {
@@ -44,16 +52,70 @@ die() {
 }
 
 [ "$(id -u)" = 0 ] || { log "needs root"; exit 1; }
+# A unix socket's path has at most 107 bytes ("$CONTAINERD_SOCK.ttrpc" is the longest).
+[ ${#CONTAINERD_SOCK} -le 100 ] || { log "DIR is too long for containerd's socket path ($CONTAINERD_SOCK); use a shorter one"; exit 1; }
+# shellcheck source=tests/k8s/lib.sh
+. "$HERE/lib.sh"
 # shellcheck source=deploy/bootstrap.sh
 . "$HERE/../../deploy/bootstrap.sh"
-ensure_packages containerd runc containernetworking-plugins buildah iptables conntrack openssl curl >&2
 ensure_go >&2
+# The Kubernetes binaries, and the Debian packages (containerd, runc, CNI plugins, buildah,
+# etcd, iptables, conntrack, ...) with no service started by their installation.
 "$HERE/build-k8s.sh"
+# Nothing can be pulled: the pause image and the tests' CPU burner are built here.
+PAUSE_TAR=$("$HERE/build-images.sh" pause)
+BUSY_TAR=$("$HERE/build-images.sh" busy)
 
-# A previous run of this DIR, or a crashed one with the same namespace name.
+# A previous run of this DIR, or a crashed one.
 "$HERE/cluster-down.sh" "$DIR" >/dev/null 2>&1 || true
-mkdir -p "$DIR"/{logs,pki,etc,containerd,kubelet,pod-logs,cni/net.d,images}
+# One cluster per machine (pod cgroups, pod network namespaces and kernel settings are the
+# host's): wait NODEMEDIC_K8S_WAIT seconds (default 0) for another one to go.
+wait_until=$(( $(date +%s) + ${NODEMEDIC_K8S_WAIT:-0} ))
+while other=$(nmk8s_other_cluster "$DIR"); do
+  if [ "$(date +%s)" -ge "$wait_until" ]; then
+    log "ERROR: the cluster of $other runs on this machine (one at a time: tests/k8s/cluster-down.sh $other, or NODEMEDIC_K8S_WAIT=SECONDS)"
+    exit 1
+  fi
+  sleep 2
+done
+# A namespace of this name left by a crashed cluster of another DIR (nothing of it runs).
+if [ -e "/run/netns/$NETNS" ]; then
+  owner=$(cat "$NMK8S_RUN/$NETNS.dir" 2>/dev/null || true)
+  if [ -n "$owner" ] && [ "$owner" != "$DIR" ]; then
+    log "removing what the crashed cluster of $owner left"
+    "$HERE/cluster-down.sh" "$owner" >/dev/null 2>&1 || true
+  fi
+  if [ -e "/run/netns/$NETNS" ]; then
+    [ -z "$(ip netns pids "$NETNS" 2>/dev/null)" ] \
+      || { log "ERROR: network namespace $NETNS is in use by processes not of this cluster: $(ip netns pids "$NETNS" | tr '\n' ' ')"; exit 1; }
+    ip netns del "$NETNS"
+  fi
+fi
+# Start from empty state (etcd, kubelet, containerd, IPAM): the certificates are new each time.
+if findmnt -rn -o TARGET | grep -qF "$DIR/"; then
+  log "ERROR: mounts remain under $DIR after cluster-down.sh:"; findmnt -rn -o TARGET | grep -F "$DIR/" >&2; exit 1
+fi
+rm -rf --one-file-system "${DIR:?}"/{etcd,kubelet,containerd,cni,pod-logs,logs,pki,etc,env,netns,kube-apiserver.args} "${DIR:?}"/*.pid
+mkdir -p "$DIR"/{logs,pki,etc,containerd,kubelet,pod-logs,cni/net.d}
 start=$(date +%s)
+
+# The kubelet sets host-wide kernel settings at start (vm.overcommit_memory=1, kernel.panic=10,
+# kernel.panic_on_oops=1, ...; protectKernelDefaults only makes it refuse to run instead):
+# the values from before the first cluster since boot are kept, and cluster-down.sh puts
+# them back when no cluster is left.
+mkdir -p "$NMK8S_RUN"
+if [ ! -f "$NMK8S_RUN/host-sysctls" ]; then
+  for s in vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops \
+           kernel.keys.root_maxkeys kernel.keys.root_maxbytes; do
+    echo "$s=$(sysctl -n "$s")"
+  done > "$NMK8S_RUN/host-sysctls.tmp.$$"
+  mv -f "$NMK8S_RUN/host-sysctls.tmp.$$" "$NMK8S_RUN/host-sysctls"
+fi
+# Host directories the kubelet makes whatever its --root-dir (cluster-down.sh removes them
+# when it made them): /var/lib/kubelet/device-plugins and /var/log/containers.
+for d in /var/lib/kubelet /var/log/containers; do
+  [ -e "$d" ] || echo "$d" >> "$DIR/host-dirs"
+done
 
 in_ns() { nsenter --net="/run/netns/$NETNS" "$@"; }
 
@@ -61,7 +123,9 @@ in_ns() { nsenter --net="/run/netns/$NETNS" "$@"; }
 # The namespace holds the cluster's network: its loopback carries the node's address, and the
 # CNI bridge the pods'. Daemons enter it with nsenter --net only (`ip netns exec` would also
 # remount /sys, hiding /sys/fs/cgroup from the kubelet).
+echo "$DIR" > "$NMK8S_RUN/$NETNS.dir"
 ip netns add "$NETNS"
+echo "$NETNS" > "$DIR/netns"
 in_ns ip link set lo up
 in_ns ip addr add "$NODE_IP/32" dev lo
 # The namespace has no default route, as a real node would: Service addresses need one for
@@ -71,7 +135,6 @@ in_ns ip route add "$SERVICE_CIDR" dev lo
 in_ns sysctl -qw net.ipv4.ip_forward=1
 # Pods reach Services across the bridge only if bridged packets go through iptables.
 in_ns sysctl -qw net.bridge.bridge-nf-call-iptables=1 2>/dev/null || true
-echo "$NETNS" > "$DIR/netns"
 
 # ---------------------------------------------------------------- certificates
 PKI="$DIR/pki"
@@ -155,6 +218,7 @@ spawn etcd env -u ETCD_NAME etcd --name nodemedic-test --data-dir "$DIR/etcd" \
   --initial-cluster nodemedic-test=http://127.0.0.1:2380 --logger zap --log-outputs stderr
 wait_for "etcd" 30 in_ns curl -sf http://127.0.0.1:2379/health
 
+# shellcheck disable=SC2054  # the commas are in flag values
 APISERVER_ARGS=(
   --bind-address=0.0.0.0 --secure-port=6443 --advertise-address="$NODE_IP" \
   --etcd-servers=http://127.0.0.1:2379 \
@@ -209,7 +273,6 @@ YAML
 spawn kube-proxy "$BIN/kube-proxy" --config="$DIR/etc/kube-proxy.yaml" --v=1
 
 # ---------------------------------------------------------------- containerd
-CONTAINERD_SOCK="$DIR/containerd/containerd.sock"
 cat > "$DIR/cni/net.d/10-nmk8s.conflist" <<JSON
 {
   "cniVersion": "1.0.0",
@@ -224,6 +287,7 @@ cat > "$DIR/cni/net.d/10-nmk8s.conflist" <<JSON
 JSON
 cat > "$DIR/etc/containerd.toml" <<TOML
 # containerd of its own: config, state, root and socket under DIR, never the system's.
+# (Only the shims' sockets are always in /run/containerd/s: cluster-down.sh removes them.)
 version = 2
 root = "$DIR/containerd/root"
 state = "$DIR/containerd/state"
@@ -231,6 +295,8 @@ state = "$DIR/containerd/state"
   address = "$CONTAINERD_SOCK"
 [ttrpc]
   address = "$CONTAINERD_SOCK.ttrpc"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$DIR/containerd/opt"
 [plugins."io.containerd.grpc.v1.cri"]
   # Nothing can be pulled here: the pause image is built and imported below.
   sandbox_image = "$PAUSE_IMAGE"
@@ -244,35 +310,19 @@ state = "$DIR/containerd/state"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         # PID 1 is not systemd: the cgroupfs driver, as the kubelet's.
         SystemdCgroup = false
+        # runc's state under DIR too, not in the system's /run/containerd/runc.
+        Root = "$DIR/containerd/runc"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$DIR/cni/net.d"
 TOML
 spawn containerd containerd --config "$DIR/etc/containerd.toml"
 wait_for "containerd" 30 ctr --address "$CONTAINERD_SOCK" version
-
-# The images the tests need and cannot pull: pause for every pod sandbox, and a CPU burner.
-build_image() {  # build_image NAME GO_PACKAGE_DIR ARCHIVE
-  local name=$1 pkg=$2 archive=$3 ctx
-  ctx=$(mktemp -d)
-  (cd "$HERE/images" && CGO_ENABLED=0 GOFLAGS=-buildvcs=false go build -trimpath \
-     -ldflags "-s -w" -o "$ctx/app" "./$pkg")
-  local c
-  export STORAGE_DRIVER=vfs BUILDAH_ISOLATION=chroot
-  c=$(buildah from scratch)
-  buildah copy "$c" "$ctx/app" /app >/dev/null
-  buildah config --entrypoint '["/app"]' --user 65534:65534 "$c"
-  buildah commit --quiet "$c" "$name" >/dev/null
-  buildah rm "$c" >/dev/null
-  rm -f "$archive"
-  buildah push --quiet "$name" "oci-archive:$archive:$name"
-  rm -rf "$ctx"
-}
-import_image() { ctr --address "$CONTAINERD_SOCK" -n k8s.io images import "$1" >/dev/null; }
-build_image "$PAUSE_IMAGE" pause "$DIR/images/pause.tar"
-build_image localhost/nodemedic-test-busy:1 busy "$DIR/images/busy.tar"
-import_image "$DIR/images/pause.tar"
-import_image "$DIR/images/busy.tar"
+for a in "$PAUSE_TAR" "$BUSY_TAR"; do
+  ctr --address "$CONTAINERD_SOCK" -n k8s.io images import --all-platforms "$a" >/dev/null || die "importing $a"
+done
+ctr --address "$CONTAINERD_SOCK" -n k8s.io images check "name==$PAUSE_IMAGE" | grep -q complete \
+  || die "$PAUSE_IMAGE is not in containerd after the import"
 
 # ------------------------------------------------------------------ kubelet
 cat > "$DIR/etc/kubelet.yaml" <<YAML
@@ -283,7 +333,9 @@ cgroupDriver: cgroupfs
 # cgroups are hybrid (the cpu controller on v1, PSI in /sys/fs/cgroup/unified); kubelet 1.35+
 # refuses v1 unless told.
 failCgroupV1: false
+# There is no swap; were there any, the kubelet should not refuse to start over it.
 failSwapOn: false
+containerRuntimeEndpoint: unix://$CONTAINERD_SOCK
 address: $NODE_IP
 port: 10250
 readOnlyPort: 0
@@ -312,19 +364,24 @@ serializeImagePulls: false
 YAML
 spawn kubelet "$BIN/kubelet" \
   --config="$DIR/etc/kubelet.yaml" --kubeconfig="$DIR/etc/kubelet.kubeconfig" \
-  --container-runtime-endpoint="unix://$CONTAINERD_SOCK" \
+  --pod-infra-container-image="$PAUSE_IMAGE" \
   --root-dir="$DIR/kubelet" --hostname-override="$NODE_NAME" --node-ip="$NODE_IP" --v=1
 
 node_ready() {
   [ "$(k get node "$NODE_NAME" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" = True ]
 }
 wait_for "node $NODE_NAME Ready" "$TIMEOUT" node_ready
+ready=$(( $(date +%s) - start ))
+# What pods need before the tests make any: a ServiceAccount, the CA (kube-root-ca.crt, from
+# the controller-manager's --root-ca-file) and kube-proxy's rules for the kubernetes Service.
 wait_for "the default ServiceAccount" 60 k get serviceaccount default -n default
+wait_for "ConfigMap kube-root-ca.crt" 60 k get configmap kube-root-ca.crt -n default
+wait_for "kube-proxy synced" 60 in_ns curl -sf http://127.0.0.1:10256/healthz
 for d in etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy containerd kubelet; do
   alive "$d" || die "$d exited"
 done
 
-cat > "$DIR/env" <<ENV
+cat > "$DIR/env.tmp" <<ENV
 KUBECONFIG=$DIR/etc/admin.kubeconfig
 KUBECTL=$BIN/kubectl
 NETNS=$NETNS
@@ -334,7 +391,17 @@ APISERVER_URL=$APISERVER_URL
 CA_FILE=$PKI/ca.crt
 CONTAINERD_SOCK=$CONTAINERD_SOCK
 POD_CIDR=$POD_CIDR
+SERVICE_CIDR=$SERVICE_CIDR
 KUBERNETES_SVC=$KUBERNETES_SVC
+PAUSE_IMAGE=$PAUSE_IMAGE
+ETCD_PID=$(cat "$DIR/etcd.pid")
+APISERVER_PID=$(cat "$DIR/kube-apiserver.pid")
+CONTROLLER_MANAGER_PID=$(cat "$DIR/kube-controller-manager.pid")
+SCHEDULER_PID=$(cat "$DIR/kube-scheduler.pid")
+KUBE_PROXY_PID=$(cat "$DIR/kube-proxy.pid")
+CONTAINERD_PID=$(cat "$DIR/containerd.pid")
+KUBELET_PID=$(cat "$DIR/kubelet.pid")
 ENV
-log "node $NODE_NAME Ready in $(( $(date +%s) - start ))s"
+mv -f "$DIR/env.tmp" "$DIR/env"
+log "node $NODE_NAME Ready in ${ready}s, ready for pods in $(( $(date +%s) - start ))s"
 echo "$DIR/env"
