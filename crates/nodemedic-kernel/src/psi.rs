@@ -107,10 +107,11 @@ fn parse_line(
             "avg60" => fields.1 = Some(percentage()?),
             "avg300" => fields.2 = Some(percentage()?),
             "total" => {
+                // Plain digits, as the kernel prints them (`%llu`): `str::parse` would
+                // also take a sign (`+5`), which no kernel writes.
                 fields.3 = Some(
-                    value
-                        .parse::<u64>()
-                        .map_err(|_| bad(format!("total={value:?} is not a count")))?,
+                    count(value.as_bytes())
+                        .ok_or_else(|| bad(format!("total={value:?} is not a count")))?,
                 )
             }
             // Tolerated: a future field beside the four we know.
@@ -400,6 +401,7 @@ mod tests {
             ),
             ("some avg10=x avg60=0 avg300=0 total=1\n", "line 1"),
             ("some avg10=0 avg60=0 avg300=0 total=-1\n", "total"),
+            ("some avg10=0 avg60=0 avg300=0 total=+1\n", "total"),
             ("some avg10=0 avg60=0 total=1\n", "missing"),
             ("partial avg10=0 avg60=0 avg300=0 total=1\n", "unknown kind"),
             (
