@@ -142,7 +142,7 @@ pub struct Evidence {
     /// Share of the group's interrupts on the hottest CPU: by rate when the group had
     /// interrupts since the previous sample, else by cumulative counts.
     pub hottest_share: Option<f64>,
-    pub share_basis: Option<&'static str>,
+    pub share_basis: Option<ShareBasis>,
     /// The group's interrupts per second on each CPU that had any.
     pub per_cpu_rate: BTreeMap<u32, f64>,
     /// NET_RX softirqs per second on the hottest CPU.
@@ -153,11 +153,30 @@ pub struct Evidence {
     pub softnet_squeezed: Option<u64>,
 }
 
+/// What the hottest CPU's share is a share of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ShareBasis {
+    /// The group's interrupts since the previous sample.
+    Rate,
+    /// The group's interrupts since boot (nothing grew since the previous sample).
+    Cumulative,
+}
+
+impl ShareBasis {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Rate => "rate",
+            Self::Cumulative => "cumulative",
+        }
+    }
+}
+
 impl Evidence {
     /// The hottest CPU's share of the group's interrupt *rate*, when there was one.
     pub fn rate_share(&self) -> Option<f64> {
         self.hottest_share
-            .filter(|_| self.share_basis == Some("rate"))
+            .filter(|_| self.share_basis == Some(ShareBasis::Rate))
     }
 }
 
@@ -282,7 +301,7 @@ impl CollapseDetector {
 
     fn hurting_now(&self, e: &Evidence) -> bool {
         let concentrated = matches!((e.hottest_share, e.share_basis, e.irq_rate),
-            (Some(share), Some("rate"), Some(rate))
+            (Some(share), Some(ShareBasis::Rate), Some(rate))
                 if share >= self.hurting.min_hottest_share && rate >= self.hurting.min_irq_rate);
         let softnet = self.hurting.softnet_pressure
             && (e.softnet_dropped.unwrap_or(0) > 0 || e.softnet_squeezed.unwrap_or(0) > 0);
@@ -332,9 +351,9 @@ impl CollapseDetector {
                 .collect();
         }
         let (basis, source) = if total_delta > 0 {
-            ("rate", &delta)
+            (ShareBasis::Rate, &delta)
         } else {
-            ("cumulative", &cumulative)
+            (ShareBasis::Cumulative, &cumulative)
         };
         let total: u64 = source.iter().fold(0u64, |a, v| a.saturating_add(*v));
         if total > 0 {

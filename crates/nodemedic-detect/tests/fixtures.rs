@@ -83,7 +83,10 @@ fn incident_8cpu_is_collapsed_then_hurting() {
     assert_eq!(nic.group.eligible_cpus.len(), 8);
     assert_eq!(nic.evidence.distinct_cpus, 2);
     assert_eq!(nic.evidence.cpu_limit, 2);
-    assert_eq!(nic.evidence.share_basis, Some("cumulative"));
+    assert_eq!(
+        nic.evidence.share_basis,
+        Some(nodemedic_detect::collapse::ShareBasis::Cumulative)
+    );
     assert!(nic.evidence.hottest_cpu == Some(4));
     assert_eq!(collapsed_names(&first), vec!["virtio2"]);
     let nvme = group(&first, "nvme0");
@@ -94,7 +97,10 @@ fn incident_8cpu_is_collapsed_then_hurting() {
     let later = d.observe(&snapshot("8cpu-collapsed-later", 10));
     let nic = group(&later, "virtio2");
     assert!(nic.collapsed && nic.hurting);
-    assert_eq!(nic.evidence.share_basis, Some("rate"));
+    assert_eq!(
+        nic.evidence.share_basis,
+        Some(nodemedic_detect::collapse::ShareBasis::Rate)
+    );
     assert_eq!(nic.evidence.hottest_cpu, Some(4));
     let share = nic.evidence.hottest_share.unwrap();
     assert!(share > 0.5 && share < 0.8, "share {share}");

@@ -2,6 +2,9 @@
 //! detectors → findings. It does no output and takes no action; the daemon exports and
 //! remediates from its [`Sample`]s, `check` prints them.
 
+pub mod report;
+pub mod text;
+
 use std::collections::{BTreeSet, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};

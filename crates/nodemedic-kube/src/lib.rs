@@ -12,6 +12,7 @@
 mod events;
 mod pods;
 mod retry;
+pub mod task;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -28,6 +29,7 @@ use serde_json::json;
 pub use events::{EventLimiter, Regarding};
 pub use pods::{list_pods, watch_pods, PodDirectory, PodNamesCollector};
 pub use retry::Retry;
+pub use task::{KubeState, KubeStatus, SharedKube};
 
 pub const CONDITION_TYPE: &str = "IRQAffinityCollapsed";
 pub const LABEL: &str = "nodemedic.io/irq-collapsed";

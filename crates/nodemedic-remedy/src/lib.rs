@@ -10,9 +10,11 @@ pub mod config;
 pub mod dpkg;
 pub mod policy;
 pub mod spread;
+pub mod task;
 
 pub use config::{Mode, RemediationConfig};
 pub use policy::{
     ActionKind, Decision, DecisionAction, DecisionResult, FailureClass, Outcome, Policy, Step,
     StepFailure,
 };
+pub use task::{Actuate, Pause, PauseFlag, RealActuators, RemedyState, SharedRemedy};

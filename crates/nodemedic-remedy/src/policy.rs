@@ -708,7 +708,7 @@ fn evidence(v: &GroupVerdict) -> String {
             .map(|c| c.to_string())
             .unwrap_or_else(|| "-".into()),
         fmt_share(e.hottest_share),
-        e.share_basis.unwrap_or("-"),
+        e.share_basis.map_or("-", |b| b.as_str()),
         v.hurting
     )
 }

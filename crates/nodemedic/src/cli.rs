@@ -1,4 +1,4 @@
-use crate::config::ListenAddr;
+use nodemedic_web::ListenAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -4,14 +4,9 @@ mod check;
 mod cli;
 mod config;
 mod daemon;
-mod kube_task;
 mod probes;
 mod process;
-mod remediator;
-mod report;
 mod systemd;
-mod web;
-mod web_config;
 
 use std::process::ExitCode;
 

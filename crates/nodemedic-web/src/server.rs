@@ -10,7 +10,7 @@
 //! - at most `max_requests` requests are served at once (node_exporter's
 //!   `--web.max-requests`, default 40); the excess gets 503 at once;
 //! - `/metrics` is gzip-compressed when the client asks for it (Prometheus does), once per
-//!   sample like its rendering (crates/nodemedic/src/daemon.rs).
+//!   sample like its rendering (`crate::endpoint`).
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -28,8 +28,8 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-use crate::config::ListenAddr;
-use crate::web_config::WebConfigWatch;
+use crate::listen::ListenAddr;
+use crate::security::WebConfigWatch;
 
 /// What the endpoint allows.
 #[derive(Debug, Clone, Copy)]
@@ -329,7 +329,7 @@ async fn connection(
                     let allowed = &security.current().allowed_sans;
                     let cert = tls.get_ref().1.peer_certificates().and_then(|c| c.first());
                     if !allowed.is_empty()
-                        && !cert.is_some_and(|c| crate::web_config::san_allowed(c, allowed))
+                        && !cert.is_some_and(|c| crate::security::san_allowed(c, allowed))
                     {
                         tracing::debug!(%peer, "client certificate names none of client_allowed_sans");
                         return;

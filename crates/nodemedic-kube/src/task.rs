@@ -3,18 +3,42 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use nodemedic_kube::{KubeConfig, KubeError, Reporter, Retry};
-use nodemedic_remedy::Decision;
+use nodemedic_engine::Sample;
+use nodemedic_remedy::{Decision, Pause, PauseFlag};
 use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 
-use crate::remediator::{Pause, PauseFlag};
-use nodemedic_engine::Sample;
+use crate::{KubeConfig, KubeError, Reporter, Retry};
+
+/// Where Kubernetes reporting stands, for `/status`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KubeState {
+    /// Not started yet (the first sample is not in).
+    #[default]
+    Starting,
+    /// Not running in Kubernetes (no node name), or switched off.
+    Disabled,
+    /// The last round with the API succeeded.
+    Active,
+    /// The last round failed, or the configuration is wrong: `reason` says why.
+    Failed,
+}
+
+impl KubeState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Starting => "starting",
+            Self::Disabled => "disabled",
+            Self::Active => "active",
+            Self::Failed => "failed",
+        }
+    }
+}
 
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct KubeStatus {
-    /// `disabled`, `active` or `failed`.
-    pub state: String,
+    pub state: KubeState,
     pub node: Option<String>,
     pub reason: Option<String>,
     pub paused_by_annotation: bool,
@@ -41,7 +65,7 @@ pub async fn run(
         Ok(Some(node)) => node,
         Ok(None) => {
             pause.set(Pause::Off);
-            set(&status, |s| s.state = "disabled".into());
+            set(&status, |s| s.state = KubeState::Disabled);
             // Keep draining so the remediator never blocks on a full channel.
             while decisions.recv().await.is_some() {}
             return;
@@ -49,7 +73,7 @@ pub async fn run(
         Err(e) => {
             tracing::error!(error = %e, "kubernetes reporting misconfigured");
             set(&status, |s| {
-                s.state = "failed".into();
+                s.state = KubeState::Failed;
                 s.reason = Some(e.to_string());
             });
             while decisions.recv().await.is_some() {}
@@ -95,7 +119,7 @@ pub async fn run(
                 }
                 retry.reset();
                 set(&status, |s| {
-                    s.state = "active".into();
+                    s.state = KubeState::Active;
                     s.reason = None;
                 });
             }
@@ -104,7 +128,7 @@ pub async fn run(
                 next_attempt = Some(Instant::now() + wait);
                 tracing::warn!(error = %e, retry_in = ?wait, "kubernetes reporting failed");
                 set(&status, |s| {
-                    s.state = "failed".into();
+                    s.state = KubeState::Failed;
                     s.reason = Some(e.to_string());
                 });
             }

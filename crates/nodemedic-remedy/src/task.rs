@@ -6,12 +6,12 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::actuator::{execute, AffinityWriter, Systemd};
+use crate::policy::IrqbalanceState;
+use crate::policy::{Outcome, Step};
+use crate::{Decision, DecisionAction, DecisionResult, Mode, Policy, RemediationConfig};
 use nodemedic_collect::Paths;
 use nodemedic_detect::Finding;
-use nodemedic_remedy::actuator::{execute, AffinityWriter, Systemd};
-use nodemedic_remedy::policy::IrqbalanceState;
-use nodemedic_remedy::policy::{Outcome, Step};
-use nodemedic_remedy::{Decision, DecisionAction, DecisionResult, Mode, Policy, RemediationConfig};
 use serde::Serialize;
 use tokio::sync::watch;
 
@@ -231,11 +231,11 @@ mod tests {
     use std::path::PathBuf;
     use std::time::Duration;
 
+    use crate::config::NativeStep;
+    use crate::ActionKind;
     use nodemedic_collect::CollectorSet;
     use nodemedic_detect::{CollapseConfig, CollapseDetector, HurtingConfig};
     use nodemedic_kernel::Snapshot;
-    use nodemedic_remedy::config::NativeStep;
-    use nodemedic_remedy::ActionKind;
 
     use super::*;
 

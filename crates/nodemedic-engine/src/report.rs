@@ -1,0 +1,289 @@
+//! The report shapes shared by `check` (text and `--format json`) and `/status`, and the
+//! per-CPU rate maths of `check`'s two samples.
+
+use std::collections::{BTreeMap, HashMap};
+
+use nodemedic_collect::{CollectorState, CollectorStatus};
+use nodemedic_detect::collapse::Evidence;
+use nodemedic_detect::pressure::{CgroupRates, PsiRatios};
+use nodemedic_detect::{Finding, GroupVerdict, Severity};
+use nodemedic_kernel::counter;
+use nodemedic_kernel::interrupts::Interrupts;
+use nodemedic_kernel::mounts::CgroupMounts;
+use serde::Serialize;
+
+use crate::Sample;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupReport {
+    pub name: String,
+    pub key: String,
+    pub driver: Option<String>,
+    pub pci: Option<String>,
+    pub netdev: Option<String>,
+    pub numa_node: Option<u32>,
+    /// IRQs judged for collapse (the device's data queues when it has them).
+    pub irqs: Vec<u32>,
+    /// The device's other IRQs (control, admin, config vectors).
+    pub other_irqs: Vec<u32>,
+    /// CPUs the judged IRQs are delivered to.
+    pub effective_cpus: Vec<u32>,
+    /// How many CPUs could take them.
+    pub eligible_cpus: usize,
+    /// Which CPUs could take them, in kernel list form (`0-3,8`).
+    pub eligible_cpu_list: String,
+    pub collapsed: bool,
+    pub hurting: bool,
+    pub collapsed_since: Option<f64>,
+    pub hurting_since: Option<f64>,
+    pub evidence: Evidence,
+}
+
+impl From<&GroupVerdict> for GroupReport {
+    fn from(v: &GroupVerdict) -> Self {
+        let g = &v.group;
+        Self {
+            name: g.name.clone(),
+            key: g.key.clone(),
+            driver: g.driver.clone(),
+            pci: g.pci.clone(),
+            netdev: g.netdev.clone(),
+            numa_node: g.numa_node,
+            irqs: g.irqs.clone(),
+            other_irqs: g.other_irqs.clone(),
+            effective_cpus: g.effective_cpus.iter().collect(),
+            eligible_cpus: g.eligible_cpus.len(),
+            eligible_cpu_list: g.eligible_cpus.to_list_string(),
+            collapsed: v.collapsed,
+            hurting: v.hurting,
+            collapsed_since: v.collapsed_since,
+            hurting_since: v.hurting_since,
+            evidence: v.evidence.clone(),
+        }
+    }
+}
+
+/// Device groups worth showing: those that could ever collapse, or that are PCI devices.
+/// Single-IRQ legacy lines (timer, serial, ACPI) are left out.
+pub fn shown_groups(verdicts: &[GroupVerdict]) -> Vec<GroupReport> {
+    verdicts
+        .iter()
+        .filter(|v| v.group.irqs.len() >= 2 || v.group.pci.is_some())
+        .map(GroupReport::from)
+        .collect()
+}
+
+#[derive(Debug, Serialize)]
+pub struct CheckReport {
+    pub version: &'static str,
+    pub interval_seconds: f64,
+    pub status: &'static str,
+    pub cpus: CpuSummary,
+    pub irq: IrqReport,
+    pub findings: Vec<Finding>,
+    pub collectors: Vec<CollectorStatus>,
+    /// perf-event outputs and wakeups from the eBPF probes, with rates over the interval and
+    /// the busiest owners (absent when the probes are switched off).
+    pub perf: Option<nodemedic_kernel::perf::PerfProbes>,
+    pub pressure: PressureReport,
+}
+
+/// Where work waited: node PSI over the interval, where the cgroup hierarchies were found,
+/// and the cgroups judged quota-bound or starved. One shape for `/status` and `check`;
+/// `check` adds every watched cgroup's rates.
+#[derive(Debug, Clone, Serialize)]
+pub struct PressureReport {
+    /// Share of the interval stalled, by resource (`cpu`, `memory`, `io`, `irq`); absent
+    /// without PSI (see `node_unavailable`).
+    pub node: Option<BTreeMap<String, PsiRatios>>,
+    /// Why there is no node PSI (kernel without PSI, or PSI switched off).
+    pub node_unavailable: Option<String>,
+    /// The node's CPUs are busy and work waits for them (absent before two samples).
+    pub node_saturated: Option<bool>,
+    /// Where the cgroup hierarchies are, and whether `/proc/self/mountinfo` confirmed them.
+    pub cgroup_mounts: Option<CgroupMounts>,
+    pub cgroup_mounts_from_mountinfo: Option<bool>,
+    pub cgroups_watched: Option<usize>,
+    /// Cgroups throttled by their CPU quota while their tasks waited.
+    pub quota_bound: Vec<String>,
+    /// Cgroups whose tasks waited for CPU without a quota holding them back.
+    pub starved: Vec<String>,
+    /// Every watched cgroup, most CPU-pressured first (`check`; `/status` names only the
+    /// flagged ones above, a 500-pod list is too long for it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroups: Option<Vec<CgroupRates>>,
+    /// Rows per list in the text output.
+    #[serde(skip)]
+    pub top: usize,
+}
+
+impl PressureReport {
+    /// The report of `sample`; `with_cgroups` adds every watched cgroup's rates.
+    pub fn of(sample: &Sample, with_cgroups: bool) -> Self {
+        let node_unavailable = sample
+            .collectors
+            .iter()
+            .find(|c| c.name == "pressure")
+            .and_then(|c| match &c.state {
+                CollectorState::Unavailable { reason }
+                | CollectorState::Failed { reason }
+                | CollectorState::Disabled { reason } => Some(reason.clone()),
+                _ => None,
+            });
+        let cg = sample.snapshot.cgroups.as_ref();
+        let v = sample.pressure.as_ref();
+        let flagged = |pick: fn(&CgroupRates) -> bool| -> Vec<String> {
+            v.map(|v| {
+                v.cgroups
+                    .iter()
+                    .filter(|c| pick(c))
+                    .map(|c| c.name.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+        };
+        let cgroups = with_cgroups.then(|| {
+            let mut cgroups = v.map(|v| (*v.cgroups).clone()).unwrap_or_default();
+            cgroups.sort_by(|a, b| {
+                b.cpu_some_ratio
+                    .unwrap_or(0.0)
+                    .total_cmp(&a.cpu_some_ratio.unwrap_or(0.0))
+                    .then_with(|| a.path.cmp(&b.path))
+            });
+            cgroups
+        });
+        Self {
+            node: v.filter(|v| !v.node.is_empty()).map(|v| v.node.clone()),
+            node_unavailable,
+            node_saturated: v.map(|v| v.node_saturated),
+            cgroup_mounts: cg.map(|c| c.mounts.clone()),
+            cgroup_mounts_from_mountinfo: cg.map(|c| c.from_mountinfo),
+            cgroups_watched: cg.map(|c| c.groups.len()),
+            quota_bound: flagged(|c| c.quota_bound),
+            starved: flagged(|c| c.starved),
+            cgroups,
+            top: 5,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct CpuSummary {
+    pub online: String,
+    pub isolated: String,
+    pub nohz_full: String,
+    pub irqbalance_banned: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct IrqReport {
+    pub groups: Vec<GroupReport>,
+    pub per_cpu: Vec<CpuInterrupts>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CpuInterrupts {
+    pub cpu: u32,
+    /// Device interrupts handled since boot.
+    pub device_interrupts: u64,
+    /// Device interrupts per second between the two samples.
+    pub device_interrupts_per_second: f64,
+    pub net_rx_per_second: Option<f64>,
+    pub softnet_dropped: Option<u64>,
+    pub softnet_squeezed: Option<u64>,
+}
+
+/// The report of two samples of one engine, `first` before `second`.
+pub fn build_report(first: &Sample, second: &Sample) -> CheckReport {
+    let dt = second
+        .snapshot
+        .at
+        .saturating_sub(first.snapshot.at)
+        .as_secs_f64()
+        .max(1e-9);
+    let snap = &second.snapshot;
+    let topo = snap.topology.clone().unwrap_or_default();
+    let mut per_cpu = Vec::new();
+    if let Some(ints) = &snap.interrupts {
+        // The detector's rate maths (nodemedic_detect::rates): IRQs present in both samples,
+        // wrap-aware, a reset IRQ adding nothing, CPUs matched through the headers.
+        let growth = first
+            .snapshot
+            .interrupts
+            .as_deref()
+            .map(|before| nodemedic_detect::rates::per_cpu_growth(before, ints));
+        let totals = cpu_sums(ints);
+        for (col, cpu) in ints.cpus.iter().enumerate() {
+            let now = totals.get(cpu).copied().unwrap_or(0);
+            let rate = growth
+                .as_ref()
+                .and_then(|g| g.get(col))
+                .map_or(0.0, |d| *d as f64 / dt);
+            let net_rx = match (&first.snapshot.softirqs, &snap.softirqs) {
+                (Some(a), Some(b)) => match (a.count("NET_RX", *cpu), b.count("NET_RX", *cpu)) {
+                    (Some(x), Some(y)) => counter::delta(x, y).map(|d| d as f64 / dt),
+                    _ => None,
+                },
+                _ => None,
+            };
+            let softnet = |f: fn(&nodemedic_kernel::softnet::SoftnetRow) -> u32| -> Option<u64> {
+                let a = first
+                    .snapshot
+                    .softnet
+                    .as_ref()?
+                    .iter()
+                    .find(|(c, _)| c == cpu)?;
+                let b = snap.softnet.as_ref()?.iter().find(|(c, _)| c == cpu)?;
+                counter::delta(u64::from(f(&a.1)), u64::from(f(&b.1)))
+            };
+            per_cpu.push(CpuInterrupts {
+                cpu: *cpu,
+                device_interrupts: now,
+                device_interrupts_per_second: rate,
+                net_rx_per_second: net_rx,
+                softnet_dropped: softnet(|r| r.dropped),
+                softnet_squeezed: softnet(|r| r.time_squeeze),
+            });
+        }
+    }
+    let findings = second.findings.clone();
+    CheckReport {
+        version: env!("CARGO_PKG_VERSION"),
+        interval_seconds: dt,
+        status: if findings.iter().any(|f| f.severity >= Severity::Warning) {
+            "findings"
+        } else {
+            "healthy"
+        },
+        cpus: CpuSummary {
+            online: topo.online.to_list_string(),
+            isolated: topo.isolated.to_list_string(),
+            nohz_full: topo.nohz_full.to_list_string(),
+            irqbalance_banned: snap
+                .irqbalance
+                .as_ref()
+                .map(|i| i.banned_cpus.to_list_string())
+                .unwrap_or_default(),
+        },
+        irq: IrqReport {
+            groups: shown_groups(&second.verdicts),
+            per_cpu,
+        },
+        findings,
+        collectors: second.collectors.clone(),
+        perf: snap.perf.clone(),
+        pressure: PressureReport::of(second, true),
+    }
+}
+
+/// Per CPU, the interrupts of every device IRQ so far.
+fn cpu_sums(i: &Interrupts) -> HashMap<u32, u64> {
+    let mut sums: HashMap<u32, u64> = HashMap::with_capacity(i.cpus.len());
+    for line in &i.irqs {
+        for (cpu, count) in i.per_cpu(&line.counts) {
+            let sum = sums.entry(cpu).or_default();
+            *sum = sum.saturating_add(count);
+        }
+    }
+    sums
+}
