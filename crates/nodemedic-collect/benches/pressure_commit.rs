@@ -95,7 +95,7 @@ fn commit(dir: &Path, secs: u64, io_uring: bool) {
     assert_eq!(l.errors, 0, "{:?}", l.last_error);
     println!(
         "commit probe ({}, asked io_uring={io_uring}) in {}: {} commits of {} B in {secs} s: mean {:.1} µs, p50 {}, p99 {}; CPU {:.1} µs per commit",
-        l.backend,
+        l.backend.as_str(),
         dir.display(),
         l.count,
         config.block_bytes,

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use nodemedic_kernel::snapshot::CommitLatency;
+use nodemedic_kernel::snapshot::{CommitBackend, CommitLatency};
 use nodemedic_kernel::Snapshot;
 
 use crate::{sys, CollectError, Collected, Collector, Ctx};
@@ -94,10 +94,10 @@ impl Writer {
         }
     }
 
-    fn name(&self) -> &'static str {
+    fn backend(&self) -> CommitBackend {
         match self {
-            Writer::Uring(_) => "io_uring",
-            Writer::Syscalls => "syscalls",
+            Writer::Uring(_) => CommitBackend::IoUring,
+            Writer::Syscalls => CommitBackend::Syscalls,
         }
     }
 
@@ -147,7 +147,7 @@ impl CommitProbe {
         }
         let latest = Arc::new(Mutex::new(CommitLatency {
             directory: config.directory.display().to_string(),
-            backend: writer.name().to_string(),
+            backend: writer.backend(),
             fallback_reason: fallback.clone(),
             ..CommitLatency::default()
         }));
@@ -169,8 +169,8 @@ impl CommitProbe {
                     let took = start.elapsed().as_secs_f64();
                     {
                         let mut l = shared.lock().unwrap_or_else(|p| p.into_inner());
-                        if l.backend != writer.name() {
-                            l.backend = writer.name().to_string();
+                        if l.backend != writer.backend() {
+                            l.backend = writer.backend();
                             l.fallback_reason = result.as_ref().err().map(|e| e.to_string());
                         }
                         match result {
@@ -240,7 +240,7 @@ impl CommitProbeCollector {
 
 impl Collector for CommitProbeCollector {
     fn name(&self) -> &'static str {
-        "disk_commit"
+        crate::CollectorName::DiskCommit.as_str()
     }
 
     fn collect(&self, _ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

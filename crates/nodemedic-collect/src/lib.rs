@@ -8,6 +8,7 @@
 
 pub mod commit_probe;
 mod fsread;
+mod names;
 mod reader;
 pub mod sources;
 mod status;
@@ -22,6 +23,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use commit_probe::{CommitProbe, CommitProbeCollector, CommitProbeConfig};
 pub use fsread::ReadError;
+pub use names::CollectorName;
 use nodemedic_kernel::Snapshot;
 pub use reader::{Backend, Reader, ReaderConfig, ReaderStatus, DEFAULT_MAX_OPEN_FILES};
 pub use status::{CollectorState, CollectorStatus};

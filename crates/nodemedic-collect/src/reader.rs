@@ -93,7 +93,7 @@ impl Default for ReaderConfig {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ReaderStatus {
     /// The backend in use (`io_uring` falls back to `pread`).
-    pub backend: &'static str,
+    pub backend: Backend,
     /// The configured backend, when it differs from the one in use, and why.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fallback_reason: Option<String>,
@@ -497,7 +497,7 @@ impl Reader {
     pub fn status(&self) -> ReaderStatus {
         let st = self.state();
         ReaderStatus {
-            backend: st.backend.as_str(),
+            backend: st.backend,
             fallback_reason: st.fallback_reason.clone(),
             open_files: st.files.len(),
             max_open_files: self.max_open,

@@ -9,7 +9,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use nodemedic_collect::{CommitProbe, CommitProbeConfig};
-use nodemedic_kernel::snapshot::CommitLatency;
+use nodemedic_kernel::snapshot::{CommitBackend, CommitLatency};
 
 /// The sysctl test turns io_uring off for the whole machine: no other test here may set up
 /// a ring meanwhile.
@@ -56,7 +56,7 @@ fn probe_commits_within_its_bound_and_cleans_up() {
     assert!(path.starts_with(dir.path()));
     let l = wait_for(&probe, 6);
     assert!(l.count >= 6, "{l:?}");
-    assert_eq!(l.backend, "io_uring");
+    assert_eq!(l.backend, CommitBackend::IoUring);
     assert_eq!(l.directory, dir.path().display().to_string());
     check_histogram(&l);
     // Six commits of 2,300 bytes into a file bounded at three blocks: it wrapped around.
@@ -75,7 +75,7 @@ fn probe_without_io_uring_uses_write_and_fdatasync() {
     let probe = CommitProbe::start(&config(dir.path(), false)).unwrap();
     let l = wait_for(&probe, 3);
     assert!(l.count >= 3, "{l:?}");
-    assert_eq!(l.backend, "syscalls");
+    assert_eq!(l.backend, CommitBackend::Syscalls);
     assert_eq!(l.fallback_reason, None, "syscalls were asked for");
     check_histogram(&l);
 }
@@ -98,7 +98,7 @@ fn probe_falls_back_when_the_sysctl_disables_io_uring() {
         CommitProbe::start(&config(dir.path(), true)).unwrap()
     };
     let l = wait_for(&probe, 2);
-    assert_eq!(l.backend, "syscalls");
+    assert_eq!(l.backend, CommitBackend::Syscalls);
     assert!(
         l.fallback_reason
             .as_deref()

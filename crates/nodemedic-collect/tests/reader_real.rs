@@ -378,7 +378,7 @@ fn seccomp_child_report() {
     });
     println!(
         "CHILD backend={} reads_ok={ok} reason={}",
-        st.backend,
+        st.backend.as_str(),
         st.fallback_reason.unwrap_or_default()
     );
 }

@@ -442,7 +442,7 @@ pub fn findings(verdicts: &[GroupVerdict]) -> Vec<Finding> {
             _ => g.name.clone(),
         };
         out.push(Finding {
-            kind: "irq_collapsed".into(),
+            kind: crate::FindingKind::IrqCollapsed,
             severity: Severity::Warning,
             subject: g.name.clone(),
             message: format!(
@@ -479,7 +479,7 @@ pub fn findings(verdicts: &[GroupVerdict]) -> Vec<Finding> {
                 ));
             }
             out.push(Finding {
-                kind: "irq_hurting".into(),
+                kind: crate::FindingKind::IrqHurting,
                 severity: Severity::Critical,
                 subject: g.name.clone(),
                 message: format!(

@@ -145,7 +145,7 @@ pub fn findings(verdict: Option<&CommitVerdict>, config: &CommitLatencyConfig) -
         .map(|p| format!("{:.1} ms", p * 1000.0))
         .unwrap_or_else(|| "unknown (too few recent commits)".into());
     vec![Finding {
-        kind: "disk_commit_slow".into(),
+        kind: crate::FindingKind::DiskCommitSlow,
         severity: Severity::Warning,
         subject: v.directory.clone(),
         message: format!(
@@ -223,7 +223,7 @@ mod tests {
                 assert!(v.changed);
                 let f = findings(Some(&v), &cfg);
                 assert_eq!(f.len(), 1);
-                assert_eq!(f[0].kind, "disk_commit_slow");
+                assert_eq!(f[0].kind, crate::FindingKind::DiskCommitSlow);
                 assert!(f[0].message.contains("/var/lib/etcd"), "{}", f[0].message);
             }
         }

@@ -18,11 +18,45 @@ impl Severity {
     }
 }
 
+/// What a finding is about, as a stable machine-readable word (JSON, `/status`, Events).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FindingKind {
+    IrqCollapsed,
+    IrqHurting,
+    NodeSaturated,
+    QuotaBound,
+    Starved,
+    PerfWakeupStorm,
+    DiskCommitSlow,
+    CollectorFailed,
+    DetectorFailed,
+    RemediationEscalated,
+    IrqbalanceRebalanceBug,
+}
+
+impl FindingKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::IrqCollapsed => "irq_collapsed",
+            Self::IrqHurting => "irq_hurting",
+            Self::NodeSaturated => "node_saturated",
+            Self::QuotaBound => "quota_bound",
+            Self::Starved => "starved",
+            Self::PerfWakeupStorm => "perf_wakeup_storm",
+            Self::DiskCommitSlow => "disk_commit_slow",
+            Self::CollectorFailed => "collector_failed",
+            Self::DetectorFailed => "detector_failed",
+            Self::RemediationEscalated => "remediation_escalated",
+            Self::IrqbalanceRebalanceBug => "irqbalance_rebalance_bug",
+        }
+    }
+}
+
 /// Something an operator should know, with what to do about it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Finding {
-    /// Stable machine-readable kind (`irq_collapsed`, `irq_hurting`, `collector_failed`).
-    pub kind: String,
+    pub kind: FindingKind,
     pub severity: Severity,
     /// What the finding is about (a device group, a collector).
     pub subject: String,

@@ -12,7 +12,7 @@ pub mod wakeup_storm;
 
 pub use collapse::{CollapseConfig, CollapseDetector, GroupVerdict, HurtingConfig};
 pub use commit_latency::{CommitLatencyConfig, CommitLatencyDetector, CommitVerdict};
-pub use finding::{Finding, Severity};
+pub use finding::{Finding, FindingKind, Severity};
 pub use groups::DeviceGroup;
 pub use hysteresis::{ConfigError, Hysteresis, Latch};
 pub use pressure::{PressureConfig, PressureDetector, PressureVerdict};

@@ -496,7 +496,7 @@ pub fn findings(v: &PressureVerdict) -> Vec<Finding> {
     if v.node_saturated {
         let at = |r: &str| v.node.get(r).copied().unwrap_or_default();
         out.push(Finding {
-            kind: "node_saturated".into(),
+            kind: crate::FindingKind::NodeSaturated,
             severity: Severity::Warning,
             subject: "node".into(),
             message: format!(
@@ -523,7 +523,7 @@ pub fn cgroup_findings(c: &CgroupRates) -> Vec<Finding> {
             .quota_cores
             .map_or_else(|| "?".into(), |q| format!("{q:.2}"));
         out.push(Finding {
-            kind: "quota_bound".into(),
+            kind: crate::FindingKind::QuotaBound,
             severity: Severity::Warning,
             subject: c.name.clone(),
             message: format!(
@@ -540,7 +540,7 @@ pub fn cgroup_findings(c: &CgroupRates) -> Vec<Finding> {
     }
     if c.starved {
         out.push(Finding {
-            kind: "starved".into(),
+            kind: crate::FindingKind::Starved,
             severity: Severity::Warning,
             subject: c.name.clone(),
             message: format!(
@@ -777,7 +777,10 @@ mod tests {
         assert!(!v.cgroups[0].starved, "its CPU wait is its quota's doing");
         assert!(!v.node_saturated);
         let f = findings(&v);
-        let q = f.iter().find(|f| f.kind == "quota_bound").unwrap();
+        let q = f
+            .iter()
+            .find(|f| f.kind == crate::FindingKind::QuotaBound)
+            .unwrap();
         assert_eq!(q.subject, "pod 1a2b");
         assert!(q.message.contains("throttled in 60%"), "{}", q.message);
         assert!(q.message.contains("0.50 CPUs"), "{}", q.message);

@@ -132,7 +132,7 @@ pub fn finding(v: &StormVerdict) -> Option<Finding> {
         None => ("node".to_owned(), String::new()),
     };
     Some(Finding {
-        kind: "perf_wakeup_storm".into(),
+        kind: crate::FindingKind::PerfWakeupStorm,
         severity: Severity::Warning,
         subject,
         message: format!(

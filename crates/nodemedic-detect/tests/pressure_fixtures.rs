@@ -171,10 +171,16 @@ fn systemd_driver_on_cgroup_v2() {
     );
 
     let f = findings(&v);
-    let q = f.iter().find(|f| f.kind == "quota_bound").unwrap();
+    let q = f
+        .iter()
+        .find(|f| f.kind == nodemedic_detect::FindingKind::QuotaBound)
+        .unwrap();
     assert_eq!(q.subject, "hpc/solver-0");
     assert!(q.message.contains("10.00 CPUs"), "{}", q.message);
-    let s = f.iter().find(|f| f.kind == "starved").unwrap();
+    let s = f
+        .iter()
+        .find(|f| f.kind == nodemedic_detect::FindingKind::Starved)
+        .unwrap();
     assert_eq!(s.subject, "batch/nightly-report");
     assert!(!f.iter().any(|f| f.subject.contains(WEB)));
 }
@@ -197,7 +203,9 @@ fn cgroupfs_driver_on_hybrid_v1_and_unified() {
         "{warnings:?}"
     );
     assert_eq!(warnings.len(), 1, "the empty cpu.stat only: {warnings:?}");
-    assert!(findings(&v).iter().any(|f| f.kind == "quota_bound"));
+    assert!(findings(&v)
+        .iter()
+        .any(|f| f.kind == nodemedic_detect::FindingKind::QuotaBound));
 }
 
 #[test]

@@ -245,7 +245,7 @@ impl Engine {
         for c in &collectors {
             if let CollectorState::Failed { reason } = &c.state {
                 findings.push(Finding {
-                    kind: "collector_failed".into(),
+                    kind: nodemedic_detect::FindingKind::CollectorFailed,
                     severity: if OPTIONAL_COLLECTORS.contains(&c.name.as_str()) {
                         Severity::Info
                     } else {
@@ -282,7 +282,7 @@ fn guarded<T: Default>(name: &str, failed: &mut Vec<Finding>, f: impl FnOnce() -
             let msg = panic_message(panic.as_ref());
             tracing::error!(detector = name, panic = %msg, "detector panicked (bug)");
             failed.push(Finding {
-                kind: "detector_failed".into(),
+                kind: nodemedic_detect::FindingKind::DetectorFailed,
                 severity: Severity::Warning,
                 subject: name.to_string(),
                 message: format!("the {name} detector panicked (a bug): {msg}"),
@@ -322,7 +322,10 @@ mod tests {
         });
         assert!(v.is_empty());
         assert_eq!(failed.len(), 1);
-        assert_eq!(failed[0].kind, "detector_failed");
+        assert_eq!(
+            failed[0].kind,
+            nodemedic_detect::FindingKind::DetectorFailed
+        );
         assert_eq!(failed[0].subject, "irq_collapse");
         assert!(
             failed[0].message.contains("index out of bounds"),
@@ -361,7 +364,8 @@ mod tests {
             assert!(s
                 .findings
                 .iter()
-                .any(|f| f.kind == "collector_failed" && f.subject == "panics"));
+                .any(|f| f.kind == nodemedic_detect::FindingKind::CollectorFailed
+                    && f.subject == "panics"));
             let nic = s
                 .verdicts
                 .iter()

@@ -123,7 +123,7 @@ impl PressureReport {
         let node_unavailable = sample
             .collectors
             .iter()
-            .find(|c| c.name == "pressure")
+            .find(|c| c.name == nodemedic_collect::CollectorName::Pressure)
             .and_then(|c| match &c.state {
                 CollectorState::Unavailable { reason }
                 | CollectorState::Failed { reason }

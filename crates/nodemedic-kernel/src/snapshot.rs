@@ -62,14 +62,34 @@ pub const WAL_FSYNC_BUCKETS: [f64; 14] = [
     8.192,
 ];
 
+/// How the disk commit probe writes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommitBackend {
+    /// One io_uring submission: the write, then `fdatasync` linked after it.
+    IoUring,
+    /// `pwrite` and `fdatasync` (io_uring unavailable, refused or abandoned).
+    #[default]
+    Syscalls,
+}
+
+impl CommitBackend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::IoUring => "io_uring",
+            Self::Syscalls => "syscalls",
+        }
+    }
+}
+
 /// Latency of write + `fdatasync` of a WAL-entry-sized block, cumulative since the probe
 /// started (a Prometheus histogram).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct CommitLatency {
     /// The directory written to.
     pub directory: String,
-    /// How the probe writes: `io_uring` or `syscalls` (when io_uring is unavailable).
-    pub backend: String,
+    /// How the probe writes.
+    pub backend: CommitBackend,
     /// Why it writes with syscalls although io_uring was asked for (a seccomp profile,
     /// `kernel.io_uring_disabled`, a ring abandoned after a failure).
     #[serde(skip_serializing_if = "Option::is_none")]

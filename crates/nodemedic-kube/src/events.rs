@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, PostParams};
 use kube::Client;
 use nodemedic_detect::pressure::CgroupRates;
-use nodemedic_detect::GroupVerdict;
+use nodemedic_detect::{FindingKind, GroupVerdict};
 use nodemedic_remedy::Decision;
 
 pub struct NodeEvent {
@@ -37,9 +37,9 @@ pub fn for_pod_finding(
     c: &CgroupRates,
     f: &nodemedic_detect::Finding,
 ) -> Option<(Regarding, NodeEvent)> {
-    let reason = match f.kind.as_str() {
-        "quota_bound" => "CPUQuotaBound",
-        "starved" => "CPUStarved",
+    let reason = match f.kind {
+        FindingKind::QuotaBound => "CPUQuotaBound",
+        FindingKind::Starved => "CPUStarved",
         _ => return None,
     };
     if c.kind != "pod" {

@@ -172,7 +172,7 @@ pub struct Reporter {
     limiter: EventLimiter,
     previous: BTreeMap<String, (bool, bool)>,
     /// Pod-level pressure findings (by pod UID and kind) active at the last report.
-    previous_pods: BTreeSet<(String, String)>,
+    previous_pods: BTreeSet<(String, nodemedic_detect::FindingKind)>,
 }
 
 impl Reporter {
@@ -297,7 +297,7 @@ impl Reporter {
                 let Some((regarding, e)) = events::for_pod_finding(c, &f) else {
                     continue;
                 };
-                let key = (c.pod_uid.clone().unwrap_or_default(), f.kind.clone());
+                let key = (c.pod_uid.clone().unwrap_or_default(), f.kind);
                 if !self.previous_pods.contains(&key) {
                     new.push((regarding, e));
                 }

@@ -646,7 +646,7 @@ impl Policy {
                     .map(|v| v.group.name.clone())
                     .unwrap_or_else(|| key.clone());
                 out.push(Finding {
-                    kind: "remediation_escalated".into(),
+                    kind: nodemedic_detect::FindingKind::RemediationEscalated,
                     severity: Severity::Critical,
                     subject: name.clone(),
                     message: format!(
@@ -659,7 +659,7 @@ impl Policy {
         if let Some(version) = irqb.version().filter(|v| has_rebalance_bug(v)) {
             if verdicts.iter().any(|v| v.collapsed) {
                 out.push(Finding {
-                    kind: "irqbalance_rebalance_bug".into(),
+                    kind: nodemedic_detect::FindingKind::IrqbalanceRebalanceBug,
                     severity: Severity::Warning,
                     subject: "irqbalance".into(),
                     message: format!(

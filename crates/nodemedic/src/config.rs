@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use nodemedic_collect::Paths;
+use nodemedic_collect::{CollectorName, Paths};
 use nodemedic_detect::{CollapseConfig, HurtingConfig, WakeupStormConfig};
 use nodemedic_engine::EngineConfig;
 use nodemedic_export::MetricsOptions;
@@ -244,21 +244,27 @@ impl Default for CollectorsConfig {
 impl CollectorsConfig {
     /// The names of the collectors switched off.
     pub fn disabled(&self) -> BTreeSet<String> {
-        [
-            ("topology", self.topology),
-            ("interrupts", self.interrupts),
-            ("irq_affinity", self.irq_affinity),
-            ("pci_devices", self.pci_devices),
-            ("softirqs", self.softirqs),
-            ("softnet", self.softnet),
-            ("irqbalance_config", self.irqbalance_config),
-            ("pressure", self.pressure),
-            ("cgroups", self.cgroups),
-        ]
-        .into_iter()
-        .filter(|(_, on)| !on)
-        .map(|(name, _)| name.to_string())
-        .collect()
+        CollectorName::SWITCHABLE
+            .into_iter()
+            .filter(|name| !self.enabled(*name))
+            .map(|name| name.as_str().to_string())
+            .collect()
+    }
+
+    fn enabled(&self, name: CollectorName) -> bool {
+        match name {
+            CollectorName::Topology => self.topology,
+            CollectorName::Interrupts => self.interrupts,
+            CollectorName::IrqAffinity => self.irq_affinity,
+            CollectorName::PciDevices => self.pci_devices,
+            CollectorName::Softirqs => self.softirqs,
+            CollectorName::Softnet => self.softnet,
+            CollectorName::IrqbalanceConfig => self.irqbalance_config,
+            CollectorName::Pressure => self.pressure,
+            CollectorName::Cgroups => self.cgroups,
+            // Switched by `[disk_probe]`, not here.
+            CollectorName::DiskCommit => true,
+        }
     }
 }
 

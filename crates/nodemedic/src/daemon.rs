@@ -250,15 +250,10 @@ async fn join_sampler(thread: std::thread::JoinHandle<()>) {
 fn ended(r: Result<(), tokio::task::JoinError>) -> String {
     match r {
         Ok(()) => "returned".into(),
-        Err(e) if e.is_panic() => {
-            let p = e.into_panic();
-            let msg = p
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "non-string payload".into());
-            format!("panicked: {msg}")
-        }
+        Err(e) if e.is_panic() => format!(
+            "panicked: {}",
+            nodemedic_collect::panic_message(&*e.into_panic())
+        ),
         Err(e) => format!("was cancelled: {e}"),
     }
 }

@@ -182,7 +182,7 @@ impl CgroupsCollector {
 
 impl Collector for CgroupsCollector {
     fn name(&self) -> &'static str {
-        "cgroups"
+        crate::CollectorName::Cgroups.as_str()
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
@@ -672,7 +672,7 @@ mod tests {
         struct Shared(Arc<CgroupsCollector>);
         impl Collector for Shared {
             fn name(&self) -> &'static str {
-                "cgroups"
+                crate::CollectorName::Cgroups.as_str()
             }
             fn collect(
                 &self,

@@ -12,7 +12,7 @@ pub struct InterruptsCollector;
 
 impl Collector for InterruptsCollector {
     fn name(&self) -> &'static str {
-        "interrupts"
+        crate::CollectorName::Interrupts.as_str()
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

@@ -29,7 +29,7 @@ pub struct IrqAffinityCollector {
 
 impl Collector for IrqAffinityCollector {
     fn name(&self) -> &'static str {
-        "irq_affinity"
+        crate::CollectorName::IrqAffinity.as_str()
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

@@ -14,7 +14,7 @@ pub struct IrqbalanceConfigCollector {
 
 impl Collector for IrqbalanceConfigCollector {
     fn name(&self) -> &'static str {
-        "irqbalance_config"
+        crate::CollectorName::IrqbalanceConfig.as_str()
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

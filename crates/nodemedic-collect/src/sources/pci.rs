@@ -39,7 +39,7 @@ struct PciRead {
 
 impl Collector for PciDevicesCollector {
     fn name(&self) -> &'static str {
-        "pci_devices"
+        crate::CollectorName::PciDevices.as_str()
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

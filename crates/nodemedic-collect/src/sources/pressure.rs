@@ -27,7 +27,7 @@ pub struct PressureCollector {
 
 impl Collector for PressureCollector {
     fn name(&self) -> &'static str {
-        "pressure"
+        crate::CollectorName::Pressure.as_str()
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

@@ -8,7 +8,7 @@ pub struct SoftirqsCollector;
 
 impl Collector for SoftirqsCollector {
     fn name(&self) -> &'static str {
-        "softirqs"
+        crate::CollectorName::Softirqs.as_str()
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

@@ -8,7 +8,7 @@ pub struct SoftnetCollector;
 
 impl Collector for SoftnetCollector {
     fn name(&self) -> &'static str {
-        "softnet"
+        crate::CollectorName::Softnet.as_str()
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

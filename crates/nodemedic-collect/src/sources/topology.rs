@@ -17,7 +17,7 @@ pub struct TopologyCollector {
 
 impl Collector for TopologyCollector {
     fn name(&self) -> &'static str {
-        "topology"
+        crate::CollectorName::Topology.as_str()
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
