@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use axum::http::{HeaderName, HeaderValue};
 use rustls::crypto::ring as provider;
@@ -224,11 +224,13 @@ pub fn load(path: &Path) -> Result<WebSecurity, WebConfigError> {
     }
     let mut cost = 0;
     for (user, hash) in &file.basic_auth_users {
-        let parts: Vec<&str> = hash.split('$').collect();
-        let c = match parts.as_slice() {
-            ["", "2a" | "2b" | "2x" | "2y", c, rest] if rest.len() == 53 => c.parse::<u32>().ok(),
-            _ => None,
-        };
+        // The crate's own parser (version, cost, 22-character salt, 31-character hash); it
+        // skips empty fields, so the leading `$` is checked here.
+        let c = hash
+            .starts_with('$')
+            .then(|| hash.parse::<bcrypt::HashParts>().ok())
+            .flatten()
+            .map(|p| p.get_cost());
         match c {
             Some(c) if (4..=31).contains(&c) => cost = cost.max(c),
             _ => {
@@ -650,7 +652,6 @@ pub struct WebConfigStatus {
 
 struct Watched {
     stamps: Vec<(PathBuf, Stamp)>,
-    checked: Instant,
     status: WebConfigStatus,
 }
 
@@ -661,7 +662,7 @@ pub struct WebConfigWatch {
     watched: Mutex<Watched>,
 }
 
-/// Changes are looked for at most this often (on new connections).
+/// How often [`WebConfigWatch::watch`] looks for changes.
 const CHECK_EVERY: Duration = Duration::from_secs(1);
 
 fn unix_now() -> f64 {
@@ -699,11 +700,7 @@ impl WebConfigWatch {
         Ok(Self {
             path: path.map(Path::to_path_buf),
             current: RwLock::new(Arc::new(security)),
-            watched: Mutex::new(Watched {
-                stamps,
-                checked: Instant::now(),
-                status,
-            }),
+            watched: Mutex::new(Watched { stamps, status }),
         })
     }
 
@@ -714,25 +711,40 @@ impl WebConfigWatch {
             .unwrap_or_default()
     }
 
-    /// The configuration for a new connection: reloaded first if a file changed.
+    /// The configuration for a new connection (the last one that loaded).
     pub fn current(&self) -> Arc<WebSecurity> {
-        if let Some(path) = &self.path {
-            self.reload_if_changed(path);
-        }
         self.current
             .read()
             .map(|c| c.clone())
             .unwrap_or_else(|p| p.into_inner().clone())
     }
 
+    /// Reloads the file when it or a file it names changed, checked every [`CHECK_EVERY`]
+    /// on the blocking pool: the `stat`s, the YAML, the certificates and the bcrypt of the
+    /// dummy hash never run on the task that serves requests. Returns when the runtime
+    /// shuts down; at once without a file.
+    pub async fn watch(self: Arc<Self>) {
+        let Some(path) = self.path.clone() else {
+            return;
+        };
+        let mut every = tokio::time::interval(CHECK_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            let (me, path) = (self.clone(), path.clone());
+            if tokio::task::spawn_blocking(move || me.reload_if_changed(&path))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    }
+
     fn reload_if_changed(&self, path: &Path) {
         let Ok(mut w) = self.watched.lock() else {
             return;
         };
-        if w.checked.elapsed() < CHECK_EVERY {
-            return;
-        }
-        w.checked = Instant::now();
         if w.stamps.iter().all(|(p, s)| stamp(p) == *s) {
             return;
         }

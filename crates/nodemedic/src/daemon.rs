@@ -51,6 +51,7 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
         WebConfigWatch::new(config.web.config_file.as_deref())
             .context("loading --web.config.file")?,
     );
+    tokio::spawn(security.clone().watch());
     let (nofile, nofile_hard) = nodemedic_web::raise_nofile();
     let limits = Limits {
         header_read_timeout: config.web.header_read_timeout,
