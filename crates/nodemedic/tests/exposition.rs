@@ -204,6 +204,75 @@ fn collapsed_groups(raw: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// `label="value"` of a series line.
+fn label<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    let (_, rest) = line.split_once(&format!("{name}=\""))?;
+    rest.split_once('"').map(|(v, _)| v)
+}
+
+fn value(line: &str) -> f64 {
+    line.rsplit_once(' ')
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or_else(|| panic!("no value in {line:?}"))
+}
+
+/// The golden files were written by the code they test. This checks the exposition against
+/// what the fixture generator wrote into the tree (`expected.json`): every IRQ's count, the
+/// online CPUs, the pods. Damaged trees have no expectations file.
+fn check_against_generator(fixture: &str, raw: &str) {
+    let Ok(text) = std::fs::read_to_string(fixture_dir(fixture).join("expected.json")) else {
+        return;
+    };
+    let exp: serde_json::Value = serde_json::from_str(&text).expect("expected.json");
+    let irqs: std::collections::BTreeMap<String, u64> = sample_lines(raw)
+        .filter(|l| metric_name(l) == "nodemedic_irq_interrupts_total")
+        .map(|l| (label(l, "irq").unwrap_or("?").to_string(), value(l) as u64))
+        .collect();
+    let expected: std::collections::BTreeMap<String, u64> = exp["irq_interrupts"]
+        .as_object()
+        .expect("irq_interrupts")
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().expect("a count")))
+        .collect();
+    assert_eq!(
+        irqs, expected,
+        "{fixture}: interrupts per IRQ against the generator"
+    );
+    let online = sample_lines(raw)
+        .find(|l| metric_name(l) == "nodemedic_cpus" && label(l, "state") == Some("online"))
+        .map(value);
+    assert_eq!(
+        online,
+        exp["online_cpus"].as_f64(),
+        "{fixture}: online CPUs against the generator"
+    );
+    if let Some(pods) = exp["pods_with_cpu_usage"].as_u64() {
+        let usage = |key: &str| -> BTreeSet<String> {
+            sample_lines(raw)
+                .filter(|l| metric_name(l) == "nodemedic_cgroup_cpu_usage_seconds_total")
+                .filter_map(|l| label(l, key))
+                .map(str::to_string)
+                .collect()
+        };
+        assert_eq!(
+            usage("pod_uid").len() as u64,
+            pods,
+            "{fixture}: pods with CPU usage against the generator"
+        );
+        let services: BTreeSet<String> = exp["services"]
+            .as_array()
+            .expect("services")
+            .iter()
+            .filter_map(|s| s.as_str().map(str::to_string))
+            .collect();
+        assert_eq!(
+            usage("unit"),
+            services,
+            "{fixture}: services against the generator"
+        );
+    }
+}
+
 /// Runs the whole check for one fixture and returns the raw text exposition.
 fn exposition(fixture: &str, expect_collapsed: &[&str]) -> String {
     let mut server = start_nodemedic(fixture, FAST_CONFIG);
@@ -243,6 +312,7 @@ fn exposition(fixture: &str, expect_collapsed: &[&str]) -> String {
         "{fixture}: groups with nodemedic_irq_collapsed 1"
     );
 
+    check_against_generator(fixture, &raw);
     let normalised = normalise(&raw);
     check_golden(fixture, &normalised);
     promtool_check(fixture, &raw);
