@@ -198,6 +198,13 @@ pub fn tuning_value(data: &[u8]) {
     if let Ok(n) = tuning::parse_count(&text) {
         assert_eq!(tuning::parse_count(&format!("{n}\n")), Ok(n));
     }
+    if let Ok(set) = tuning::parse_cpu_words(&text) {
+        let words: Vec<String> = set.iter().map(|c| c.to_string()).collect();
+        assert_eq!(
+            tuning::parse_cpu_words(&format!("{}\n", words.join(" "))),
+            Ok(set)
+        );
+    }
     if let Ok(f) = tuning::parse_flag(&text) {
         assert_eq!(text.trim(), if f { "1" } else { "0" });
     }

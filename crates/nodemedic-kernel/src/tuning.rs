@@ -425,6 +425,25 @@ pub struct IdleState {
     pub exit_latency_us: u64,
 }
 
+/// cpufreq's `affected_cpus`/`related_cpus`: CPU ids separated by spaces (`0 1 2 3`), not
+/// the list format of other CPU files.
+pub fn parse_cpu_words(text: &str) -> Result<CpuSet, TuningError> {
+    let line = one_line(text)?;
+    let mut set = CpuSet::new();
+    for word in line.split_ascii_whitespace() {
+        let bad = || TuningError::NotCount(word.to_string());
+        if !word.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        let cpu: u32 = word.parse().map_err(|_| bad())?;
+        if cpu >= crate::cpuset::MAX_CPUS {
+            return Err(bad());
+        }
+        set.insert(cpu);
+    }
+    Ok(set)
+}
+
 /// The index of a `stateN` or `policyN` directory name with the given prefix.
 pub fn parse_indexed(name: &str, prefix: &str) -> Option<u32> {
     let digits = name.strip_prefix(prefix)?;
@@ -693,6 +712,12 @@ mod tests {
         assert_eq!(parse_flag("1\n"), Ok(true));
         assert!(parse_flag("2\n").is_err());
         assert_eq!(parse_text("haltpoll idle\n"), Ok("haltpoll idle"));
+        assert_eq!(
+            parse_cpu_words("0 1 2 3 \n").unwrap().to_list_string(),
+            "0-3"
+        );
+        assert!(parse_cpu_words("0-3\n").is_err());
+        assert!(parse_cpu_words("8192\n").is_err());
     }
 
     #[test]
