@@ -680,6 +680,29 @@ impl TuningSettings {
         Some((SrsoState::classify(text), text))
     }
 
+    /// IOMMU groups by domain label ([`IommuDomain::as_str`]), for `nodemedic_iommu_groups`.
+    pub fn iommu_groups_by_type(&self) -> BTreeMap<&str, usize> {
+        let mut out = BTreeMap::new();
+        for g in &self.iommu_groups {
+            *out.entry(g.domain.as_str()).or_insert(0) += 1;
+        }
+        out
+    }
+
+    /// cpufreq policies by (governor, driver), for `nodemedic_cpufreq_policies`; `unknown`
+    /// where a file was unreadable.
+    pub fn cpufreq_policies_by_governor(&self) -> BTreeMap<(&str, &str), usize> {
+        let mut out = BTreeMap::new();
+        for p in &self.cpufreq {
+            let key = (
+                p.governor.as_deref().unwrap_or("unknown"),
+                p.driver.as_deref().unwrap_or("unknown"),
+            );
+            *out.entry(key).or_insert(0) += 1;
+        }
+        out
+    }
+
     /// The IOMMU group a PCI device is in.
     pub fn iommu_group_of(&self, pci: &str) -> Option<&IommuGroup> {
         self.iommu_groups
@@ -847,6 +870,46 @@ mod tests {
             "bare metal"
         );
         assert_eq!(cpuinfo_hypervisor("Features\t: fp asimd\n"), None);
+    }
+
+    #[test]
+    fn counts_for_the_exporter() {
+        let group = |id, domain| IommuGroup {
+            id,
+            domain,
+            devices: vec![format!("0000:0{id}:00.0")],
+        };
+        let policy = |gov: &str| CpufreqPolicy {
+            governor: Some(gov.into()),
+            driver: Some("intel_pstate".into()),
+            ..Default::default()
+        };
+        let s = TuningSettings {
+            iommu_groups: vec![
+                group(1, IommuDomain::Strict),
+                group(2, IommuDomain::Strict),
+                group(3, IommuDomain::Passthrough),
+            ],
+            cpufreq: vec![
+                policy("powersave"),
+                policy("powersave"),
+                policy("performance"),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(
+            s.iommu_groups_by_type(),
+            BTreeMap::from([("passthrough", 1), ("strict", 2)])
+        );
+        assert_eq!(
+            s.cpufreq_policies_by_governor(),
+            BTreeMap::from([
+                (("performance", "intel_pstate"), 1),
+                (("powersave", "intel_pstate"), 2)
+            ])
+        );
+        assert_eq!(s.iommu_group_of("0000:03:00.0").map(|g| g.id), Some(3));
+        assert!(s.iommu_group_of("0000:09:00.0").is_none());
     }
 
     #[test]
