@@ -111,7 +111,7 @@ fn iommu_strict_is_info_alone_and_a_warning_on_a_busy_drive() {
         &[
             "16 cpufreq policies (CPUs 0-15) use intel_pstate's powersave governor with \
              energy_performance_preference balance_performance.",
-            "MHz of 3200 MHz on average",
+            "They run at 1144 MHz of 3200 MHz on average.",
         ],
     );
     has(
