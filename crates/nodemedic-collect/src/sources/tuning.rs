@@ -466,11 +466,14 @@ fn read_settings(
     let cpu = sys.join("devices/system/cpu");
     let mut s = TuningSettings {
         cmdline: optional(r, &proc.join("cmdline"), tuning::parse_cmdline, w),
-        hypervisor: r
-            .read_optional(&proc.join("cpuinfo"))
-            .ok()
-            .flatten()
-            .and_then(|t| tuning::cpuinfo_hypervisor(&t)),
+        // `None` without a `flags` line (not x86): nothing said either way.
+        hypervisor: optional(
+            r,
+            &proc.join("cpuinfo"),
+            |t| Ok::<_, tuning::TuningError>(tuning::cpuinfo_hypervisor(t)),
+            w,
+        )
+        .flatten(),
         net_core: NetCore {
             netdev_budget: optional(
                 r,
