@@ -706,6 +706,76 @@ mod tests {
         assert!(l.rings.reason().unwrap().contains("bad entry"));
     }
 
+    /// The reasons an operator reads: an unsupported kernel, a driver without the data, a
+    /// vanished interface.
+    #[test]
+    fn netlink_errors_become_reasons() {
+        use ethtool::EthtoolError;
+        let nack = |errno: i32| {
+            let mut m = netlink_packet_core::ErrorMessage::default();
+            m.code = std::num::NonZeroI32::new(-errno);
+            EthtoolError::NetlinkError(m)
+        };
+        assert_eq!(
+            netlink_reason("channels", &nack(libc::EOPNOTSUPP)),
+            "the driver does not report channels (EOPNOTSUPP)"
+        );
+        assert_eq!(
+            netlink_reason("rings", &nack(libc::ENODEV)),
+            "the interface vanished"
+        );
+        assert!(netlink_reason("rings", &nack(libc::EPERM)).starts_with("ethtool netlink error"));
+        // What genetlink's family lookup gives on a kernel without the ethtool family.
+        let missing = EthtoolError::RequestFailed(
+            "BUG: Request failed with Netlink error message: No such file or directory \
+             (os error 2)"
+                .into(),
+        );
+        assert_eq!(
+            netlink_reason("channels", &missing),
+            ETHTOOL_NETLINK_UNSUPPORTED
+        );
+    }
+
+    /// Settings follow the rescan interval; the drop counters every sample.
+    #[test]
+    fn settings_wait_for_the_rescan_and_counters_do_not() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        write(root, "proc/sys/net/core/netdev_budget", "300\n");
+        write(root, "sys/class/net/eth0/device/vendor", "0x8086\n");
+        write(
+            root,
+            "sys/class/net/eth0/statistics/rx_missed_errors",
+            "1\n",
+        );
+        write(root, "ethtool/eth0", "rings rx=256/4096 tx=256/4096\n");
+        let mut set = set(root);
+        let budget = |s: &Snapshot| s.tuning.as_ref().unwrap().settings.net_core.netdev_budget;
+        let missed = |s: &Snapshot| s.tuning.as_ref().unwrap().nic_stats["eth0"].rx_missed_errors;
+        let (first, _) = run(root, &mut set, 100);
+        assert_eq!((budget(&first), missed(&first)), (Some(300), Some(1)));
+        write(root, "proc/sys/net/core/netdev_budget", "600\n");
+        write(
+            root,
+            "sys/class/net/eth0/statistics/rx_missed_errors",
+            "9\n",
+        );
+        write(root, "ethtool/eth0", "rings rx=4096/4096 tx=4096/4096\n");
+        let (between, _) = run(root, &mut set, 130);
+        assert_eq!((budget(&between), missed(&between)), (Some(300), Some(9)));
+        let rings = |s: &Snapshot| {
+            s.tuning.as_ref().unwrap().settings.nics["eth0"]
+                .rings
+                .value()
+                .unwrap()
+                .rx
+        };
+        assert_eq!(rings(&between), 256, "the driver is asked on rescans only");
+        let (rescan, _) = run(root, &mut set, 161);
+        assert_eq!((budget(&rescan), rings(&rescan)), (Some(600), 4096));
+    }
+
     fn write(root: &Path, rel: &str, text: &str) {
         let p = root.join(rel);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
