@@ -342,6 +342,11 @@ fn parse_limits_file(text: &str) -> NicLimits {
 pub struct TuningCollector {
     limits: Box<dyn NicLimitsSource>,
     settings: RescanCache<Arc<TuningSettings>>,
+    /// Re-read the settings at a rescan only when this long has passed since the last
+    /// reading; `None`: at every rescan.
+    settings_interval: Option<Duration>,
+    /// The sample time of the last reading of the settings.
+    last_read: std::sync::Mutex<Option<Duration>>,
 }
 
 impl Default for TuningCollector {
@@ -356,6 +361,27 @@ impl TuningCollector {
         Self {
             limits,
             settings: RescanCache::default(),
+            settings_interval: None,
+            last_read: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Re-reads the settings at most once per `interval` (at the first rescan after it), not
+    /// at every rescan. A 256-CPU host has about 2,000 setting files (cpufreq policies, queue
+    /// masks), which cost milliseconds per reading; the drop counters stay per sample.
+    pub fn with_settings_interval(mut self, interval: Duration) -> Self {
+        self.settings_interval = Some(interval);
+        self
+    }
+
+    fn settings_due(&self, ctx: &Ctx<'_>, at: Duration) -> bool {
+        if !ctx.rescan {
+            return false;
+        }
+        let last = *self.last_read.lock().unwrap_or_else(|p| p.into_inner());
+        match (self.settings_interval, last) {
+            (Some(interval), Some(last)) => at < last || at - last >= interval,
+            _ => true,
         }
     }
 }
@@ -366,9 +392,11 @@ impl Collector for TuningCollector {
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
-        let (settings, mut warnings) = self.settings.get(ctx.rescan, || {
+        let due = self.settings_due(ctx, snap.at);
+        let (settings, mut warnings) = self.settings.get(due, || {
             let mut w = Vec::new();
             let s = read_settings(ctx, snap, self.limits.as_ref(), &mut w);
+            *self.last_read.lock().unwrap_or_else(|p| p.into_inner()) = Some(snap.at);
             Ok((Arc::new(s), w))
         })?;
         let mut nic_stats = BTreeMap::new();
@@ -565,14 +593,19 @@ fn iommu_groups(r: &Reader, dir: &Path, w: &mut Vec<String>) -> Vec<IommuGroup> 
 
 fn cpufreq(r: &Reader, dir: &Path, w: &mut Vec<String>) -> Vec<CpufreqPolicy> {
     let mut out = Vec::new();
+    // One cpufreq driver serves every policy: its name is read once, not 256 times.
+    let mut driver: Option<Option<String>> = None;
     for (name, path) in entries(dir, w) {
         let Some(policy) = tuning::parse_indexed(&name, "policy") else {
             continue;
         };
+        let driver = driver
+            .get_or_insert_with(|| word(r, &path.join("scaling_driver"), w))
+            .clone();
         out.push(CpufreqPolicy {
             policy,
             cpus: optional(r, &path.join("affected_cpus"), tuning::parse_cpu_words, w),
-            driver: word(r, &path.join("scaling_driver"), w),
+            driver,
             governor: word(r, &path.join("scaling_governor"), w),
             energy_performance_preference: word(r, &path.join("energy_performance_preference"), w),
             // `<unknown>` when the driver cannot tell: no value, no warning.
@@ -774,6 +807,22 @@ mod tests {
         assert_eq!(rings(&between), 256, "the driver is asked on rescans only");
         let (rescan, _) = run(root, &mut set, 161);
         assert_eq!((budget(&rescan), rings(&rescan)), (Some(600), 4096));
+
+        // With a longer settings interval, a rescan within it keeps the last reading.
+        let mut set = crate::CollectorSet::new(vec![Box::new(
+            TuningCollector::new(Box::new(NicLimitsFiles {
+                dir: root.join("ethtool"),
+            }))
+            .with_settings_interval(Duration::from_secs(300)),
+        )])
+        .with_rescan_interval(Duration::from_secs(60));
+        let (first, _) = run(root, &mut set, 1000);
+        assert_eq!(budget(&first), Some(600));
+        write(root, "proc/sys/net/core/netdev_budget", "900\n");
+        let (rescan, _) = run(root, &mut set, 1061);
+        assert_eq!(budget(&rescan), Some(600), "a rescan within the interval");
+        let (due, _) = run(root, &mut set, 1301);
+        assert_eq!(budget(&due), Some(900), "the first rescan after it");
     }
 
     fn write(root: &Path, rel: &str, text: &str) {
