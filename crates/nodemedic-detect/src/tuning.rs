@@ -1037,6 +1037,66 @@ mod tests {
         assert_eq!(severities(&s4), [(TuningRule::NicRings, Severity::Info)]);
     }
 
+    /// `mitigations=off` and `auto,nosmt` are info with their consequence; the default says
+    /// nothing. On bare metal an absent cpufreq is the firmware's, not the hypervisor's.
+    #[test]
+    fn mitigations_and_bare_metal_notes() {
+        let with = |cmdline: &str, hypervisor: Option<bool>| {
+            let mut s = snap(0, 0, 0);
+            let t = s.tuning.as_mut().unwrap();
+            let mut settings = (*t.settings).clone();
+            settings.cmdline =
+                Some(nodemedic_kernel::tuning::parse_cmdline(&format!("{cmdline}\n")).unwrap());
+            settings.hypervisor = hypervisor;
+            settings.cpufreq_present = false;
+            settings.nics.clear();
+            t.settings = Arc::new(settings);
+            TuningDetector::new(TuningConfig::default()).observe(&s, &[])
+        };
+        let off = with("ro mitigations=off", Some(false));
+        let m = off
+            .findings
+            .iter()
+            .find(|f| f.rule == TuningRule::Mitigations)
+            .unwrap();
+        assert_eq!(
+            (m.severity, m.subject.as_str()),
+            (Severity::Info, "mitigations")
+        );
+        assert_eq!(
+            m.evidence,
+            "mitigations=off: every CPU vulnerability mitigation is off."
+        );
+        assert!(m.fix.contains("remove mitigations=off"), "{m:?}");
+        let cpufreq = off
+            .findings
+            .iter()
+            .find(|f| f.rule == TuningRule::CpufreqAbsent)
+            .unwrap();
+        assert!(
+            cpufreq.evidence.contains("the firmware chooses"),
+            "{cpufreq:?}"
+        );
+        let nosmt = with("mitigations=auto,nosmt", None);
+        let m = nosmt
+            .findings
+            .iter()
+            .find(|f| f.rule == TuningRule::Mitigations)
+            .unwrap();
+        assert!(m.evidence.contains("SMT is disabled"), "{m:?}");
+        let cpufreq = nosmt
+            .findings
+            .iter()
+            .find(|f| f.rule == TuningRule::CpufreqAbsent)
+            .unwrap();
+        assert!(cpufreq.evidence.contains("belongs to the hypervisor"));
+        let default = with("ro quiet mitigations=auto", Some(true));
+        assert!(!default
+            .findings
+            .iter()
+            .any(|f| f.rule == TuningRule::Mitigations));
+    }
+
     #[test]
     fn muted_rules_are_silent() {
         let mut d = TuningDetector::new(TuningConfig {
