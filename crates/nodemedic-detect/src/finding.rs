@@ -19,8 +19,7 @@ impl Severity {
 }
 
 /// What a finding is about, as a stable machine-readable word (JSON, `/status`, Events).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum FindingKind {
     IrqCollapsed,
     IrqHurting,
@@ -33,6 +32,14 @@ pub enum FindingKind {
     DetectorFailed,
     RemediationEscalated,
     IrqbalanceRebalanceBug,
+    /// A tuning audit rule (`tuning_<rule>`).
+    Tuning(crate::tuning::TuningRule),
+}
+
+impl Serialize for FindingKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
 }
 
 impl FindingKind {
@@ -49,6 +56,7 @@ impl FindingKind {
             Self::DetectorFailed => "detector_failed",
             Self::RemediationEscalated => "remediation_escalated",
             Self::IrqbalanceRebalanceBug => "irqbalance_rebalance_bug",
+            Self::Tuning(rule) => rule.finding_kind(),
         }
     }
 }

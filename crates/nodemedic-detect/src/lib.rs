@@ -8,6 +8,7 @@ pub mod groups;
 pub mod hysteresis;
 pub mod pressure;
 pub mod rates;
+pub mod tuning;
 pub mod wakeup_storm;
 
 pub use collapse::{CollapseConfig, CollapseDetector, GroupVerdict, HurtingConfig};
@@ -16,4 +17,5 @@ pub use finding::{Finding, FindingKind, Severity};
 pub use groups::DeviceGroup;
 pub use hysteresis::{ConfigError, Hysteresis, Latch};
 pub use pressure::{PressureConfig, PressureDetector, PressureVerdict};
+pub use tuning::{TuningConfig, TuningDetector, TuningFinding, TuningRule, TuningVerdict};
 pub use wakeup_storm::{StormVerdict, WakeupStormConfig, WakeupStormDetector};

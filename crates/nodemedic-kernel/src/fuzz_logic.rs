@@ -3,7 +3,7 @@
 //! panic, in the parser or here, is a bug.
 
 use crate::{
-    cgroup, cpuset::CpuSet, device, interrupts, irqbalance, mounts, psi, softirqs, softnet,
+    cgroup, cpuset::CpuSet, device, interrupts, irqbalance, mounts, psi, softirqs, softnet, tuning,
 };
 
 pub fn interrupts(data: &[u8]) {
@@ -172,6 +172,109 @@ pub fn mountinfo(data: &[u8]) {
     }
 }
 
+/// `/proc/cmdline`: every argument kept is one the text spells out, and the IOMMU request
+/// is read from them without panicking.
+pub fn tuning_cmdline(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    if let Ok(c) = tuning::parse_cmdline(&text) {
+        let unquoted = text.replace('"', "");
+        for (k, v) in &c.args {
+            assert!(!k.contains('"'), "{k:?}");
+            assert!(unquoted.contains(k.as_str()), "{k:?}");
+            assert!(v.as_ref().is_none_or(|v| !v.contains('"')));
+            assert!(c.get(k).is_some());
+        }
+        let _ = c.iommu_request();
+        let _ = c.spelled(&["iommu", "iommu.strict", "mitigations"]);
+    }
+}
+
+/// The one-value files: words, counts, flags, IOMMU group types, vulnerability strings.
+pub fn tuning_value(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    if let Ok(w) = tuning::parse_word(&text) {
+        assert!(!w.is_empty() && !w.contains(char::is_whitespace), "{w:?}");
+    }
+    if let Ok(n) = tuning::parse_count(&text) {
+        assert_eq!(tuning::parse_count(&format!("{n}\n")), Ok(n));
+    }
+    if let Ok(set) = tuning::parse_cpu_words(&text) {
+        let words: Vec<String> = set.iter().map(|c| c.to_string()).collect();
+        assert_eq!(
+            tuning::parse_cpu_words(&format!("{}\n", words.join(" "))),
+            Ok(set)
+        );
+    }
+    if let Ok(f) = tuning::parse_flag(&text) {
+        assert_eq!(text.trim(), if f { "1" } else { "0" });
+    }
+    if let Ok(d) = tuning::parse_iommu_group_type(&text) {
+        // The kernel's word comes back as it was read.
+        assert_eq!(
+            tuning::parse_iommu_group_type(&format!("{}\n", d.kernel_name())),
+            Ok(d.clone())
+        );
+        let _ = d.as_str();
+    }
+    if let Ok(v) = tuning::parse_vulnerability(&text) {
+        assert!(!v.is_empty() && !v.contains('\n'));
+        let state = tuning::SrsoState::classify(v);
+        let _ = state.costs();
+    }
+}
+
+/// Bracketed choice files (`always [madvise] never`): the selected one is among the choices
+/// and the file renders back to the same choice.
+pub fn tuning_choice(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    if let Ok(c) = tuning::parse_choice(&text) {
+        assert!(c.choices.contains(&c.selected));
+        let rendered: Vec<String> = c
+            .choices
+            .iter()
+            .map(|w| {
+                if *w == c.selected {
+                    format!("[{w}]")
+                } else {
+                    w.clone()
+                }
+            })
+            .collect();
+        let again = tuning::parse_choice(&format!("{}\n", rendered.join(" ")));
+        assert_eq!(again.as_ref().map(|a| &a.selected), Ok(&c.selected));
+    }
+}
+
+/// Queue directory names (one per line) and RPS/XPS masks.
+pub fn tuning_queue(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    for line in text.lines() {
+        if let Some(q) = tuning::parse_queue_name(line) {
+            let again = match q {
+                tuning::QueueName::Rx(n) => format!("rx-{n}"),
+                tuning::QueueName::Tx(n) => format!("tx-{n}"),
+            };
+            assert_eq!(tuning::parse_queue_name(&again), Some(q));
+        }
+        let _ = tuning::parse_indexed(line, "policy");
+    }
+    if let Ok(set) = tuning::parse_queue_mask(&text) {
+        assert_eq!(
+            tuning::parse_queue_mask(&format!("{}\n", set.to_mask_string())).ok(),
+            Some(set)
+        );
+    }
+}
+
+/// `/proc/cpuinfo`'s `hypervisor` flag: an answer only when a `flags` line exists.
+pub fn cpuinfo(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    if let Some(guest) = tuning::cpuinfo_hypervisor(&text) {
+        assert!(text.contains("flags"));
+        assert!(!guest || text.contains("hypervisor"));
+    }
+}
+
 /// A fuzz entry point.
 pub type Target = fn(&[u8]);
 
@@ -186,4 +289,9 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("cgroup_cpu", cgroup_cpu),
     ("cgroup_path", cgroup_path),
     ("mountinfo", mountinfo),
+    ("tuning_cmdline", tuning_cmdline),
+    ("tuning_value", tuning_value),
+    ("tuning_choice", tuning_choice),
+    ("tuning_queue", tuning_queue),
+    ("cpuinfo", cpuinfo),
 ];

@@ -19,6 +19,7 @@ pub mod psi;
 pub mod snapshot;
 pub mod softirqs;
 pub mod softnet;
+pub mod tuning;
 
 pub use cpuset::{CpuSet, CpuSetError};
 pub use snapshot::Snapshot;

@@ -52,6 +52,9 @@ pub struct Snapshot {
     /// interval (`cgroups.interval`) and samples in between carry the same reading, which is
     /// how a detector tells a fresh reading from a repeated one (`Arc::ptr_eq`).
     pub cgroups: Option<Arc<crate::cgroup::Cgroups>>,
+    /// The node's I/O tuning settings and NIC drop counters; `None` when the tuning
+    /// collector is off.
+    pub tuning: Option<crate::tuning::Tuning>,
 }
 
 /// etcd's `wal_fsync_duration_seconds` buckets: 1 ms doubling to 8.192 s

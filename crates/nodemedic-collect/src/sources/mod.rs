@@ -9,6 +9,7 @@ mod pressure;
 mod softirqs;
 mod softnet;
 mod topology;
+mod tuning;
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -24,6 +25,10 @@ pub use pressure::PressureCollector;
 pub use softirqs::SoftirqsCollector;
 pub use softnet::SoftnetCollector;
 pub use topology::TopologyCollector;
+pub use tuning::{
+    EthtoolNetlink, NicLimits, NicLimitsFiles, NicLimitsSource, TuningCollector,
+    ETHTOOL_NETLINK_UNSUPPORTED,
+};
 
 use crate::{CollectError, Collector, ReadError, Reader};
 
