@@ -10,6 +10,7 @@ pub mod commit_probe;
 mod fsread;
 mod names;
 mod reader;
+mod self_stats;
 pub mod sources;
 mod status;
 #[allow(unsafe_code)]
@@ -26,6 +27,7 @@ pub use fsread::ReadError;
 pub use names::CollectorName;
 use nodemedic_kernel::Snapshot;
 pub use reader::{Backend, Reader, ReaderConfig, ReaderStatus, DEFAULT_MAX_OPEN_FILES};
+pub use self_stats::SelfStats;
 pub use status::{CollectorState, CollectorStatus};
 
 /// Where the kernel's files are. Every reader resolves paths under these roots so that tests

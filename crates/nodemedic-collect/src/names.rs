@@ -13,12 +13,13 @@ pub enum CollectorName {
     IrqbalanceConfig,
     Pressure,
     Cgroups,
+    Tuning,
     DiskCommit,
 }
 
 impl CollectorName {
     /// Those that `[collectors]` in the configuration switches on and off.
-    pub const SWITCHABLE: [Self; 9] = [
+    pub const SWITCHABLE: [Self; 10] = [
         Self::Topology,
         Self::Interrupts,
         Self::IrqAffinity,
@@ -28,6 +29,7 @@ impl CollectorName {
         Self::IrqbalanceConfig,
         Self::Pressure,
         Self::Cgroups,
+        Self::Tuning,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -41,6 +43,7 @@ impl CollectorName {
             Self::IrqbalanceConfig => "irqbalance_config",
             Self::Pressure => "pressure",
             Self::Cgroups => "cgroups",
+            Self::Tuning => "tuning",
             Self::DiskCommit => "disk_commit",
         }
     }

@@ -9,7 +9,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
-use nodemedic_collect::sources::{CgroupSelection, CgroupsCollector};
+use nodemedic_collect::sources::{
+    CgroupSelection, CgroupsCollector, NicLimitsFiles, TuningCollector,
+};
 use nodemedic_collect::{
     monotonic_now, panic_message, Collector, CollectorRun, CollectorSet, CollectorState,
     CollectorStatus, Paths, Reader, ReaderConfig, ReaderStatus, DEFAULT_RESCAN_INTERVAL,
@@ -18,6 +20,7 @@ use nodemedic_collect::{CommitProbeCollector, CommitProbeConfig};
 use nodemedic_detect::collapse::findings as collapse_findings;
 use nodemedic_detect::commit_latency::findings as commit_findings;
 use nodemedic_detect::pressure::findings as pressure_findings;
+use nodemedic_detect::tuning::findings as tuning_findings;
 use nodemedic_detect::wakeup_storm::finding as storm_finding;
 use nodemedic_detect::{
     CollapseConfig, CollapseDetector, Finding, GroupVerdict, HurtingConfig, Severity, StormVerdict,
@@ -25,6 +28,7 @@ use nodemedic_detect::{
 };
 use nodemedic_detect::{CommitLatencyConfig, CommitLatencyDetector, CommitVerdict};
 use nodemedic_detect::{PressureConfig, PressureDetector, PressureVerdict};
+use nodemedic_detect::{TuningConfig, TuningDetector, TuningVerdict};
 use nodemedic_kernel::counter::Widener;
 use nodemedic_kernel::Snapshot;
 
@@ -56,6 +60,44 @@ pub struct EngineConfig {
     /// daemon's configuration defaults to 15 s, see `CgroupsCollector`).
     pub cgroups_interval: Duration,
     pub pressure: PressureConfig,
+    /// The tuning collector and audit (docs/tuning.md).
+    pub tuning: TuningSetup,
+}
+
+/// Where the tuning collector gets each NIC's channels and rings.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NicLimitsFrom {
+    /// The driver, through ethtool netlink (in this process's network namespace: in a pod,
+    /// the host's NICs need `hostNetwork`).
+    #[default]
+    Netlink,
+    /// Files under `<rootfs>/ethtool/<interface>`, for fixture trees (`NicLimitsFiles`).
+    Files,
+}
+
+/// The tuning collector's and audit's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TuningSetup {
+    /// The settings (cpufreq, IOMMU groups, queues, sysctls, channels and rings) are re-read
+    /// at the first rescan after this; the NIC drop counters every sample.
+    pub settings_interval: Duration,
+    pub nic_limits: NicLimitsFrom,
+    pub audit: TuningConfig,
+}
+
+/// A 256-CPU host has about 2,000 setting files: read at every 60 s rescan they would add
+/// 15% to the average sample, every 5 minutes 3.7% (docs/tuning.md, "Cost").
+pub const DEFAULT_TUNING_SETTINGS_INTERVAL: Duration = Duration::from_secs(300);
+
+impl Default for TuningSetup {
+    fn default() -> Self {
+        Self {
+            settings_interval: DEFAULT_TUNING_SETTINGS_INTERVAL,
+            nic_limits: NicLimitsFrom::default(),
+            audit: TuningConfig::default(),
+        }
+    }
 }
 
 impl Default for EngineConfig {
@@ -73,6 +115,7 @@ impl Default for EngineConfig {
             cgroups: CgroupSelection::default(),
             cgroups_interval: Duration::ZERO,
             pressure: PressureConfig::default(),
+            tuning: TuningSetup::default(),
         }
     }
 }
@@ -85,6 +128,7 @@ pub struct Engine {
     commit_detector: CommitLatencyDetector,
     storm: WakeupStormDetector,
     pressure: PressureDetector,
+    tuning: TuningDetector,
     samples: u64,
     /// The kernel's 32-bit counts, accumulated into 64-bit ones (see `counter`).
     widener: Widener,
@@ -107,6 +151,8 @@ pub struct Sample {
     /// Node and per-cgroup pressure rates and verdicts (None on the first sample, or
     /// without PSI and cgroups).
     pub pressure: Option<PressureVerdict>,
+    /// The tuning audit's findings (None with the tuning collector off or failed).
+    pub tuning: Option<TuningVerdict>,
     pub duration: Duration,
     pub samples_total: u64,
     /// The read layer after this sample (backend, kept-open files, fallbacks).
@@ -126,9 +172,17 @@ impl Engine {
             config.cgroups.clone(),
             config.cgroups_interval,
         ));
-        let set = extra
-            .into_iter()
-            .fold(CollectorSet::all().with(cgroups), |set, c| set.with(c));
+        let tuning = match config.tuning.nic_limits {
+            NicLimitsFrom::Netlink => TuningCollector::default(),
+            NicLimitsFrom::Files => TuningCollector::new(Box::new(NicLimitsFiles {
+                dir: config.paths.rootfs.join("ethtool"),
+            })),
+        }
+        .with_settings_interval(config.tuning.settings_interval);
+        let set = extra.into_iter().fold(
+            CollectorSet::all().with(cgroups).with(Box::new(tuning)),
+            |set, c| set.with(c),
+        );
         Self::with_collectors(config, set)
     }
 
@@ -155,6 +209,7 @@ impl Engine {
             detector: CollapseDetector::new(config.collapse, config.hurting),
             storm: WakeupStormDetector::new(config.wakeup_storm),
             pressure: PressureDetector::new(config.pressure),
+            tuning: TuningDetector::new(config.tuning.audit),
             samples: 0,
             widener: Widener::default(),
             failing: HashMap::new(),
@@ -241,6 +296,13 @@ impl Engine {
             }
             findings.extend(pressure_findings(v));
         }
+        let tuning = match snapshot.tuning {
+            Some(_) => guarded("tuning", &mut failed, || {
+                Some(self.tuning.observe(&snapshot, &verdicts))
+            }),
+            None => None,
+        };
+        findings.extend(tuning.as_ref().map(tuning_findings).unwrap_or_default());
         findings.extend(failed);
         for c in &collectors {
             if let CollectorState::Failed { reason } = &c.state {
@@ -265,6 +327,7 @@ impl Engine {
             findings,
             storm,
             pressure,
+            tuning,
             duration: start.elapsed(),
             samples_total: self.samples,
             reader: self.collectors.reader_status(),

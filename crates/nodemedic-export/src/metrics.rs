@@ -32,15 +32,7 @@ impl Default for MetricsOptions {
     }
 }
 
-/// The daemon's own process, as `process_*` metrics.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ProcessStats {
-    pub cpu_seconds: f64,
-    pub resident_memory_bytes: f64,
-    pub virtual_memory_bytes: f64,
-    pub start_time_seconds: f64,
-    pub open_fds: f64,
-}
+pub use nodemedic_kernel::snapshot::ProcessStats;
 
 /// Everything one exposition is made of.
 pub struct ExportInput<'a> {

@@ -259,3 +259,13 @@ mod tests {
         assert_eq!(snap.pod("ffff"), None);
     }
 }
+
+/// The daemon's own process, as `process_*` metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ProcessStats {
+    pub cpu_seconds: f64,
+    pub resident_memory_bytes: f64,
+    pub virtual_memory_bytes: f64,
+    pub start_time_seconds: f64,
+    pub open_fds: f64,
+}

@@ -317,6 +317,7 @@ mod tests {
                 findings: Vec::new(),
                 storm: None,
                 pressure: None,
+                tuning: None,
                 duration: Duration::ZERO,
                 samples_total: i + 1,
                 reader: Default::default(),

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use nodemedic_collect::{CollectorName, Paths};
+use nodemedic_detect::TuningConfig;
 use nodemedic_detect::{CollapseConfig, HurtingConfig, WakeupStormConfig};
-use nodemedic_engine::EngineConfig;
+use nodemedic_engine::{EngineConfig, NicLimitsFrom, TuningSetup};
 use nodemedic_export::MetricsOptions;
 use nodemedic_kube::KubeConfig;
 use nodemedic_remedy::RemediationConfig;
@@ -37,6 +38,58 @@ pub struct Config {
     pub disk_probe: DiskProbeSection,
     pub probes: ProbesConfig,
     pub cgroups: CgroupsSection,
+    pub tuning: TuningSection,
+}
+
+/// The tuning audit (docs/tuning.md): how often its settings are re-read, where channels
+/// and rings come from, and the audit's rules (`ignore` mutes one) and thresholds. The
+/// audit's fields are spelled out here rather than flattened: serde cannot refuse unknown
+/// keys through `flatten`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TuningSection {
+    #[serde(with = "humantime_serde")]
+    pub settings_interval: Duration,
+    pub nic_limits: NicLimitsFrom,
+    pub ignore: Vec<nodemedic_detect::TuningRule>,
+    pub net_rx_min_rate: f64,
+    pub net_rx_share: f64,
+    pub iommu_irq_rate: f64,
+    pub raise_after: u32,
+    pub clear_after: u32,
+}
+
+impl Default for TuningSection {
+    fn default() -> Self {
+        let TuningSetup {
+            settings_interval,
+            nic_limits,
+            audit,
+        } = TuningSetup::default();
+        Self {
+            settings_interval,
+            nic_limits,
+            ignore: audit.ignore,
+            net_rx_min_rate: audit.net_rx_min_rate,
+            net_rx_share: audit.net_rx_share,
+            iommu_irq_rate: audit.iommu_irq_rate,
+            raise_after: audit.raise_after,
+            clear_after: audit.clear_after,
+        }
+    }
+}
+
+impl TuningSection {
+    pub fn audit(&self) -> TuningConfig {
+        TuningConfig {
+            ignore: self.ignore.clone(),
+            net_rx_min_rate: self.net_rx_min_rate,
+            net_rx_share: self.net_rx_share,
+            iommu_irq_rate: self.iommu_irq_rate,
+            raise_after: self.raise_after,
+            clear_after: self.clear_after,
+        }
+    }
 }
 
 impl Default for Config {
@@ -54,6 +107,7 @@ impl Default for Config {
             disk_probe: DiskProbeSection::default(),
             probes: ProbesConfig::default(),
             cgroups: CgroupsSection::default(),
+            tuning: TuningSection::default(),
         }
     }
 }
@@ -223,6 +277,7 @@ pub struct CollectorsConfig {
     pub irqbalance_config: bool,
     pub pressure: bool,
     pub cgroups: bool,
+    pub tuning: bool,
 }
 
 impl Default for CollectorsConfig {
@@ -237,6 +292,7 @@ impl Default for CollectorsConfig {
             irqbalance_config: true,
             pressure: true,
             cgroups: true,
+            tuning: true,
         }
     }
 }
@@ -262,6 +318,7 @@ impl CollectorsConfig {
             CollectorName::IrqbalanceConfig => self.irqbalance_config,
             CollectorName::Pressure => self.pressure,
             CollectorName::Cgroups => self.cgroups,
+            CollectorName::Tuning => self.tuning,
             // Switched by `[disk_probe]`, not here.
             CollectorName::DiskCommit => true,
         }
@@ -435,6 +492,16 @@ impl Config {
             .validate()
             .map_err(|e| anyhow::anyhow!("detector.pressure: {e}"))?;
         self.cgroups.selection()?;
+        self.tuning
+            .audit()
+            .validate()
+            .map_err(|e| anyhow::anyhow!("tuning: {e}"))?;
+        if self.tuning.settings_interval < Duration::from_secs(1) {
+            bail!(
+                "tuning.settings_interval must be at least 1s, got {}",
+                humantime::format_duration(self.tuning.settings_interval)
+            );
+        }
         if self.web.listen_address.0.is_empty() {
             bail!("web.listen_address names no address");
         }
@@ -512,6 +579,11 @@ impl Config {
             cgroups: self.cgroups.selection().unwrap_or_default(),
             cgroups_interval: self.cgroups.interval,
             wakeup_storm: self.detector.wakeup_storm.clone(),
+            tuning: TuningSetup {
+                settings_interval: self.tuning.settings_interval,
+                nic_limits: self.tuning.nic_limits,
+                audit: self.tuning.audit(),
+            },
         }
     }
 
@@ -538,6 +610,31 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tuning_section_mutes_rules_and_refuses_unknown_keys() {
+        let c = Config::parse(
+            "[tuning]\nsettings_interval = \"10m\"\nnic_limits = \"files\"\nignore = [\"iommu_strict\", \"srso\"]\n",
+        )
+        .unwrap();
+        assert_eq!(c.tuning.settings_interval, Duration::from_secs(600));
+        assert_eq!(c.tuning.nic_limits, NicLimitsFrom::Files);
+        assert_eq!(
+            c.tuning.ignore,
+            [
+                nodemedic_detect::TuningRule::IommuStrict,
+                nodemedic_detect::TuningRule::Srso
+            ]
+        );
+        for bad in [
+            "[tuning]\nbogus = 1\n",
+            "[tuning]\nignore = [\"no_such_rule\"]\n",
+            "[tuning]\nnet_rx_share = 2.0\n",
+            "[tuning]\nsettings_interval = \"0s\"\n",
+        ] {
+            assert!(Config::parse(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
 
     #[test]
     fn empty_file_is_the_default() {

@@ -308,7 +308,7 @@ fn start_sampler(
     let (tx, mut rx) = tokio::sync::mpsc::channel::<tokio::sync::oneshot::Sender<Sampled>>(1);
     let mut engine = engine;
     // The process_* metrics are read here, once per sample, not on each scrape.
-    let mut self_stats = crate::process::SelfStats::new();
+    let mut self_stats = nodemedic_collect::SelfStats::new();
     let thread = std::thread::Builder::new()
         .name("nodemedic-sampler".into())
         .spawn(move || {

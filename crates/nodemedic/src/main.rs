@@ -5,7 +5,6 @@ mod cli;
 mod config;
 mod daemon;
 mod probes;
-mod process;
 mod systemd;
 
 use std::process::ExitCode;

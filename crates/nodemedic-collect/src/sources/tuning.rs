@@ -388,7 +388,7 @@ impl TuningCollector {
 
 impl Collector for TuningCollector {
     fn name(&self) -> &'static str {
-        "tuning"
+        crate::CollectorName::Tuning.as_str()
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

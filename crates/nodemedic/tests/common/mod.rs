@@ -80,7 +80,7 @@ pub fn golden_dir() -> PathBuf {
 /// (they read the running kernel, not the fixture; tests/probes.rs covers them). The cgroups
 /// are read every sample, not every 15 s, so that pressure verdicts (two readings) appear
 /// within the tests' waits; the interval itself is tested in nodemedic-collect.
-pub const FAST_CONFIG: &str = "sample_interval = \"200ms\"\n\n[detector.collapse]\nraise_after = 2\n\n[remediation]\nmode = \"off\"\n\n[probes]\nenabled = false\n\n[cgroups]\ninterval = \"0s\"\n";
+pub const FAST_CONFIG: &str = "sample_interval = \"200ms\"\n\n[detector.collapse]\nraise_after = 2\n\n[remediation]\nmode = \"off\"\n\n[probes]\nenabled = false\n\n[cgroups]\ninterval = \"0s\"\n\n[tuning]\nnic_limits = \"files\"\n";
 
 // ---------------------------------------------------------------------------------------------
 // Processes

@@ -4,7 +4,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::OnceLock;
 
-use nodemedic_export::ProcessStats;
+use nodemedic_kernel::snapshot::ProcessStats;
 use procfs::FromRead;
 
 /// Reads this process's CPU time and memory from the real `/proc/self` (not the configured
@@ -16,6 +16,12 @@ use procfs::FromRead;
 pub struct SelfStats {
     stat: Option<File>,
     buf: Vec<u8>,
+}
+
+impl Default for SelfStats {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl SelfStats {
