@@ -2,14 +2,17 @@
 //! per-CPU rate maths of `check`'s two samples.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use nodemedic_collect::{CollectorState, CollectorStatus};
 use nodemedic_detect::collapse::Evidence;
 use nodemedic_detect::pressure::{CgroupRates, PsiRatios};
+use nodemedic_detect::TuningFinding;
 use nodemedic_detect::{Finding, GroupVerdict, Severity};
 use nodemedic_kernel::counter;
 use nodemedic_kernel::interrupts::Interrupts;
 use nodemedic_kernel::mounts::CgroupMounts;
+use nodemedic_kernel::tuning::TuningSettings;
 use serde::Serialize;
 
 use crate::Sample;
@@ -86,6 +89,7 @@ pub struct CheckReport {
     /// the busiest owners (absent when the probes are switched off).
     pub perf: Option<nodemedic_kernel::perf::PerfProbes>,
     pub pressure: PressureReport,
+    pub tuning: TuningReport,
 }
 
 /// Where work waited: node PSI over the interval, where the cgroup hierarchies were found,
@@ -163,6 +167,51 @@ impl PressureReport {
             starved: flagged(|c| c.starved),
             cgroups,
             top: 5,
+        }
+    }
+}
+
+/// The tuning audit: each finding with its evidence, cost and fix, and (for `check`) the
+/// settings it read. One shape for `/status` and `check`.
+#[derive(Debug, Clone, Serialize)]
+pub struct TuningReport {
+    /// Why there is no audit: the collector is switched off or failed.
+    pub unavailable: Option<String>,
+    /// Warnings first, then info.
+    pub findings: Vec<TuningFinding>,
+    /// What was read (`check`; `/status` shows the findings only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub settings: Option<Arc<TuningSettings>>,
+}
+
+impl TuningReport {
+    /// The report of `sample`; `with_settings` adds what the collector read.
+    pub fn of(sample: &Sample, with_settings: bool) -> Self {
+        let unavailable = sample
+            .collectors
+            .iter()
+            .find(|c| c.name == nodemedic_collect::CollectorName::Tuning)
+            .and_then(|c| match &c.state {
+                CollectorState::Failed { reason } | CollectorState::Disabled { reason } => {
+                    Some(reason.clone())
+                }
+                _ => None,
+            });
+        let mut findings = sample
+            .tuning
+            .as_ref()
+            .map(|v| v.findings.clone())
+            .unwrap_or_default();
+        findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
+        Self {
+            unavailable,
+            findings,
+            settings: sample
+                .snapshot
+                .tuning
+                .as_ref()
+                .filter(|_| with_settings)
+                .map(|t| t.settings.clone()),
         }
     }
 }
@@ -273,6 +322,7 @@ pub fn build_report(first: &Sample, second: &Sample) -> CheckReport {
         collectors: second.collectors.clone(),
         perf: snap.perf.clone(),
         pressure: PressureReport::of(second, true),
+        tuning: TuningReport::of(second, true),
     }
 }
 

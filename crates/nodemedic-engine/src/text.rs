@@ -4,8 +4,10 @@ use std::fmt::Write;
 
 use nodemedic_detect::collapse::ShareBasis;
 use nodemedic_detect::pressure::CgroupRates;
+use nodemedic_detect::FindingKind;
+use nodemedic_kernel::tuning::{Queried, TuningSettings};
 
-use crate::report::{CheckReport, CpuInterrupts, PressureReport};
+use crate::report::{CheckReport, CpuInterrupts, PressureReport, TuningReport};
 
 const BAR_WIDTH: usize = 40;
 /// Above this many CPUs the distribution shows the busiest ones only.
@@ -129,11 +131,23 @@ pub fn render_text(r: &CheckReport) -> String {
         perf_text(&mut o, p);
     }
     pressure_text(&mut o, &r.pressure);
+    tuning_text(&mut o, &r.tuning);
     if r.findings.is_empty() {
         let _ = writeln!(o, "\nNo findings.");
     } else {
         let _ = writeln!(o, "\nFindings:");
         for f in &r.findings {
+            // Said in full under Tuning above: here one line each.
+            if let FindingKind::Tuning(rule) = f.kind {
+                let _ = writeln!(
+                    o,
+                    "  [{}] {}: {} (see Tuning)",
+                    f.severity.as_str(),
+                    f.subject,
+                    rule.as_str()
+                );
+                continue;
+            }
             let _ = writeln!(
                 o,
                 "  [{}] {}: {}",
@@ -279,6 +293,102 @@ fn pressure_text(o: &mut String, p: &PressureReport) {
         for c in throttled.into_iter().take(p.top) {
             row(o, c);
         }
+    }
+}
+
+fn tuning_text(o: &mut String, t: &TuningReport) {
+    let _ = writeln!(
+        o,
+        "\nTuning (settings that cost I/O throughput, and what this node shows of them):"
+    );
+    if let Some(reason) = &t.unavailable {
+        let _ = writeln!(o, "  not audited: {reason}");
+        return;
+    }
+    if let Some(s) = &t.settings {
+        settings_text(o, s);
+    }
+    if t.findings.is_empty() {
+        let _ = writeln!(o, "  nothing to report");
+    }
+    for f in &t.findings {
+        let _ = writeln!(
+            o,
+            "  [{}] {} ({}): {}",
+            f.severity.as_str(),
+            f.subject,
+            f.rule.as_str(),
+            f.evidence
+        );
+        let _ = writeln!(o, "      cost: {}", f.cost);
+        let _ = writeln!(o, "      fix:  {}", f.fix);
+    }
+}
+
+/// One line per source of what the tuning collector read.
+fn settings_text(o: &mut String, s: &TuningSettings) {
+    for (name, nic) in &s.nics {
+        let channels = match &nic.channels {
+            Queried::Read(c) => format!(
+                "channels rx {}/{} tx {}/{} combined {}/{}",
+                c.rx, c.rx_max, c.tx, c.tx_max, c.combined, c.combined_max
+            ),
+            Queried::Absent(why) => format!("channels unknown ({why})"),
+        };
+        let rings = match &nic.rings {
+            Queried::Read(r) => format!("rings rx {}/{} tx {}/{}", r.rx, r.rx_max, r.tx, r.tx_max),
+            Queried::Absent(_) => "rings unknown".into(),
+        };
+        let _ = writeln!(
+            o,
+            "  {name}: {} RX / {} TX queues, {channels}, {rings}, RPS {}",
+            nic.rx_queues,
+            nic.tx_queues,
+            if nic.rps_enabled() { "on" } else { "off" }
+        );
+    }
+    let governors: Vec<String> = s
+        .cpufreq_policies_by_governor()
+        .into_iter()
+        .map(|((governor, driver), n)| format!("{n}× {governor} ({driver})"))
+        .collect();
+    let _ = writeln!(
+        o,
+        "  cpufreq: {}",
+        if governors.is_empty() {
+            "no policies".to_string()
+        } else {
+            governors.join(", ")
+        }
+    );
+    let iommu: Vec<String> = s
+        .iommu_groups_by_type()
+        .into_iter()
+        .map(|(kind, n)| format!("{n}× {kind}"))
+        .collect();
+    let _ = writeln!(
+        o,
+        "  IOMMU groups: {}",
+        if iommu.is_empty() {
+            "none".to_string()
+        } else {
+            iommu.join(", ")
+        }
+    );
+    if let Some((_, text)) = s.srso() {
+        let _ = writeln!(o, "  SRSO: {text}");
+    }
+    let n = &s.net_core;
+    let num = |v: Option<u64>| v.map_or_else(|| "-".into(), |v| v.to_string());
+    let _ = writeln!(
+        o,
+        "  net.core: netdev_budget {}, netdev_budget_usecs {}, netdev_max_backlog {}",
+        num(n.netdev_budget),
+        num(n.netdev_budget_usecs),
+        num(n.netdev_max_backlog)
+    );
+    if let Some(thp) = &s.thp {
+        let _ = writeln!(o, "  transparent hugepages: {}", thp.selected);
     }
 }
 

@@ -10,7 +10,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use nodemedic_engine::report::{shown_groups, GroupReport, PressureReport};
+use nodemedic_engine::report::{shown_groups, GroupReport, PressureReport, TuningReport};
 use nodemedic_engine::Sample;
 use nodemedic_export::{
     render, ExportInput, Format, MetricsOptions, ProcessStats, RemediationExport,
@@ -304,6 +304,8 @@ struct StatusBody<'a> {
     /// Node PSI over the last interval, where the cgroup hierarchies were found, and which
     /// cgroups are quota-bound or starved.
     pressure: Option<PressureReport>,
+    /// The tuning audit's findings, each with its evidence, cost and fix.
+    tuning: Option<TuningReport>,
     /// Open connections, the cap, and connections evicted or refused to stay under it.
     web: WebStats,
     web_config: WebConfigStatus,
@@ -352,6 +354,7 @@ async fn status(State(shared): State<Arc<Endpoint>>) -> Response {
         perf_probes: sample.as_ref().and_then(|s| s.snapshot.perf.as_ref()),
         wakeup_storm: sample.as_ref().and_then(|s| s.storm.as_ref()),
         pressure: sample.as_ref().map(|s| PressureReport::of(s, false)),
+        tuning: sample.as_ref().map(|s| TuningReport::of(s, false)),
         web: web_stats(&shared.web),
         web_config: shared.web_config.status(),
         remediation,

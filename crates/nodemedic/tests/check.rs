@@ -393,3 +393,87 @@ fn a_failure_reason_is_printed_once() {
         assert_eq!(all.matches(r).count(), 1, "{r:?} in:\n{all}");
     }
 }
+
+/// Issue 19 on this machine's real files: the tuning section reports what the kernel shows,
+/// read here independently, and warns about nothing on an idle node. Where the source is
+/// absent (no cpufreq, no IOMMU groups) it says whose setting it is.
+#[test]
+fn tuning_on_this_machine() {
+    let out = check(&["--format", "json", "--interval", "200ms"]);
+    let r = json(&out);
+    let t = &r["tuning"];
+    assert!(t["unavailable"].is_null(), "{t}");
+    let warnings: Vec<&Value> = t["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["severity"] != "info")
+        .collect();
+    assert!(
+        warnings.is_empty(),
+        "a false warning on an idle node: {warnings:?}"
+    );
+    let s = &t["settings"];
+    // Every NIC with a device, as the kernel lists its queues.
+    for (name, nic) in s["nics"].as_object().unwrap() {
+        let queues: Vec<String> = std::fs::read_dir(format!("/sys/class/net/{name}/queues"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        let rx = queues.iter().filter(|q| q.starts_with("rx-")).count();
+        assert_eq!(nic["rx_queues"], rx, "{name}: {nic}");
+    }
+    if let Ok(srso) =
+        std::fs::read_to_string("/sys/devices/system/cpu/vulnerabilities/spec_rstack_overflow")
+    {
+        assert_eq!(
+            s["vulnerabilities"]["spec_rstack_overflow"],
+            srso.trim_end(),
+            "{s}"
+        );
+    }
+    let kinds: Vec<&str> = t["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["rule"].as_str())
+        .collect();
+    let policies = std::fs::read_dir("/sys/devices/system/cpu/cpufreq")
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("policy"))
+                .count()
+        })
+        .unwrap_or(0);
+    assert_eq!(
+        kinds.contains(&"cpufreq_absent"),
+        policies == 0,
+        "{kinds:?}"
+    );
+    let groups = std::fs::read_dir("/sys/kernel/iommu_groups")
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(kinds.contains(&"iommu_absent"), groups == 0, "{kinds:?}");
+    let hypervisor = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("flags") && l.split_whitespace().any(|f| f == "hypervisor"));
+    for f in t["findings"].as_array().unwrap() {
+        if f["rule"] == "cpufreq_absent" || f["rule"] == "iommu_absent" {
+            assert_eq!(
+                f["evidence"].as_str().unwrap().contains("hypervisor"),
+                hypervisor,
+                "{f}"
+            );
+        }
+    }
+    // The text report has the section, each finding once in full.
+    let text = check(&["--interval", "200ms"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("\nTuning ("), "{text}");
+    for f in t["findings"].as_array().unwrap() {
+        let evidence = f["evidence"].as_str().unwrap();
+        assert_eq!(text.matches(evidence).count(), 1, "{evidence}\n{text}");
+    }
+}
