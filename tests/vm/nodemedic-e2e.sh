@@ -16,7 +16,7 @@ DIR=$(mktemp -d /tmp/nodemedic-vm-e2e.XXXXXX)
 cp "$DEB" "$DIR/nodemedic.deb"
 cp "$HERE/nodemedic.toml" "$DIR/"
 cp "$HERE/nodemedic-guest.sh" "$DIR/test.sh"
-cp "$HERE/probes-guest.sh" "$DIR/"
+cp "$HERE/probes-guest.sh" "$HERE/tuning-guest.sh" "$DIR/"
 # The probe test's traffic generator, static: the minbase guest has no compiler.
 cc -O2 -static -Wall -Werror -o "$DIR/perfgen" "$HERE/perfgen.c"
 start=$(date +%s)

@@ -145,4 +145,6 @@ check healthy_again wait_for 30 "a healthy service again" systemctl -q is-active
 
 # shellcheck source=tests/vm/probes-guest.sh
 . "$H/probes-guest.sh"
+# shellcheck source=tests/vm/tuning-guest.sh
+. "$H/tuning-guest.sh"
 finish

@@ -2,6 +2,7 @@
 
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
 
+use std::path::Path;
 use std::time::Duration;
 
 use nodemedic_collect::sources::{
@@ -147,4 +148,34 @@ fn real_settings() {
     let t2 = again.tuning.unwrap();
     assert!(std::sync::Arc::ptr_eq(&t.settings, &t2.settings));
     assert!(t2.nic_stats.contains_key(&name));
+}
+
+/// ethtool netlink answers for nodemedic's own network namespace: on the host it is asked,
+/// under another procfs root it is asked only when that root's PID 1 shares the namespace.
+#[test]
+fn netlink_is_asked_only_in_the_hosts_network_namespace() {
+    use nodemedic_collect::sources::netlink_sees_host;
+    let sees = |procfs: &Path| netlink_sees_host(procfs, Path::new("/host/sys"));
+    // This process's own /sys lists the interfaces netlink answers for.
+    assert_eq!(
+        netlink_sees_host(Path::new("/proc"), Path::new("/sys")),
+        Ok(())
+    );
+    let own = std::fs::read_link("/proc/self/ns/net").unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let missing = sees(dir.path()).unwrap_err();
+    assert!(missing.contains("hostNetwork"), "{missing}");
+
+    std::fs::create_dir_all(dir.path().join("1/ns")).unwrap();
+    std::os::unix::fs::symlink("net:[1]", dir.path().join("1/ns/net")).unwrap();
+    let other = sees(dir.path()).unwrap_err();
+    assert!(
+        other.contains("not in the host's network namespace"),
+        "{other}"
+    );
+
+    std::fs::remove_file(dir.path().join("1/ns/net")).unwrap();
+    std::os::unix::fs::symlink(&own, dir.path().join("1/ns/net")).unwrap();
+    assert_eq!(sees(dir.path()), Ok(()));
 }

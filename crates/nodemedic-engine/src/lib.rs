@@ -10,7 +10,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
 use nodemedic_collect::sources::{
-    CgroupSelection, CgroupsCollector, NicLimitsFiles, TuningCollector,
+    netlink_sees_host, CgroupSelection, CgroupsCollector, NicLimitsFiles, NicLimitsUnavailable,
+    TuningCollector,
 };
 use nodemedic_collect::{
     monotonic_now, panic_message, Collector, CollectorRun, CollectorSet, CollectorState,
@@ -173,7 +174,12 @@ impl Engine {
             config.cgroups_interval,
         ));
         let tuning = match config.tuning.nic_limits {
-            NicLimitsFrom::Netlink => TuningCollector::default(),
+            NicLimitsFrom::Netlink => {
+                match netlink_sees_host(&config.paths.procfs, &config.paths.sysfs) {
+                    Ok(()) => TuningCollector::default(),
+                    Err(reason) => TuningCollector::new(Box::new(NicLimitsUnavailable(reason))),
+                }
+            }
             NicLimitsFrom::Files => TuningCollector::new(Box::new(NicLimitsFiles {
                 dir: config.paths.rootfs.join("ethtool"),
             })),

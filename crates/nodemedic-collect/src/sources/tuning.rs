@@ -41,6 +41,51 @@ pub trait NicLimitsSource: Send + Sync {
     fn query(&self, interfaces: &[String]) -> BTreeMap<String, NicLimits>;
 }
 
+/// No source: every interface's channels and rings are absent with this reason (ethtool
+/// netlink would answer for another network namespace's interfaces).
+#[derive(Debug, Clone)]
+pub struct NicLimitsUnavailable(pub String);
+
+impl NicLimitsSource for NicLimitsUnavailable {
+    fn query(&self, interfaces: &[String]) -> BTreeMap<String, NicLimits> {
+        interfaces
+            .iter()
+            .map(|name| (name.clone(), NicLimits::absent(&self.0)))
+            .collect()
+    }
+}
+
+/// Whether ethtool netlink, which answers for this process's network namespace, answers
+/// for the interfaces listed under `sysfs`. The process's own `/sys` lists its own
+/// namespace's interfaces; another root (`--host-root /host` in a pod) lists those of the
+/// namespace of `procfs`'s PID 1, which must then be this process's. `Err` with the reason
+/// when it is not, or when that cannot be told (no right to read PID 1's namespace link).
+pub fn netlink_sees_host(procfs: &std::path::Path, sysfs: &std::path::Path) -> Result<(), String> {
+    if sysfs == std::path::Path::new("/sys") {
+        return Ok(());
+    }
+    let own =
+        std::fs::read_link("/proc/self/ns/net").map_err(|e| format!("/proc/self/ns/net: {e}"))?;
+    let host_path = procfs.join("1/ns/net");
+    let host = std::fs::read_link(&host_path).map_err(|e| {
+        format!(
+            "cannot tell whether nodemedic shares the host's network namespace ({}: {e}); \
+             channels and rings need hostNetwork",
+            host_path.display()
+        )
+    })?;
+    if own == host {
+        Ok(())
+    } else {
+        Err(format!(
+            "nodemedic is not in the host's network namespace ({} against the host's {}): \
+             channels and rings need hostNetwork",
+            own.display(),
+            host.display()
+        ))
+    }
+}
+
 /// The reason given when the kernel has no ethtool generic netlink family; the words
 /// `ethtool netlink unsupported` are what callers and tests match.
 pub const ETHTOOL_NETLINK_UNSUPPORTED: &str =
