@@ -150,32 +150,41 @@ fn real_settings() {
     assert!(t2.nic_stats.contains_key(&name));
 }
 
-/// ethtool netlink answers for nodemedic's own network namespace: on the host it is asked,
-/// under another procfs root it is asked only when that root's PID 1 shares the namespace.
+/// ethtool netlink answers for nodemedic's own network namespace: asked for the interfaces of
+/// its own /sys, or of another sysfs root that lists the same interfaces (a pod with
+/// hostNetwork), never for a root whose interfaces are others (a fixture, a pod's own veth).
 #[test]
-fn netlink_is_asked_only_in_the_hosts_network_namespace() {
+fn netlink_is_asked_only_for_the_interfaces_of_its_namespace() {
     use nodemedic_collect::sources::netlink_sees_host;
-    let sees = |procfs: &Path| netlink_sees_host(procfs, Path::new("/host/sys"));
-    // This process's own /sys lists the interfaces netlink answers for.
-    assert_eq!(
-        netlink_sees_host(Path::new("/proc"), Path::new("/sys")),
-        Ok(())
-    );
-    let own = std::fs::read_link("/proc/self/ns/net").unwrap();
+    assert_eq!(netlink_sees_host(Path::new("/sys")), Ok(()));
 
-    let dir = tempfile::tempdir().unwrap();
-    let missing = sees(dir.path()).unwrap_err();
-    assert!(missing.contains("hostNetwork"), "{missing}");
-
-    std::fs::create_dir_all(dir.path().join("1/ns")).unwrap();
-    std::os::unix::fs::symlink("net:[1]", dir.path().join("1/ns/net")).unwrap();
-    let other = sees(dir.path()).unwrap_err();
-    assert!(
-        other.contains("not in the host's network namespace"),
-        "{other}"
-    );
-
-    std::fs::remove_file(dir.path().join("1/ns/net")).unwrap();
-    std::os::unix::fs::symlink(&own, dir.path().join("1/ns/net")).unwrap();
-    assert_eq!(sees(dir.path()), Ok(()));
+    let iface = default_interface();
+    let copy = |dir: &Path, address: Option<&str>| {
+        let d = dir.join("class/net").join(&iface);
+        std::fs::create_dir_all(&d).unwrap();
+        let own = Path::new("/sys/class/net").join(&iface);
+        std::fs::copy(own.join("ifindex"), d.join("ifindex")).unwrap();
+        match address {
+            Some(a) => std::fs::write(d.join("address"), a).unwrap(),
+            None => {
+                std::fs::copy(own.join("address"), d.join("address")).unwrap();
+            }
+        }
+    };
+    // The same interface, seen through another root: netlink answers for it.
+    let same = tempfile::tempdir().unwrap();
+    copy(same.path(), None);
+    assert_eq!(netlink_sees_host(same.path()), Ok(()));
+    // Same name and index, another address: another namespace's interface.
+    let other = tempfile::tempdir().unwrap();
+    copy(other.path(), Some("02:00:00:00:00:01\n"));
+    let why = netlink_sees_host(other.path()).unwrap_err();
+    assert!(why.contains(&iface) && why.contains("hostNetwork"), "{why}");
+    // No interface list at all: cannot tell.
+    let none = tempfile::tempdir().unwrap();
+    assert!(netlink_sees_host(none.path()).is_err());
+    // The fixture trees' NICs are not this machine's.
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tuning-nic-channels/sys");
+    assert!(netlink_sees_host(&fixture).is_err());
 }

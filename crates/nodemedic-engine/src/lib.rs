@@ -174,12 +174,10 @@ impl Engine {
             config.cgroups_interval,
         ));
         let tuning = match config.tuning.nic_limits {
-            NicLimitsFrom::Netlink => {
-                match netlink_sees_host(&config.paths.procfs, &config.paths.sysfs) {
-                    Ok(()) => TuningCollector::default(),
-                    Err(reason) => TuningCollector::new(Box::new(NicLimitsUnavailable(reason))),
-                }
-            }
+            NicLimitsFrom::Netlink => match netlink_sees_host(&config.paths.sysfs) {
+                Ok(()) => TuningCollector::default(),
+                Err(reason) => TuningCollector::new(Box::new(NicLimitsUnavailable(reason))),
+            },
             NicLimitsFrom::Files => TuningCollector::new(Box::new(NicLimitsFiles {
                 dir: config.paths.rootfs.join("ethtool"),
             })),

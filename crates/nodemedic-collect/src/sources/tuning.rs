@@ -57,33 +57,36 @@ impl NicLimitsSource for NicLimitsUnavailable {
 
 /// Whether ethtool netlink, which answers for this process's network namespace, answers
 /// for the interfaces listed under `sysfs`. The process's own `/sys` lists its own
-/// namespace's interfaces; another root (`--host-root /host` in a pod) lists those of the
-/// namespace of `procfs`'s PID 1, which must then be this process's. `Err` with the reason
-/// when it is not, or when that cannot be told (no right to read PID 1's namespace link).
-pub fn netlink_sees_host(procfs: &std::path::Path, sysfs: &std::path::Path) -> Result<(), String> {
-    if sysfs == std::path::Path::new("/sys") {
+/// namespace's interfaces. Another root (`--host-root /host` in a pod) lists the host's:
+/// netlink answers for them only in the host's namespace (`hostNetwork`), which shows as the
+/// same interfaces, by index and address, in this process's own `/sys/class/net`. (PID 1's
+/// namespace link would say it directly, but reading it takes CAP_SYS_PTRACE.) `Err` with
+/// the reason when they differ or cannot be compared.
+pub fn netlink_sees_host(sysfs: &std::path::Path) -> Result<(), String> {
+    let own = std::path::Path::new("/sys");
+    if sysfs == own {
         return Ok(());
     }
-    let own =
-        std::fs::read_link("/proc/self/ns/net").map_err(|e| format!("/proc/self/ns/net: {e}"))?;
-    let host_path = procfs.join("1/ns/net");
-    let host = std::fs::read_link(&host_path).map_err(|e| {
-        format!(
-            "cannot tell whether nodemedic shares the host's network namespace ({}: {e}); \
-             channels and rings need hostNetwork",
-            host_path.display()
-        )
-    })?;
-    if own == host {
-        Ok(())
-    } else {
-        Err(format!(
-            "nodemedic is not in the host's network namespace ({} against the host's {}): \
-             channels and rings need hostNetwork",
-            own.display(),
-            host.display()
-        ))
+    let listed = sysfs.join("class/net");
+    let names = std::fs::read_dir(&listed).map_err(|e| format!("{}: {e}", listed.display()))?;
+    let identity = |root: &std::path::Path, name: &std::ffi::OsStr| {
+        let dir = root.join("class/net").join(name);
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
+        (read("ifindex"), read("address"))
+    };
+    for entry in names.flatten() {
+        let name = entry.file_name();
+        let theirs = identity(sysfs, &name);
+        if theirs != identity(own, &name) || theirs.0.is_none() {
+            return Err(format!(
+                "{} under {} is not the interface of that name in nodemedic's network namespace: \
+                 ethtool netlink would answer for another one (channels and rings need hostNetwork)",
+                name.to_string_lossy(),
+                sysfs.display()
+            ));
+        }
     }
+    Ok(())
 }
 
 /// The reason given when the kernel has no ethtool generic netlink family; the words
