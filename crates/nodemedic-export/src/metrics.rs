@@ -5,7 +5,7 @@
 //! The full matrix is opt-in.
 
 use nodemedic_collect::{CollectorState, CollectorStatus};
-use nodemedic_detect::GroupVerdict;
+use nodemedic_detect::{GroupVerdict, TuningVerdict};
 use nodemedic_kernel::Snapshot;
 use serde::{Deserialize, Serialize};
 
@@ -57,6 +57,20 @@ pub struct RemediationExport<'a> {
 }
 
 pub fn render(input: &ExportInput<'_>, opts: &MetricsOptions, format: Format) -> (String, usize) {
+    render_with_tuning(input, None, opts, format)
+}
+
+/// [`render`] plus the tuning audit's findings (`nodemedic_tuning_finding`), which come from
+/// its detector's verdict rather than from the snapshot. The verdict is an argument of its own
+/// rather than a field of [`ExportInput`] so that code building an `ExportInput` without an
+/// audit (tests, benches) does not have to change; the tuning settings in the snapshot are
+/// rendered either way.
+pub fn render_with_tuning(
+    input: &ExportInput<'_>,
+    tuning: Option<&TuningVerdict>,
+    opts: &MetricsOptions,
+    format: Format,
+) -> (String, usize) {
     let mut e = Encoder::new(format);
     self_metrics(&mut e, input);
     if let Some(snap) = input.snapshot {
@@ -69,7 +83,9 @@ pub fn render(input: &ExportInput<'_>, opts: &MetricsOptions, format: Format) ->
         crate::pressure::node(&mut e, snap);
         crate::pressure::cgroups(&mut e, snap);
         crate::pressure::verdicts(&mut e, snap, input.pressure);
+        crate::tuning::settings(&mut e, snap);
     }
+    crate::tuning::findings(&mut e, tuning);
     groups(&mut e, input.verdicts);
     if let Some(r) = &input.remediation {
         remediation(&mut e, r);

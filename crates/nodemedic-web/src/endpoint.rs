@@ -13,7 +13,7 @@ use axum::Router;
 use nodemedic_engine::report::{shown_groups, GroupReport, PressureReport, TuningReport};
 use nodemedic_engine::Sample;
 use nodemedic_export::{
-    render, ExportInput, Format, MetricsOptions, ProcessStats, RemediationExport,
+    render_with_tuning, ExportInput, Format, MetricsOptions, ProcessStats, RemediationExport,
 };
 use nodemedic_kube::{KubeStatus, SharedKube};
 use nodemedic_remedy::{Mode, SharedRemedy};
@@ -277,7 +277,13 @@ fn render_body(
             last_action_timestamp: remedy.as_ref().and_then(|r| r.last_action_timestamp),
         }),
     };
-    render(&input, &shared.config.metrics, format).0
+    render_with_tuning(
+        &input,
+        sample.and_then(|s| s.tuning.as_ref()),
+        &shared.config.metrics,
+        format,
+    )
+    .0
 }
 
 #[derive(Serialize)]

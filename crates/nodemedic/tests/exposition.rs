@@ -397,6 +397,74 @@ fn exposition_8cpu_offline() {
     exposition("8cpu-offline", &[]);
 }
 
+/// The tuning audit on a host whose NIC receives on 1 of its 8 channels with rings at 256 of
+/// 4096 (`tests/fixtures/README.md`): channels and rings as the driver reports them (the
+/// fixture's `ethtool/` file), queues, drop counters, IOMMU groups, cpufreq policies, and each
+/// info finding the audit makes of that tree, one series each.
+#[test]
+fn exposition_tuning_nic_channels() {
+    let raw = exposition("tuning-nic-channels", &[]);
+    for line in [
+        "nodemedic_net_channels{interface=\"ens1f0\",kind=\"combined\",limit=\"current\"} 1",
+        "nodemedic_net_channels{interface=\"ens1f0\",kind=\"combined\",limit=\"max\"} 8",
+        "nodemedic_net_channels{interface=\"ens1f0\",kind=\"other\",limit=\"max\"} 1",
+        "nodemedic_net_ring_entries{interface=\"ens1f0\",direction=\"rx\",limit=\"current\"} 256",
+        "nodemedic_net_ring_entries{interface=\"ens1f0\",direction=\"rx\",limit=\"max\"} 4096",
+        "nodemedic_net_queues{interface=\"ens1f0\",direction=\"rx\"} 1",
+        "nodemedic_iommu_groups{type=\"lazy\"} 3",
+        "nodemedic_cpufreq_policies{governor=\"powersave\",driver=\"amd-pstate-epp\"} 16",
+        "nodemedic_tuning_finding{rule=\"nic_channels\",subject=\"ens1f0\",severity=\"info\"} 1",
+        "nodemedic_tuning_finding{rule=\"nic_rings\",subject=\"ens1f0\",severity=\"info\"} 1",
+    ] {
+        assert!(raw.lines().any(|l| l == line), "no `{line}` line");
+    }
+    let findings: BTreeSet<(&str, &str)> = sample_lines(&raw)
+        .filter(|l| metric_name(l) == "nodemedic_tuning_finding")
+        .map(|l| {
+            (
+                label(l, "rule").unwrap_or("?"),
+                label(l, "severity").unwrap_or("?"),
+            )
+        })
+        .collect();
+    // The tree is static: no counter rises, so every finding is a setting alone.
+    assert_eq!(
+        findings,
+        BTreeSet::from([
+            ("cpufreq_governor", "info"),
+            ("nic_channels", "info"),
+            ("nic_rings", "info"),
+            ("srso", "info"),
+        ]),
+        "the audit's findings on tuning-nic-channels"
+    );
+}
+
+/// Strict IOMMU domains (`iommu.strict=1`): counted by type, and the NIC's and the NVMe
+/// drive's groups each an `iommu_strict` finding.
+#[test]
+fn exposition_tuning_iommu_strict() {
+    let raw = exposition("tuning-iommu-strict", &[]);
+    for line in [
+        "nodemedic_iommu_groups{type=\"strict\"} 3",
+        "nodemedic_net_channels{interface=\"ens1f0\",kind=\"combined\",limit=\"current\"} 8",
+        "nodemedic_cpufreq_policies{governor=\"powersave\",driver=\"intel_pstate\"} 16",
+    ] {
+        assert!(raw.lines().any(|l| l == line), "no `{line}` line");
+    }
+    let strict: BTreeSet<&str> = sample_lines(&raw)
+        .filter(|l| {
+            metric_name(l) == "nodemedic_tuning_finding" && label(l, "rule") == Some("iommu_strict")
+        })
+        .filter_map(|l| label(l, "subject"))
+        .collect();
+    assert_eq!(
+        strict,
+        BTreeSet::from(["ens1f0", "nvme0"]),
+        "iommu_strict on the NIC and the NVMe drive"
+    );
+}
+
 /// The disk commit probe, enabled, on a real directory: its histogram is exposed with etcd's
 /// buckets, passes promtool, and its file is removed when the daemon stops on SIGTERM.
 #[test]
