@@ -24,12 +24,17 @@ pub fn run(config: &Config, args: &CheckArgs) -> anyhow::Result<u8> {
     // One interval: pressure verdicts are judged on the rates between the two samples.
     let mut pressure = config.detector.pressure.clone();
     (pressure.raise_after, pressure.clear_after) = (1, 1);
+    // The tuning audit too: a symptom over the interval (a rising drop counter, concentrated
+    // NET_RX) makes its setting a warning at once.
+    let mut tuning = config.engine_config().tuning;
+    (tuning.audit.raise_after, tuning.audit.clear_after) = (1, 1);
     let mut engine = Engine::with_extra(
         EngineConfig {
             collapse,
             hurting,
             wakeup_storm,
             pressure,
+            tuning,
             // Both samples read the cgroups, however far apart they are.
             cgroups_interval: std::time::Duration::ZERO,
             ..config.engine_config()
