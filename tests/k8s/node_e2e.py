@@ -606,6 +606,46 @@ def condition():
     helm("uninstall", "nodemedic", "--wait")
 
 
+@check("9. under RuntimeDefault seccomp: bpf() and perf_event_open() fail as on the host; io_uring is used or refused with the reason on /status, for the read layer and the disk probe alike")
+def seccomp():
+    values = Path(ENV["DIR"]) / "seccomp-values.yaml"
+    values.write_text(
+        "image: {pullPolicy: Never}\n"
+        "extraVolumes: [{name: probe-dir, emptyDir: {}}]\n"
+        "extraVolumeMounts: [{name: probe-dir, mountPath: /var/lib/nodemedic}]\n"
+        "extraConfig: |\n"
+        "  [reader]\n"
+        "  backend = \"io_uring\"\n"
+        "  [disk_probe]\n"
+        "  enabled = true\n"
+    )
+    helm("install", "nodemedic", ROOT / "deploy/helm/nodemedic", "-f", values)
+    wait_ready()
+
+    def probed():
+        st = status()
+        if not st.get("disk_commit"):
+            raise Pending("no disk probe yet")
+        return st
+
+    st = poll("the disk probe's first commits", 60, probed)
+    reader, disk = st["reader"], st["disk_commit"]
+    for what, backend, reason in [
+        ("reader", reader["backend"], reader.get("fallback_reason")),
+        ("disk probe", disk["backend"], disk.get("fallback_reason")),
+    ]:
+        if backend != "io_uring":
+            assert reason and ("seccomp" in reason or "io_uring_setup" in reason), (what, backend, reason)
+    assert (reader["backend"] == "io_uring") == (disk["backend"] == "io_uring"), (reader, disk)
+    # The probes: the pod's reason is the host's own (the kernel's limits), not the profile's.
+    host = run([ROOT / "target/x86_64-unknown-linux-musl/release/nodemedic", "check",
+                "--format", "json"], check=False)
+    host_reason = json.loads(host.stdout)["perf"]["down_reason"]
+    assert st["perf_probes"]["down_reason"] == host_reason, (st["perf_probes"]["down_reason"], host_reason)
+    log(f"io_uring in the pod under RuntimeDefault: reader {reader['backend']}, disk probe {disk['backend']}")
+    helm("uninstall", "nodemedic", "--wait")
+
+
 def attach(d):
     """Points the helpers at the cluster of DIR (after cluster-up.sh)."""
     global HELM
@@ -637,6 +677,7 @@ def main():
         api_outage(workload)
         upgrade_and_uninstall()
         condition()
+        seccomp()
     except Exception:
         pass
     finally:
@@ -646,7 +687,7 @@ def main():
     failed = sum(1 for _, ok, _ in RESULTS if not ok)
     log(f"total {time.time() - t0:.0f}s; logs in {d}/logs and {d}/pod-logs")
     print(f"k8s node: {passed} passed, {failed} failed")
-    sys.exit(0 if failed == 0 and passed == 8 else 1)
+    sys.exit(0 if failed == 0 and passed == 9 else 1)
 
 
 if __name__ == "__main__":
