@@ -156,7 +156,7 @@ fn real_settings() {
 #[test]
 fn netlink_is_asked_only_for_the_interfaces_of_its_namespace() {
     use nodemedic_collect::sources::netlink_sees_host;
-    assert_eq!(netlink_sees_host(Path::new("/sys")), Ok(()));
+    assert!(netlink_sees_host(Path::new("/sys")).is_ok());
 
     let iface = default_interface();
     let copy = |dir: &Path, address: Option<&str>| {
@@ -174,11 +174,11 @@ fn netlink_is_asked_only_for_the_interfaces_of_its_namespace() {
     // The same interface, seen through another root: netlink answers for it.
     let same = tempfile::tempdir().unwrap();
     copy(same.path(), None);
-    assert_eq!(netlink_sees_host(same.path()), Ok(()));
+    assert!(netlink_sees_host(same.path()).is_ok());
     // Same name and index, another address: another namespace's interface.
     let other = tempfile::tempdir().unwrap();
     copy(other.path(), Some("02:00:00:00:00:01\n"));
-    let why = netlink_sees_host(other.path()).unwrap_err();
+    let why = netlink_sees_host(other.path()).unwrap_err().to_string();
     assert!(why.contains(&iface) && why.contains("hostNetwork"), "{why}");
     // No interface list at all: cannot tell.
     let none = tempfile::tempdir().unwrap();

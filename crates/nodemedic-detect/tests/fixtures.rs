@@ -3,6 +3,10 @@
 
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
 
+mod common;
+
+use common::fixture;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -10,14 +14,6 @@ use nodemedic_collect::{CollectorSet, Paths};
 use nodemedic_detect::collapse::findings;
 use nodemedic_detect::{CollapseConfig, CollapseDetector, GroupVerdict, HurtingConfig};
 use nodemedic_kernel::Snapshot;
-
-fn fixture(name: &str) -> Paths {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures")
-        .join(name);
-    assert!(root.is_dir(), "missing fixture {}", root.display());
-    Paths::under(root)
-}
 
 fn snapshot(name: &str, at_secs: u64) -> Snapshot {
     let (snap, runs) = CollectorSet::all().sample(&fixture(name), Duration::from_secs(at_secs));

@@ -4,13 +4,16 @@
 
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
 
+mod common;
+
+use common::fixture;
+
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use nodemedic_collect::sources::{CgroupSelection, CgroupsCollector, PressureCollector};
-use nodemedic_collect::{CollectorRun, CollectorSet, Paths};
+use nodemedic_collect::{CollectorRun, CollectorSet};
 use nodemedic_detect::pressure::{findings, CgroupRates};
 use nodemedic_detect::{PressureConfig, PressureDetector, PressureVerdict};
 use nodemedic_kernel::cgroup::{Qos, Workload};
@@ -23,14 +26,6 @@ const BATCH: &str = "45c48cce-2e2d-4fbd-b1b2-3c4d5e6f7a8b";
 const GARBLED: &str = "d3d94468-02a4-4d2f-8a3b-4c5d6e7f8a9b";
 const EMPTY_STAT: &str = "6512bd43-d9ca-4ec1-9f5e-5d6e7f8a9b0c";
 const NO_MEM_PSI: &str = "c20ad4d7-6fe9-4759-a8c2-6e7f8a9b0c1d";
-
-fn fixture(name: &str) -> Paths {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures")
-        .join(name);
-    assert!(root.is_dir(), "missing fixture {}", root.display());
-    Paths::under(root)
-}
 
 fn set(selection: CgroupSelection) -> CollectorSet {
     CollectorSet::new(vec![

@@ -4,7 +4,10 @@
 
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
 
-use std::path::PathBuf;
+mod common;
+
+use common::fixture_root as root;
+
 use std::time::Duration;
 
 use nodemedic_collect::sources::{NicLimitsFiles, TuningCollector};
@@ -14,14 +17,6 @@ use nodemedic_detect::{
     CollapseConfig, CollapseDetector, HurtingConfig, Severity, TuningConfig, TuningDetector,
     TuningRule, TuningVerdict,
 };
-
-fn root(tree: &str) -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures")
-        .join(tree);
-    assert!(root.is_dir(), "missing fixture {}", root.display());
-    root
-}
 
 /// The audit of `tree`, and of `tree-later` 10 s after it when `later`.
 fn audit(tree: &str, later: bool, config: TuningConfig) -> Vec<TuningVerdict> {

@@ -176,7 +176,7 @@ impl Engine {
         let tuning = match config.tuning.nic_limits {
             NicLimitsFrom::Netlink => match netlink_sees_host(&config.paths.sysfs) {
                 Ok(()) => TuningCollector::default(),
-                Err(reason) => TuningCollector::new(Box::new(NicLimitsUnavailable(reason))),
+                Err(why) => TuningCollector::new(Box::new(NicLimitsUnavailable(why.to_string()))),
             },
             NicLimitsFrom::Files => TuningCollector::new(Box::new(NicLimitsFiles {
                 dir: config.paths.rootfs.join("ethtool"),

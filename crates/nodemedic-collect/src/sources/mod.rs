@@ -26,8 +26,8 @@ pub use softirqs::SoftirqsCollector;
 pub use softnet::SoftnetCollector;
 pub use topology::TopologyCollector;
 pub use tuning::{
-    netlink_sees_host, EthtoolNetlink, NicLimits, NicLimitsFiles, NicLimitsSource,
-    NicLimitsUnavailable, TuningCollector, ETHTOOL_NETLINK_UNSUPPORTED,
+    netlink_sees_host, EthtoolNetlink, ForeignInterfaces, NicLimits, NicLimitsFiles,
+    NicLimitsSource, NicLimitsUnavailable, TuningCollector, ETHTOOL_NETLINK_UNSUPPORTED,
 };
 
 use crate::{CollectError, Collector, ReadError, Reader};

@@ -62,13 +62,16 @@ impl NicLimitsSource for NicLimitsUnavailable {
 /// same interfaces, by index and address, in this process's own `/sys/class/net`. (PID 1's
 /// namespace link would say it directly, but reading it takes CAP_SYS_PTRACE.) `Err` with
 /// the reason when they differ or cannot be compared.
-pub fn netlink_sees_host(sysfs: &std::path::Path) -> Result<(), String> {
+pub fn netlink_sees_host(sysfs: &std::path::Path) -> Result<(), ForeignInterfaces> {
     let own = std::path::Path::new("/sys");
     if sysfs == own {
         return Ok(());
     }
     let listed = sysfs.join("class/net");
-    let names = std::fs::read_dir(&listed).map_err(|e| format!("{}: {e}", listed.display()))?;
+    let names = std::fs::read_dir(&listed).map_err(|source| ForeignInterfaces::Unlisted {
+        path: listed.clone(),
+        source,
+    })?;
     let identity = |root: &std::path::Path, name: &std::ffi::OsStr| {
         let dir = root.join("class/net").join(name);
         let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
@@ -78,15 +81,30 @@ pub fn netlink_sees_host(sysfs: &std::path::Path) -> Result<(), String> {
         let name = entry.file_name();
         let theirs = identity(sysfs, &name);
         if theirs != identity(own, &name) || theirs.0.is_none() {
-            return Err(format!(
-                "{} under {} is not the interface of that name in nodemedic's network namespace: \
-                 ethtool netlink would answer for another one (channels and rings need hostNetwork)",
-                name.to_string_lossy(),
-                sysfs.display()
-            ));
+            return Err(ForeignInterfaces::Other {
+                name: name.to_string_lossy().into_owned(),
+                root: sysfs.to_path_buf(),
+            });
         }
     }
     Ok(())
+}
+
+/// Why ethtool netlink is not asked for the interfaces under a sysfs root.
+#[derive(Debug, thiserror::Error)]
+pub enum ForeignInterfaces {
+    #[error("cannot list the interfaces under {}: {source}", path.display())]
+    Unlisted {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "{name} under {} is not the interface of that name in nodemedic's network namespace: \
+         ethtool netlink would answer for another one (channels and rings need hostNetwork)",
+        root.display()
+    )]
+    Other { name: String, root: PathBuf },
 }
 
 /// The reason given when the kernel has no ethtool generic netlink family; the words
