@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use nodemedic_collect::{CollectorState, CollectorStatus};
+use nodemedic_collect::{CollectorName, CollectorState, CollectorStatus};
 use nodemedic_detect::collapse::Evidence;
 use nodemedic_detect::pressure::{CgroupRates, PsiRatios};
 use nodemedic_detect::TuningFinding;
@@ -121,19 +121,25 @@ pub struct PressureReport {
     pub top: usize,
 }
 
+/// Why collector `name` gave no data in `sample`: switched off, failed, or the kernel has
+/// none (with the reason it gave).
+fn no_data(sample: &Sample, name: CollectorName) -> Option<String> {
+    sample
+        .collectors
+        .iter()
+        .find(|c| c.name == name)
+        .and_then(|c| match &c.state {
+            CollectorState::Unavailable { reason }
+            | CollectorState::Failed { reason }
+            | CollectorState::Disabled { reason } => Some(reason.clone()),
+            _ => None,
+        })
+}
+
 impl PressureReport {
     /// The report of `sample`; `with_cgroups` adds every watched cgroup's rates.
     pub fn of(sample: &Sample, with_cgroups: bool) -> Self {
-        let node_unavailable = sample
-            .collectors
-            .iter()
-            .find(|c| c.name == nodemedic_collect::CollectorName::Pressure)
-            .and_then(|c| match &c.state {
-                CollectorState::Unavailable { reason }
-                | CollectorState::Failed { reason }
-                | CollectorState::Disabled { reason } => Some(reason.clone()),
-                _ => None,
-            });
+        let node_unavailable = no_data(sample, CollectorName::Pressure);
         let cg = sample.snapshot.cgroups.as_ref();
         let v = sample.pressure.as_ref();
         let flagged = |pick: fn(&CgroupRates) -> bool| -> Vec<String> {
@@ -187,16 +193,7 @@ pub struct TuningReport {
 impl TuningReport {
     /// The report of `sample`; `with_settings` adds what the collector read.
     pub fn of(sample: &Sample, with_settings: bool) -> Self {
-        let unavailable = sample
-            .collectors
-            .iter()
-            .find(|c| c.name == nodemedic_collect::CollectorName::Tuning)
-            .and_then(|c| match &c.state {
-                CollectorState::Failed { reason } | CollectorState::Disabled { reason } => {
-                    Some(reason.clone())
-                }
-                _ => None,
-            });
+        let unavailable = no_data(sample, CollectorName::Tuning);
         let mut findings = sample
             .tuning
             .as_ref()

@@ -352,29 +352,13 @@ fn settings_text(o: &mut String, s: &TuningSettings) {
         .into_iter()
         .map(|((governor, driver), n)| format!("{n}× {governor} ({driver})"))
         .collect();
-    let _ = writeln!(
-        o,
-        "  cpufreq: {}",
-        if governors.is_empty() {
-            "no policies".to_string()
-        } else {
-            governors.join(", ")
-        }
-    );
+    let _ = writeln!(o, "  cpufreq: {}", joined_or(&governors, "no policies"));
     let iommu: Vec<String> = s
         .iommu_groups_by_type()
         .into_iter()
         .map(|(kind, n)| format!("{n}× {kind}"))
         .collect();
-    let _ = writeln!(
-        o,
-        "  IOMMU groups: {}",
-        if iommu.is_empty() {
-            "none".to_string()
-        } else {
-            iommu.join(", ")
-        }
-    );
+    let _ = writeln!(o, "  IOMMU groups: {}", joined_or(&iommu, "none"));
     if let Some((_, text)) = s.srso() {
         let _ = writeln!(o, "  SRSO: {text}");
     }
@@ -389,6 +373,14 @@ fn settings_text(o: &mut String, s: &TuningSettings) {
     );
     if let Some(thp) = &s.thp {
         let _ = writeln!(o, "  transparent hugepages: {}", thp.selected);
+    }
+}
+
+fn joined_or(parts: &[String], none: &str) -> String {
+    if parts.is_empty() {
+        none.to_string()
+    } else {
+        parts.join(", ")
     }
 }
 
