@@ -231,76 +231,87 @@ fn netlink_reason(what: &str, e: &ethtool::EthtoolError) -> String {
     }
 }
 
-async fn channels_of(mut handle: ethtool::EthtoolHandle, name: &str) -> Queried<Channels> {
+/// Every attribute of an ethtool netlink answer, folded into a `T` by `take` (which says
+/// whether the attribute was one of `T`'s). Absent with the reason on an error, or when the
+/// answer held none of them.
+async fn fold_answer<T: Default>(
+    what: &str,
+    answer: Result<
+        impl futures_util::Stream<
+            Item = Result<
+                netlink_packet_generic::GenlMessage<ethtool::EthtoolMessage>,
+                ethtool::EthtoolError,
+            >,
+        >,
+        ethtool::EthtoolError,
+    >,
+    mut take: impl FnMut(&mut T, &ethtool::EthtoolAttr) -> bool,
+) -> Queried<T> {
     use futures_util::StreamExt;
-    let mut stream = match handle.channel().get(Some(name)).execute().await {
+    let mut stream = match answer {
         Ok(s) => Box::pin(s),
-        Err(e) => return Queried::Absent(netlink_reason("channels", &e)),
+        Err(e) => return Queried::Absent(netlink_reason(what, &e)),
     };
-    let mut c = Channels::default();
+    let mut value = T::default();
     let mut any = false;
     while let Some(msg) = stream.next().await {
         let msg = match msg {
             Ok(m) => m,
-            Err(e) => return Queried::Absent(netlink_reason("channels", &e)),
+            Err(e) => return Queried::Absent(netlink_reason(what, &e)),
         };
         for nla in &msg.payload.nlas {
-            if let ethtool::EthtoolAttr::Channel(attr) = nla {
-                use ethtool::EthtoolChannelAttr as A;
-                any = true;
-                match attr {
-                    A::RxMax(v) => c.rx_max = *v,
-                    A::TxMax(v) => c.tx_max = *v,
-                    A::OtherMax(v) => c.other_max = *v,
-                    A::CombinedMax(v) => c.combined_max = *v,
-                    A::RxCount(v) => c.rx = *v,
-                    A::TxCount(v) => c.tx = *v,
-                    A::OtherCount(v) => c.other = *v,
-                    A::CombinedCount(v) => c.combined = *v,
-                    _ => {}
-                }
-            }
+            any |= take(&mut value, nla);
         }
     }
     if any {
-        Queried::Read(c)
+        Queried::Read(value)
     } else {
-        Queried::Absent("ethtool netlink answered without channel attributes".into())
+        Queried::Absent(format!(
+            "ethtool netlink answered without {what} attributes"
+        ))
     }
 }
 
-async fn rings_of(mut handle: ethtool::EthtoolHandle, name: &str) -> Queried<Rings> {
-    use futures_util::StreamExt;
-    let mut stream = match handle.ring().get(Some(name)).execute().await {
-        Ok(s) => Box::pin(s),
-        Err(e) => return Queried::Absent(netlink_reason("rings", &e)),
-    };
-    let mut r = Rings::default();
-    let mut any = false;
-    while let Some(msg) = stream.next().await {
-        let msg = match msg {
-            Ok(m) => m,
-            Err(e) => return Queried::Absent(netlink_reason("rings", &e)),
+async fn channels_of(mut handle: ethtool::EthtoolHandle, name: &str) -> Queried<Channels> {
+    let answer = handle.channel().get(Some(name)).execute().await;
+    fold_answer("channels", answer, |c: &mut Channels, nla| {
+        use ethtool::EthtoolChannelAttr as A;
+        let ethtool::EthtoolAttr::Channel(attr) = nla else {
+            return false;
         };
-        for nla in &msg.payload.nlas {
-            if let ethtool::EthtoolAttr::Ring(attr) = nla {
-                use ethtool::EthtoolRingAttr as A;
-                any = true;
-                match attr {
-                    A::RxMax(v) => r.rx_max = *v,
-                    A::TxMax(v) => r.tx_max = *v,
-                    A::Rx(v) => r.rx = *v,
-                    A::Tx(v) => r.tx = *v,
-                    _ => {}
-                }
-            }
+        match attr {
+            A::RxMax(v) => c.rx_max = *v,
+            A::TxMax(v) => c.tx_max = *v,
+            A::OtherMax(v) => c.other_max = *v,
+            A::CombinedMax(v) => c.combined_max = *v,
+            A::RxCount(v) => c.rx = *v,
+            A::TxCount(v) => c.tx = *v,
+            A::OtherCount(v) => c.other = *v,
+            A::CombinedCount(v) => c.combined = *v,
+            _ => {}
         }
-    }
-    if any {
-        Queried::Read(r)
-    } else {
-        Queried::Absent("ethtool netlink answered without ring attributes".into())
-    }
+        true
+    })
+    .await
+}
+
+async fn rings_of(mut handle: ethtool::EthtoolHandle, name: &str) -> Queried<Rings> {
+    let answer = handle.ring().get(Some(name)).execute().await;
+    fold_answer("rings", answer, |r: &mut Rings, nla| {
+        use ethtool::EthtoolRingAttr as A;
+        let ethtool::EthtoolAttr::Ring(attr) = nla else {
+            return false;
+        };
+        match attr {
+            A::RxMax(v) => r.rx_max = *v,
+            A::TxMax(v) => r.tx_max = *v,
+            A::Rx(v) => r.rx = *v,
+            A::Tx(v) => r.tx = *v,
+            _ => {}
+        }
+        true
+    })
+    .await
 }
 
 /// Channels and rings from files, one per interface, for fixture trees (the driver's
