@@ -3,7 +3,7 @@
 use nodemedic_detect::Severity;
 use nodemedic_engine::report::build_report;
 use nodemedic_engine::text::render_text;
-use nodemedic_engine::{Engine, EngineConfig, Sample};
+use nodemedic_engine::{Engine, Sample};
 
 use crate::cli::{CheckArgs, OutputFormat};
 use crate::config::Config;
@@ -14,33 +14,19 @@ pub const EXIT_COULD_NOT_RUN: u8 = 2;
 
 /// Runs the check; returns the exit status.
 pub fn run(config: &Config, args: &CheckArgs) -> anyhow::Result<u8> {
-    let mut collapse = config.detector.collapse.clone();
-    let mut hurting = config.detector.hurting.clone();
+    let mut engine_config = config.engine_config();
+    let c = &mut engine_config;
     // Two samples: collapsed means "in both", hurting is judged on the rate between them.
-    (collapse.raise_after, collapse.clear_after) = (2, 1);
-    (hurting.raise_after, hurting.clear_after) = (1, 1);
-    let mut wakeup_storm = config.detector.wakeup_storm.clone();
-    (wakeup_storm.raise_after, wakeup_storm.clear_after) = (1, 1);
-    // One interval: pressure verdicts are judged on the rates between the two samples.
-    let mut pressure = config.detector.pressure.clone();
-    (pressure.raise_after, pressure.clear_after) = (1, 1);
-    // The tuning audit too: a symptom over the interval (a rising drop counter, concentrated
-    // NET_RX) makes its setting a warning at once.
-    let mut tuning = config.engine_config().tuning;
-    (tuning.audit.raise_after, tuning.audit.clear_after) = (1, 1);
-    let mut engine = Engine::with_extra(
-        EngineConfig {
-            collapse,
-            hurting,
-            wakeup_storm,
-            pressure,
-            tuning,
-            // Both samples read the cgroups, however far apart they are.
-            cgroups_interval: std::time::Duration::ZERO,
-            ..config.engine_config()
-        },
-        extra_sources(config),
-    );
+    (c.collapse.raise_after, c.collapse.clear_after) = (2, 1);
+    (c.hurting.raise_after, c.hurting.clear_after) = (1, 1);
+    (c.wakeup_storm.raise_after, c.wakeup_storm.clear_after) = (1, 1);
+    // One interval: pressure verdicts are judged on the rates between the two samples, and so
+    // is the tuning audit (a rising drop counter, concentrated NET_RX).
+    (c.pressure.raise_after, c.pressure.clear_after) = (1, 1);
+    (c.tuning.audit.raise_after, c.tuning.audit.clear_after) = (1, 1);
+    // Both samples read the cgroups, however far apart they are.
+    c.cgroups_interval = std::time::Duration::ZERO;
+    let mut engine = Engine::with_extra(engine_config, extra_sources(config));
     let first = engine.sample();
     if let Some(reason) = fatal(&first) {
         eprintln!("nodemedic check: cannot run: {reason}");
