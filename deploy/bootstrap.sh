@@ -23,6 +23,23 @@ ensure_rust() {
         # shellcheck disable=SC1091
         . "$HOME/.cargo/env"
     fi
+    # The minimal profile has neither; CI's quality gates need both.
+    if command -v rustup >/dev/null 2>&1; then
+        local c
+        for c in rustfmt clippy; do
+            rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
+        done
+    fi
+}
+
+# ensure_test_deps: everything the quality gates and the test suite build or run with
+# (clang and libbpf's headers compile the eBPF probes, so even clippy needs them).
+ensure_test_deps() {
+    ensure_packages build-essential pkg-config ca-certificates curl openssl python3 python3-yaml \
+        prometheus prometheus-node-exporter clang llvm libbpf-dev python3-seccomp
+    ensure_rust
+    # Go builds kube-apiserver, the kubelet and helm for the Kubernetes tests.
+    ensure_go
 }
 
 # The Go toolchain the test suite builds Kubernetes and Helm with. The go command fetches it

@@ -12,10 +12,7 @@ cd "$(dirname "$0")/.."
 
 # shellcheck source=deploy/bootstrap.sh
 . deploy/bootstrap.sh
-ensure_packages build-essential pkg-config ca-certificates curl openssl python3 prometheus prometheus-node-exporter clang llvm libbpf-dev python3-seccomp
-ensure_rust
-# Go builds kube-apiserver, the kubelet and helm for the Kubernetes tests.
-ensure_go
+ensure_test_deps
 
 echo "== fixtures match their generator"
 tmp=$(mktemp -d)
