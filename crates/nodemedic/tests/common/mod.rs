@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+pub mod promql;
+
 /// How long any single condition may take to become true before the test fails.
 pub const DEADLINE: Duration = Duration::from_secs(30);
 
