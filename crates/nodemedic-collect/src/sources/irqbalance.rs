@@ -1,3 +1,4 @@
+use nodemedic_kernel::irqbalance::IrqbalancePackage;
 use nodemedic_kernel::snapshot::IrqbalanceConfig;
 use nodemedic_kernel::{irqbalance, Snapshot};
 
@@ -5,8 +6,9 @@ use super::{skipped_warnings, RescanCache};
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 
 /// irqbalance's banned CPUs from `/etc/default/irqbalance` or `/etc/sysconfig/irqbalance`
-/// under the root filesystem. Read on rescans only: it changes when an administrator edits
-/// it, and irqbalance itself only reads it when it starts.
+/// under the root filesystem, and its installed version from the package database. Read on
+/// rescans only: they change when an administrator edits the file or upgrades the package,
+/// and irqbalance itself only reads its file when it starts.
 #[derive(Default)]
 pub struct IrqbalanceConfigCollector {
     cache: RescanCache<IrqbalanceConfig>,
@@ -28,6 +30,50 @@ impl Collector for IrqbalanceConfigCollector {
 }
 
 fn read(ctx: &Ctx<'_>) -> Result<(IrqbalanceConfig, Vec<String>), CollectError> {
+    let (config, warnings) = read_config(ctx)?;
+    let config = IrqbalanceConfig {
+        package: read_package(ctx),
+        ..config
+    };
+    Ok((config, warnings))
+}
+
+/// irqbalance's package from dpkg's status database under the root filesystem. An unknown
+/// version is not a collector failure (a pod without the host's database, an RPM node): it
+/// carries its reason to `/status` and `version="unknown"` to the info series.
+fn read_package(ctx: &Ctx<'_>) -> IrqbalancePackage {
+    let dpkg = ctx.paths.rootfs.join("var/lib/dpkg/status");
+    let database = dpkg.display().to_string();
+    match ctx.reader.read_optional(&dpkg) {
+        Ok(Some(status)) => match irqbalance::dpkg_installed_version(&status, "irqbalance") {
+            Some(version) => IrqbalancePackage::Installed { version, database },
+            None => IrqbalancePackage::NotInstalled { database },
+        },
+        Ok(None) => {
+            let rpm = ctx.paths.rootfs.join("var/lib/rpm");
+            let reason = if rpm.is_dir() {
+                format!(
+                    "{} is RPM's database, which nodemedic does not read; {database} does not exist",
+                    rpm.display()
+                )
+            } else if ctx.paths.rootfs == std::path::Path::new("/") {
+                format!("no package database: {database} does not exist")
+            } else {
+                format!(
+                    "no package database: {database} does not exist (the host's /var/lib/dpkg \
+                     is not mounted under {})",
+                    ctx.paths.rootfs.display()
+                )
+            };
+            IrqbalancePackage::Unknown { reason }
+        }
+        Err(e) => IrqbalancePackage::Unknown {
+            reason: e.to_string(),
+        },
+    }
+}
+
+fn read_config(ctx: &Ctx<'_>) -> Result<(IrqbalanceConfig, Vec<String>), CollectError> {
     let mut out = Collected::default();
     for rel in ["etc/default/irqbalance", "etc/sysconfig/irqbalance"] {
         let path = ctx.paths.rootfs.join(rel);
@@ -40,6 +86,7 @@ fn read(ctx: &Ctx<'_>) -> Result<(IrqbalanceConfig, Vec<String>), CollectError> 
         let config = IrqbalanceConfig {
             source: Some(path.display().to_string()),
             banned_cpus,
+            ..Default::default()
         };
         return Ok((config, out.warnings));
     }
