@@ -1,3 +1,7 @@
+use std::os::unix::fs::MetadataExt;
+use std::sync::Mutex;
+use std::time::SystemTime;
+
 use nodemedic_kernel::irqbalance::IrqbalancePackage;
 use nodemedic_kernel::snapshot::IrqbalanceConfig;
 use nodemedic_kernel::{irqbalance, Snapshot};
@@ -12,6 +16,17 @@ use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 #[derive(Default)]
 pub struct IrqbalanceConfigCollector {
     cache: RescanCache<IrqbalanceConfig>,
+    /// The package database's identity when last parsed, and what it said: dpkg's status is
+    /// most of a megabyte, parsed again only when it changed (a stat per rescan otherwise).
+    package: Mutex<Option<(DatabaseStamp, IrqbalancePackage)>>,
+}
+
+/// What tells a rewritten database from the one parsed before (dpkg replaces the file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct DatabaseStamp {
+    inode: u64,
+    len: u64,
+    modified: Option<SystemTime>,
 }
 
 impl Collector for IrqbalanceConfigCollector {
@@ -20,7 +35,14 @@ impl Collector for IrqbalanceConfigCollector {
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
-        let (config, warnings) = self.cache.get(ctx.rescan, || read(ctx))?;
+        let (config, warnings) = self.cache.get(ctx.rescan, || {
+            let (config, warnings) = read_config(ctx)?;
+            let config = IrqbalanceConfig {
+                package: self.package(ctx),
+                ..config
+            };
+            Ok((config, warnings))
+        })?;
         snap.irqbalance = Some(config);
         Ok(Collected {
             warnings,
@@ -29,20 +51,35 @@ impl Collector for IrqbalanceConfigCollector {
     }
 }
 
-fn read(ctx: &Ctx<'_>) -> Result<(IrqbalanceConfig, Vec<String>), CollectError> {
-    let (config, warnings) = read_config(ctx)?;
-    let config = IrqbalanceConfig {
-        package: read_package(ctx),
-        ..config
-    };
-    Ok((config, warnings))
+impl IrqbalanceConfigCollector {
+    fn package(&self, ctx: &Ctx<'_>) -> IrqbalancePackage {
+        let dpkg = dpkg_status(ctx);
+        let stamp = std::fs::metadata(&dpkg).ok().map(|m| DatabaseStamp {
+            inode: m.ino(),
+            len: m.len(),
+            modified: m.modified().ok(),
+        });
+        let mut cached = self.package.lock().unwrap_or_else(|p| p.into_inner());
+        if let (Some(stamp), Some((was, package))) = (stamp, cached.as_ref()) {
+            if stamp == *was {
+                return package.clone();
+            }
+        }
+        let package = read_package(ctx);
+        *cached = stamp.map(|s| (s, package.clone()));
+        package
+    }
+}
+
+fn dpkg_status(ctx: &Ctx<'_>) -> std::path::PathBuf {
+    ctx.paths.rootfs.join("var/lib/dpkg/status")
 }
 
 /// irqbalance's package from dpkg's status database under the root filesystem. An unknown
 /// version is not a collector failure (a pod without the host's database, an RPM node): it
 /// carries its reason to `/status` and `version="unknown"` to the info series.
 fn read_package(ctx: &Ctx<'_>) -> IrqbalancePackage {
-    let dpkg = ctx.paths.rootfs.join("var/lib/dpkg/status");
+    let dpkg = dpkg_status(ctx);
     let database = dpkg.display().to_string();
     match ctx.reader.read_optional(&dpkg) {
         Ok(Some(status)) => match irqbalance::dpkg_installed_version(&status, "irqbalance") {
