@@ -13,11 +13,14 @@ cd "$(dirname "$0")/.."
 # shellcheck source=deploy/bootstrap.sh
 . deploy/bootstrap.sh
 ensure_test_deps
+# Debian's interpreter, the one python3-yaml and python3-seccomp install into: a python3 found
+# first on PATH (a pyenv, a virtualenv) would import whatever it happens to have.
+PY=/usr/bin/python3
 
 echo "== fixtures match their generator"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-python3 tests/fixtures/generate.py "$tmp"
+"$PY" tests/fixtures/generate.py "$tmp"
 for tree in "$tmp"/*/; do
     name=$(basename "$tree")
     diff -r --no-dereference "$tree" "tests/fixtures/$name" >/dev/null || {
@@ -35,7 +38,7 @@ echo "== the container image: built from this repository with buildah, run"
 bash tests/image.sh
 
 echo "== a real Kubernetes node: the chart's DaemonSet on kubelet + containerd + runc (tests/k8s)"
-python3 tests/k8s/node_e2e.py
+"$PY" tests/k8s/node_e2e.py
 
 echo "== real kernel, systemd, D-Bus and irqbalance in a QEMU VM (nodemedic from its .deb)"
 bash tests/vm/nodemedic-e2e.sh
