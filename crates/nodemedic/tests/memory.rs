@@ -7,26 +7,12 @@
 
 mod common;
 
-use common::{start_server, wait_for_samples, Server};
+use common::{start_nodemedic_on_this_machine, wait_for_samples, Server};
 
 fn daemon(probes: bool) -> Server {
-    start_server("nodemedic", "/healthz", |port, dir| {
-        let cfg = dir.join("nodemedic.toml");
-        std::fs::write(
-            &cfg,
-            format!(
-                "sample_interval = \"200ms\"\n[remediation]\nmode = \"off\"\n[probes]\nenabled = {probes}\n"
-            ),
-        )
-        .unwrap();
-        common::nodemedic_cmd(
-            &[],
-            &cfg,
-            std::path::Path::new("/"),
-            &["--web.listen-address".into(), format!("127.0.0.1:{port}")],
-            &[],
-        )
-    })
+    start_nodemedic_on_this_machine(&format!(
+        "sample_interval = \"200ms\"\n[remediation]\nmode = \"off\"\n[probes]\nenabled = {probes}\n"
+    ))
 }
 
 fn status_kib(pid: u32, key: &str) -> u64 {
