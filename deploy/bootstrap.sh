@@ -19,6 +19,7 @@ ensure_packages() {
 ensure_rust() {
     [ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
     if ! command -v cargo >/dev/null 2>&1; then
+        ensure_packages curl ca-certificates
         curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
         # shellcheck disable=SC1091
         . "$HOME/.cargo/env"
