@@ -34,10 +34,11 @@ ensure_rust() {
 }
 
 # ensure_test_deps: everything the quality gates and the test suite build or run with
-# (clang and libbpf's headers compile the eBPF probes, so even clippy needs them).
+# (clang and libbpf's headers compile the eBPF probes, so even clippy needs them; the tests
+# run kill, which is procps', not in a minimal Debian).
 ensure_test_deps() {
     ensure_packages build-essential pkg-config ca-certificates curl openssl python3 python3-yaml \
-        prometheus prometheus-node-exporter clang llvm libbpf-dev python3-seccomp
+        prometheus prometheus-node-exporter clang llvm libbpf-dev python3-seccomp procps
     ensure_rust
     # Go builds kube-apiserver, the kubelet and helm for the Kubernetes tests.
     ensure_go
