@@ -14,6 +14,9 @@ DIR=${3:-/var/tmp}
 ROUNDS=${4:-8}
 PORT=19177
 TCK=$(getconf CLK_TCK)
+# shellcheck source=deploy/bootstrap.sh
+. deploy/bootstrap.sh
+ensure_packages fio prometheus-node-exporter >&2
 
 echo "== $(date -u +%FT%TZ) $(uname -r) $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), commit $(git rev-parse --short HEAD)"
 cargo bench -p nodemedic-collect --bench pressure_commit --no-run -q 2>/dev/null

@@ -19,6 +19,7 @@ ensure_packages() {
 ensure_rust() {
     [ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"
     if ! command -v cargo >/dev/null 2>&1; then
+        ensure_packages curl ca-certificates
         curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
         # shellcheck disable=SC1091
         . "$HOME/.cargo/env"
@@ -33,10 +34,11 @@ ensure_rust() {
 }
 
 # ensure_test_deps: everything the quality gates and the test suite build or run with
-# (clang and libbpf's headers compile the eBPF probes, so even clippy needs them).
+# (clang and libbpf's headers compile the eBPF probes, so even clippy needs them; the tests
+# run kill, which is procps', not in a minimal Debian).
 ensure_test_deps() {
     ensure_packages build-essential pkg-config ca-certificates curl openssl python3 python3-yaml \
-        prometheus prometheus-node-exporter clang llvm libbpf-dev python3-seccomp
+        prometheus prometheus-node-exporter clang llvm libbpf-dev python3-seccomp procps
     ensure_rust
     # Go builds kube-apiserver, the kubelet and helm for the Kubernetes tests.
     ensure_go

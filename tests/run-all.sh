@@ -29,6 +29,9 @@ for tree in "$tmp"/*/; do
     }
 done
 
+echo "== tests/k8s/node_e2e.py's judgements on made-up records (no cluster)"
+python3 tests/k8s/test_node_e2e.py
+
 echo "== cargo test"
 # One test thread per binary keeps the real-IRQ and real-Prometheus tests from sharing a
 # 2-core machine with everything else at once.

@@ -59,6 +59,9 @@ die() {
 # shellcheck source=deploy/bootstrap.sh
 . "$HERE/../../deploy/bootstrap.sh"
 ensure_go >&2
+# sysctl here and in cluster-down.sh, pgrep and pkill there: procps is priority "important",
+# not in a minimal Debian (a container image, debootstrap's minbase).
+ensure_packages procps >&2
 # The Kubernetes binaries, and the Debian packages (containerd, runc, CNI plugins, buildah,
 # etcd, iptables, conntrack, ...) with no service started by their installation.
 "$HERE/build-k8s.sh"

@@ -5,7 +5,10 @@
 //! can be deliberate trade-offs. A setting together with its symptom on this node is a
 //! **warning**, through [`Hysteresis`] since the symptom is a rate:
 //! - fewer RX channels than the NIC has and than there are local CPUs, RPS off, while the
-//!   device's NET_RX is concentrated on one CPU or softnet drops rise on its CPUs;
+//!   device's NET_RX is concentrated on one CPU or softnet drops rise on its CPUs; when the
+//!   driver's channel maximum cannot be read (a fixture tree, a foreign network namespace,
+//!   a driver without `get_channels`), one RX queue with RPS off on several local CPUs is
+//!   the same finding, with the reason the maximum is unknown and RPS as the fix;
 //! - RX rings below their maximum while `rx_missed_errors` or `rx_fifo_errors` rise;
 //! - `netdev_budget` while softnet `time_squeeze` rises;
 //! - `netdev_max_backlog` while softnet `dropped` rises;
@@ -24,7 +27,7 @@ use crate::collapse::GroupVerdict;
 use crate::finding::{Finding, Severity};
 use crate::hysteresis::{ratio, ConfigError, Hysteresis, Latch};
 use nodemedic_kernel::counter;
-use nodemedic_kernel::tuning::{IommuDomain, NicSettings, SrsoState, TuningSettings};
+use nodemedic_kernel::tuning::{IommuDomain, NicSettings, Queried, SrsoState, TuningSettings};
 use nodemedic_kernel::{CpuSet, Snapshot};
 
 /// The rules, by the name config and findings use.
@@ -335,6 +338,9 @@ pub struct TuningDetector {
 const IOMMU_COST: &str = "every DMA unmap waits for an IOTLB flush; one published NVMe \
     benchmark measured 233k TPS with iommu.strict=1 against 835k with lazy invalidation \
     (iommu.strict=0) on the same machine, and Talos Linux changed its default to lazy.";
+const CHANNELS_COST: &str = "each channel's interrupts and NET_RX softirqs run on one CPU: with \
+    fewer channels than CPUs, the receive work of the whole NIC is bounded by that many cores, \
+    and once one saturates (ksoftirqd at 100%) packets are delayed and dropped.";
 const SRSO_COST: &str = "the same article measured 5-12% of random I/O between \
     spec_rstack_overflow=microcode and off; Safe RET (the default) adds a return thunk to \
     every kernel return on top.";
@@ -472,47 +478,55 @@ impl Audit<'_> {
         Some(local.unwrap_or_else(|| online.clone()))
     }
 
+    /// The NIC's receive symptom this sample: its NET_RX piles onto one CPU, or packets are
+    /// dropped on the CPUs its interrupts go to. Empty without rates or without the IRQ
+    /// detector's group for the device.
+    fn rx_symptom(&self, name: &str, nic: &NicSettings, local: &CpuSet) -> Vec<String> {
+        let mut symptom = Vec::new();
+        let (Some(r), Some(g)) = (self.rates, self.group_of(name, nic.pci.as_deref())) else {
+            return symptom;
+        };
+        let e = &g.evidence;
+        if let (Some(cpu), Some(rate)) = (e.hottest_cpu, e.hottest_net_rx_rate) {
+            let share = if r.net_rx_total > 0.0 {
+                r.net_rx.get(&cpu).copied().unwrap_or(0.0) / r.net_rx_total
+            } else {
+                0.0
+            };
+            if rate >= self.config.net_rx_min_rate
+                && share >= self.config.net_rx_share
+                && local.len() > 1
+            {
+                symptom.push(format!(
+                    "NET_RX is concentrated: CPU {cpu} runs {rate:.0} NET_RX softirqs/s, {:.0}% of the node's",
+                    share * 100.0
+                ));
+            }
+        }
+        if let Some(d) = e.softnet_dropped.filter(|d| *d > 0) {
+            symptom.push(format!(
+                "softnet dropped {d} packets on its CPUs ({}) in the last {:.0} s",
+                g.group.effective_cpus, r.seconds
+            ));
+        }
+        symptom
+    }
+
     fn nic_channels(&mut self, name: &str, nic: &NicSettings) {
         let rule = TuningRule::NicChannels;
-        let Some(ch) = nic.channels.value() else {
-            return;
-        };
         let Some(local) = self.local_cpus(nic.pci.as_deref()) else {
             return;
+        };
+        let ch = match &nic.channels {
+            Queried::Read(ch) => ch,
+            Queried::Absent(why) => return self.nic_single_queue(name, nic, &local, why),
         };
         let (used, max) = (ch.rx_in_use(), ch.rx_max());
         let want = (max as usize).min(local.len());
         if used as usize >= want || nic.rps_enabled() {
             return;
         }
-        // The symptom: the device's receive work piles onto one CPU, or packets are dropped
-        // on the CPUs its interrupts go to.
-        let mut symptom = Vec::new();
-        if let (Some(r), Some(g)) = (self.rates, self.group_of(name, nic.pci.as_deref())) {
-            let e = &g.evidence;
-            if let (Some(cpu), Some(rate)) = (e.hottest_cpu, e.hottest_net_rx_rate) {
-                let share = if r.net_rx_total > 0.0 {
-                    r.net_rx.get(&cpu).copied().unwrap_or(0.0) / r.net_rx_total
-                } else {
-                    0.0
-                };
-                if rate >= self.config.net_rx_min_rate
-                    && share >= self.config.net_rx_share
-                    && local.len() > 1
-                {
-                    symptom.push(format!(
-                        "NET_RX is concentrated: CPU {cpu} runs {rate:.0} NET_RX softirqs/s, {:.0}% of the node's",
-                        share * 100.0
-                    ));
-                }
-            }
-            if let Some(d) = e.softnet_dropped.filter(|d| *d > 0) {
-                symptom.push(format!(
-                    "softnet dropped {d} packets on its CPUs ({}) in the last {:.0} s",
-                    g.group.effective_cpus, r.seconds
-                ));
-            }
-        }
+        let symptom = self.rx_symptom(name, nic, &local);
         let warning = self.latch(rule, name, !symptom.is_empty());
         let rx_queues = nic.rx_queues;
         let mut evidence = format!(
@@ -535,16 +549,41 @@ impl Audit<'_> {
              or, if the NIC cannot, steer in software with RPS: echo {} > /sys/class/net/{name}/queues/rx-0/rps_cpus",
             local.to_mask_string()
         );
-        self.push(
-            rule,
-            warning,
-            name,
-            evidence,
-            "each channel's interrupts and NET_RX softirqs run on one CPU: with fewer channels than CPUs, \
-             the receive work of the whole NIC is bounded by that many cores, and once one saturates \
-             (ksoftirqd at 100%) packets are delayed and dropped.",
-            fix,
+        self.push(rule, warning, name, evidence, CHANNELS_COST, fix);
+    }
+
+    /// The channel rule without the driver's maximum: one RX queue and RPS off is a setting
+    /// the audit can see whatever the driver could do, and RPS fixes it in software. The
+    /// maximum's absence is said with its reason (ethtool -L may or may not be possible).
+    fn nic_single_queue(&mut self, name: &str, nic: &NicSettings, local: &CpuSet, why: &str) {
+        let rule = TuningRule::NicChannels;
+        // RPS off, not absent: without CONFIG_RPS there is no rps_cpus file and no fix.
+        let Some((&queue, _)) = nic.rps.iter().next() else {
+            return;
+        };
+        if nic.rx_queues != 1 || nic.rps_enabled() || local.len() < 2 {
+            return;
+        }
+        let symptom = self.rx_symptom(name, nic, local);
+        let warning = self.latch(rule, name, !symptom.is_empty());
+        let mut evidence = format!(
+            "{name} receives on 1 RX queue with {} NUMA-local CPUs ({local}), and RPS is off; \
+             how many channels the driver allows is unknown: {why}.",
+            local.len()
         );
+        if !symptom.is_empty() {
+            evidence.push(' ');
+            evidence.push_str(&capitalize(&symptom.join("; ")));
+            evidence.push('.');
+        }
+        let fix = format!(
+            "steer receive processing over the local CPUs in software with RPS: echo {} > \
+             /sys/class/net/{name}/queues/rx-{queue}/rps_cpus (persist it with a udev rule); if the \
+             driver has more channels (ethtool -l {name} on the host shows the maximum), \
+             ethtool -L {name} combined N spreads the receive work in hardware instead.",
+            local.to_mask_string()
+        );
+        self.push(rule, warning, name, evidence, CHANNELS_COST, fix);
     }
 
     fn nic_rings(&mut self, name: &str, nic: &NicSettings) {
@@ -953,7 +992,7 @@ mod tests {
     use super::*;
     use nodemedic_kernel::snapshot::Topology;
     use nodemedic_kernel::softnet::SoftnetRow;
-    use nodemedic_kernel::tuning::{NetCore, NicStats, Queried, Rings, Tuning};
+    use nodemedic_kernel::tuning::{Channels, NetCore, NicStats, Queried, Rings, Tuning};
 
     fn snap(at: u64, squeeze: u32, missed: u64) -> Snapshot {
         let mut nics = BTreeMap::new();
@@ -1108,6 +1147,195 @@ mod tests {
             .findings
             .iter()
             .any(|f| f.rule == TuningRule::Mitigations));
+    }
+
+    /// An 8-CPU node whose NIC `eth0` (PCI 0000:00:03.0) has `rx_queues` RX queues with
+    /// `rps` masks and the given channels; `net_rx_cpu3` NET_RX softirqs on CPU 3 (where its
+    /// interrupts go), none elsewhere. With the IRQ detector's group for it, whose hottest
+    /// CPU is 3 at `rate` NET_RX/s.
+    fn one_nic(
+        at: u64,
+        channels: Queried<Channels>,
+        rx_queues: u32,
+        rps: &[(u32, &[u32])],
+        net_rx_cpu3: u64,
+        rate: f64,
+    ) -> (Snapshot, Vec<GroupVerdict>) {
+        use crate::collapse::Evidence;
+        use crate::groups::DeviceGroup;
+        use nodemedic_kernel::softirqs::{SoftirqRow, Softirqs};
+        let pci = "0000:00:03.0";
+        let nic = NicSettings {
+            pci: Some(pci.into()),
+            rx_queues,
+            tx_queues: rx_queues,
+            rps: rps
+                .iter()
+                .map(|(q, cpus)| (*q, CpuSet::from_cpus(cpus.iter().copied())))
+                .collect(),
+            xps: BTreeMap::new(),
+            channels,
+            rings: Queried::Absent("test".into()),
+        };
+        let settings = TuningSettings {
+            nics: BTreeMap::from([("eth0".to_string(), nic)]),
+            cpufreq_present: true,
+            iommu_groups_present: true,
+            ..Default::default()
+        };
+        let mut counts = vec![0; 8];
+        counts[3] = net_rx_cpu3;
+        let snap = Snapshot {
+            at: Duration::from_secs(at),
+            timestamp: at as f64,
+            topology: Some(Topology {
+                online: CpuSet::from_cpus(0..8),
+                ..Default::default()
+            }),
+            netdevs: BTreeMap::from([("eth0".to_string(), pci.to_string())]),
+            softirqs: Some(Softirqs {
+                cpus: (0..8).collect(),
+                rows: vec![SoftirqRow {
+                    name: "NET_RX".into(),
+                    counts,
+                }],
+                skipped: Vec::new(),
+            }),
+            tuning: Some(Tuning {
+                settings: Arc::new(settings),
+                nic_stats: BTreeMap::new(),
+            }),
+            ..Default::default()
+        };
+        let group = GroupVerdict {
+            group: DeviceGroup {
+                key: format!("pci:{pci}"),
+                name: "virtio2".into(),
+                driver: Some("virtio-pci".into()),
+                pci: Some(pci.into()),
+                netdev: Some("eth0".into()),
+                numa_node: None,
+                irqs: vec![27],
+                other_irqs: Vec::new(),
+                effective_cpus: CpuSet::from_cpus([3]),
+                eligible_cpus: CpuSet::from_cpus(0..8),
+                unknown_affinity: Vec::new(),
+            },
+            collapsed: false,
+            hurting: false,
+            changed: false,
+            collapsed_now: false,
+            hurting_now: false,
+            collapsed_since: None,
+            hurting_since: None,
+            evidence: Evidence {
+                hottest_cpu: Some(3),
+                hottest_net_rx_rate: Some(rate),
+                ..Default::default()
+            },
+        };
+        (snap, vec![group])
+    }
+
+    const NO_GET_CHANNELS: &str = "the driver does not report channels (EOPNOTSUPP)";
+
+    /// One RX queue, RPS off, 8 CPUs and no channel maximum (a driver without get_channels):
+    /// info with the reason and RPS as the fix; a warning while NET_RX piles onto the one
+    /// CPU; info again once it stops.
+    #[test]
+    fn one_queue_without_the_channel_maximum() {
+        let absent = || Queried::Absent(NO_GET_CHANNELS.to_string());
+        let mut d = TuningDetector::new(TuningConfig {
+            raise_after: 1,
+            clear_after: 1,
+            ..Default::default()
+        });
+        let (s, g) = one_nic(0, absent(), 1, &[(0, &[])], 1_000_000, 0.0);
+        let first = d.observe(&s, &g);
+        assert_eq!(
+            severities(&first),
+            [(TuningRule::NicChannels, Severity::Info)]
+        );
+        let f = &first.findings[0];
+        assert_eq!(f.subject, "eth0");
+        assert_eq!(
+            f.evidence,
+            "eth0 receives on 1 RX queue with 8 NUMA-local CPUs (0-7), and RPS is off; how \
+             many channels the driver allows is unknown: the driver does not report channels \
+             (EOPNOTSUPP)."
+        );
+        assert!(
+            f.fix
+                .contains("echo ff > /sys/class/net/eth0/queues/rx-0/rps_cpus"),
+            "{}",
+            f.fix
+        );
+        assert!(f.fix.contains("ethtool -l eth0"), "{}", f.fix);
+        // 10 s later CPU 3 ran 200,000 more NET_RX softirqs, all of the node's.
+        let (s, g) = one_nic(10, absent(), 1, &[(0, &[])], 1_200_000, 20_000.0);
+        let hot = d.observe(&s, &g);
+        assert_eq!(
+            severities(&hot),
+            [(TuningRule::NicChannels, Severity::Warning)]
+        );
+        assert!(
+            hot.findings[0].evidence.ends_with(
+                "NET_RX is concentrated: CPU 3 runs 20000 NET_RX softirqs/s, 100% of the node's."
+            ),
+            "{}",
+            hot.findings[0].evidence
+        );
+        // Quiet: the setting stays, the warning goes.
+        let (s, g) = one_nic(20, absent(), 1, &[(0, &[])], 1_200_000, 0.0);
+        assert_eq!(
+            severities(&d.observe(&s, &g)),
+            [(TuningRule::NicChannels, Severity::Info)]
+        );
+    }
+
+    /// Without the maximum the rule says nothing where the setting is not the one-queue,
+    /// RPS-off case on several CPUs, or where it has no RPS fix to give (no rps_cpus file:
+    /// a kernel without CONFIG_RPS). With the maximum the driver's word decides: one channel
+    /// of one is nothing to change.
+    #[test]
+    fn one_queue_rule_stays_out_of_the_other_cases() {
+        let absent = || Queried::Absent(NO_GET_CHANNELS.to_string());
+        let quiet = |channels, rx_queues, rps: &[(u32, &[u32])], what: &str| {
+            let mut d = TuningDetector::new(TuningConfig {
+                raise_after: 1,
+                ..Default::default()
+            });
+            for at in [0, 10] {
+                let (s, g) = one_nic(
+                    at,
+                    Queried::clone(&channels),
+                    rx_queues,
+                    rps,
+                    at * 20_000,
+                    20_000.0,
+                );
+                let v = d.observe(&s, &g);
+                assert!(v.findings.is_empty(), "{what}: {:#?}", v.findings);
+            }
+        };
+        quiet(absent(), 1, &[(0, &[0, 1, 2, 3, 4, 5, 6, 7])], "RPS on");
+        quiet(absent(), 2, &[(0, &[]), (1, &[])], "two RX queues");
+        quiet(absent(), 1, &[], "no rps_cpus file");
+        let one_of_one = Channels {
+            combined: 1,
+            combined_max: 1,
+            ..Default::default()
+        };
+        quiet(Queried::Read(one_of_one), 1, &[(0, &[])], "1 of 1 channels");
+
+        // A single CPU: nothing to spread over.
+        let mut d = TuningDetector::new(TuningConfig::default());
+        let (mut s, g) = one_nic(0, absent(), 1, &[(0, &[])], 0, 0.0);
+        s.topology = Some(Topology {
+            online: CpuSet::from_cpus([0]),
+            ..Default::default()
+        });
+        assert!(d.observe(&s, &g).findings.is_empty());
     }
 
     #[test]

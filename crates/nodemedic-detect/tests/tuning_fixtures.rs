@@ -10,7 +10,9 @@ use common::fixture_root as root;
 
 use std::time::Duration;
 
-use nodemedic_collect::sources::{NicLimitsFiles, TuningCollector};
+use nodemedic_collect::sources::{
+    netlink_sees_host, NicLimitsFiles, NicLimitsSource, NicLimitsUnavailable, TuningCollector,
+};
 use nodemedic_collect::{CollectorSet, Paths};
 use nodemedic_detect::tuning::{findings, TuningFinding};
 use nodemedic_detect::{
@@ -18,12 +20,24 @@ use nodemedic_detect::{
     TuningRule, TuningVerdict,
 };
 
-/// The audit of `tree`, and of `tree-later` 10 s after it when `later`.
+/// The audit of `tree`, and of `tree-later` 10 s after it when `later`, channels and rings
+/// from the tree's `ethtool/` files.
 fn audit(tree: &str, later: bool, config: TuningConfig) -> Vec<TuningVerdict> {
+    let files = NicLimitsFiles {
+        dir: root(tree).join("ethtool"),
+    };
+    audit_with(tree, later, config, Box::new(files))
+}
+
+/// [`audit`] with channels and rings from `limits`.
+fn audit_with(
+    tree: &str,
+    later: bool,
+    config: TuningConfig,
+    limits: Box<dyn NicLimitsSource>,
+) -> Vec<TuningVerdict> {
     let mut set = CollectorSet::all()
-        .with(Box::new(TuningCollector::new(Box::new(NicLimitsFiles {
-            dir: root(tree).join("ethtool"),
-        }))))
+        .with(Box::new(TuningCollector::new(limits)))
         .with_rescan_interval(Duration::from_secs(60));
     let mut irq = CollapseDetector::new(CollapseConfig::default(), HurtingConfig::default());
     let mut tuning = TuningDetector::new(config);
@@ -327,6 +341,68 @@ fn nic_channels_rings_and_softnet_budgets() {
             (CpufreqGovernor, "cpufreq amd-pstate-epp powersave", Info),
         ]
     );
+}
+
+/// The same NIC when the driver's channel maximum cannot be read: a fixture tree's
+/// interfaces are not this process's, so the daemon does not ask ethtool netlink (as for a
+/// pod without hostNetwork), and some drivers have no get_channels. One RX queue, RPS off and
+/// 16 CPUs is still a finding: info with the reason and RPS as the fix, a warning once
+/// NET_RX piles onto CPU 3 in the later tree.
+#[test]
+fn nic_channels_without_the_maximum() {
+    use Severity::*;
+    use TuningRule::*;
+    let foreign = netlink_sees_host(&root("tuning-nic-channels").join("sys"))
+        .expect_err("a fixture tree's interfaces are not this machine's")
+        .to_string();
+    let driver = tempfile::tempdir().unwrap();
+    std::fs::write(
+        driver.path().join("ens1f0"),
+        "channels absent the driver does not report channels (EOPNOTSUPP)\n\
+         rings rx=256/4096 tx=256/4096\n",
+    )
+    .unwrap();
+    let sources: [(&str, Box<dyn NicLimitsSource>); 2] = [
+        (
+            foreign.as_str(),
+            Box::new(NicLimitsUnavailable(foreign.clone())),
+        ),
+        (
+            "the driver does not report channels (EOPNOTSUPP)",
+            Box::new(NicLimitsFiles {
+                dir: driver.path().to_path_buf(),
+            }),
+        ),
+    ];
+    for (why, limits) in sources {
+        let v = audit_with("tuning-nic-channels", true, immediate(), limits);
+        let ch = find(&v[0], NicChannels, "ens1f0");
+        assert_eq!(ch.severity, Info, "{why}");
+        assert_eq!(
+            ch.evidence,
+            format!(
+                "ens1f0 receives on 1 RX queue with 16 NUMA-local CPUs (0-15), and RPS is off; \
+                 how many channels the driver allows is unknown: {why}."
+            )
+        );
+        has(
+            &ch.fix,
+            &[
+                "echo ffff > /sys/class/net/ens1f0/queues/rx-0/rps_cpus",
+                "ethtool -l ens1f0",
+            ],
+        );
+        let later = find(&v[1], NicChannels, "ens1f0");
+        assert_eq!(later.severity, Warning, "{why}");
+        has(
+            &later.evidence,
+            &[
+                "how many channels the driver allows is unknown",
+                "NET_RX is concentrated: CPU 3 runs 15300 NET_RX softirqs/s, 100% of the node's",
+                "softnet dropped 35 packets on its CPUs (3) in the last 10 s.",
+            ],
+        );
+    }
 }
 
 /// The existing trees have no tuning files: the collector reads what is there without a

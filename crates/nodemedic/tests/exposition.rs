@@ -216,12 +216,25 @@ fn value(line: &str) -> f64 {
         .unwrap_or_else(|| panic!("no value in {line:?}"))
 }
 
+/// The damaged trees, for which the generator writes no `expected.json`: what survives of
+/// them is the reliability tests' business (tests/fixtures/generate.py, `write_expected`).
+const WITHOUT_EXPECTATIONS: [&str; 3] = ["truncated", "empty", "missing"];
+
 /// The golden files were written by the code they test. This checks the exposition against
 /// what the fixture generator wrote into the tree (`expected.json`): every IRQ's count, the
-/// online CPUs, the pods. Damaged trees have no expectations file.
+/// online CPUs, the pods. A tree without the file fails unless it is one of
+/// [`WITHOUT_EXPECTATIONS`].
 fn check_against_generator(fixture: &str, raw: &str) {
-    let Ok(text) = std::fs::read_to_string(fixture_dir(fixture).join("expected.json")) else {
-        return;
+    let path = fixture_dir(fixture).join("expected.json");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(_) if WITHOUT_EXPECTATIONS.contains(&fixture) => return,
+        Err(e) => panic!(
+            "{}: {e}: the exposition of {fixture} cannot be checked against the generator \
+             (rerun python3 tests/fixtures/generate.py, or name a damaged tree in \
+             WITHOUT_EXPECTATIONS)",
+            path.display()
+        ),
     };
     let exp: serde_json::Value = serde_json::from_str(&text).expect("expected.json");
     let irqs: std::collections::BTreeMap<String, u64> = sample_lines(raw)
@@ -318,6 +331,38 @@ fn exposition(fixture: &str, expect_collapsed: &[&str]) -> String {
     promtool_check(fixture, &raw);
     check_openmetrics(&server, fixture, &normalised);
     raw
+}
+
+/// Every fixture tree has the generator's expectations, but the damaged trees named in
+/// [`WITHOUT_EXPECTATIONS`], which have none: a tree that lost its file, or an exempt tree
+/// that gained one, fails here rather than being skipped or exempted in silence.
+#[test]
+fn every_fixture_tree_has_expectations_or_is_exempt_by_name() {
+    let root = workspace_root().join("tests/fixtures");
+    let mut wrong = Vec::new();
+    let mut trees = 0;
+    for entry in std::fs::read_dir(&root).expect("listing tests/fixtures") {
+        let entry = entry.expect("a directory entry");
+        if !entry.file_type().expect("its type").is_dir() {
+            continue;
+        }
+        trees += 1;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let has = entry.path().join("expected.json").is_file();
+        let exempt = WITHOUT_EXPECTATIONS.contains(&name.as_str());
+        if has == exempt {
+            wrong.push(format!(
+                "{name}: {}",
+                if has {
+                    "exempt, yet it has expected.json"
+                } else {
+                    "no expected.json"
+                }
+            ));
+        }
+    }
+    assert!(trees > WITHOUT_EXPECTATIONS.len(), "{trees} trees");
+    assert!(wrong.is_empty(), "{wrong:#?}");
 }
 
 #[test]
