@@ -30,7 +30,7 @@ for tree in "$tmp"/*/; do
 done
 
 echo "== tests/k8s/node_e2e.py's judgements on made-up records (no cluster)"
-python3 tests/k8s/test_node_e2e.py
+"$PY" tests/k8s/test_node_e2e.py
 
 echo "== cargo test"
 # One test thread per binary keeps the real-IRQ and real-Prometheus tests from sharing a
