@@ -40,6 +40,11 @@ cargo test --workspace --locked -- --test-threads="${TEST_THREADS:-2}"
 echo "== the container image: built from this repository with buildah, run"
 bash tests/image.sh
 
+# The cluster and the VM use fixed network namespaces, addresses and ports: one user at a time
+# on this machine (another checkout's test run, a benchmark), under this lock.
+exec 8>/tmp/nodemedic-cluster.lock
+flock 8
+
 echo "== a real Kubernetes node: the chart's DaemonSet on kubelet + containerd + runc (tests/k8s)"
 "$PY" tests/k8s/node_e2e.py
 
