@@ -41,15 +41,15 @@ echo "== the container image: built from this repository with buildah, run"
 bash tests/image.sh
 
 # The cluster and the VM use fixed network namespaces, addresses and ports: one user at a time
-# on this machine (another checkout's test run, a benchmark), under this lock.
-exec 8>/tmp/nodemedic-cluster.lock
-flock 8
+# on this machine (another checkout's test run, a benchmark), under this lock; -o keeps the
+# daemons they start from inheriting it.
+lock=(flock -o /tmp/nodemedic-cluster.lock)
 
 echo "== a real Kubernetes node: the chart's DaemonSet on kubelet + containerd + runc (tests/k8s)"
-"$PY" tests/k8s/node_e2e.py
+"${lock[@]}" "$PY" tests/k8s/node_e2e.py
 
 echo "== real kernel, systemd, D-Bus and irqbalance in a QEMU VM (nodemedic from its .deb)"
-bash tests/vm/nodemedic-e2e.sh
+"${lock[@]}" bash tests/vm/nodemedic-e2e.sh
 
 echo "== bounded fuzzing"
 bash tests/fuzz.sh
