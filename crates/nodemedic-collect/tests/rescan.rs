@@ -124,3 +124,56 @@ fn irqs_appearing_or_vanishing_between_rescans_are_followed() {
     let a99 = &next.affinity[&99];
     assert_eq!(a99.smp, Some(CpuSet::parse_list("2").unwrap()));
 }
+
+/// irqbalance's package version comes from dpkg's database under the root filesystem and
+/// follows an upgrade at the next rescan; a node without irqbalance, and one without a
+/// database, say so with the reason (never a collector failure).
+#[test]
+fn irqbalance_package_version_follows_the_database() {
+    use nodemedic_kernel::irqbalance::IrqbalancePackage;
+    let (_tmp, root) = copy_fixture("96cpu-collapsed");
+    let paths = Paths::under(&root);
+    let mut set = CollectorSet::all().with_rescan_interval(Duration::from_secs(60));
+    let package = |snap: Snapshot| snap.irqbalance.expect("irqbalance config").package;
+    let first = package(sample(&mut set, &paths, 100));
+    assert_eq!(first.version(), Some("1.8.0-1"), "{first:?}");
+
+    let status = root.join("var/lib/dpkg/status");
+    let text = std::fs::read_to_string(&status).unwrap();
+    std::fs::write(&status, text.replace("1.8.0-1", "1.9.2-2")).unwrap();
+    assert_eq!(
+        package(sample(&mut set, &paths, 130)).version(),
+        Some("1.8.0-1"),
+        "between rescans the version is not re-read"
+    );
+    assert_eq!(
+        package(sample(&mut set, &paths, 160)).version(),
+        Some("1.9.2-2")
+    );
+
+    std::fs::write(
+        &status,
+        "Package: irqbalance\nStatus: deinstall ok config-files\nVersion: 1.9.2-2\n",
+    )
+    .unwrap();
+    let removed = package(sample(&mut set, &paths, 220));
+    assert!(
+        matches!(&removed, IrqbalancePackage::NotInstalled { database } if database.ends_with("var/lib/dpkg/status")),
+        "{removed:?}"
+    );
+
+    std::fs::remove_file(&status).unwrap();
+    let gone = package(sample(&mut set, &paths, 280));
+    let IrqbalancePackage::Unknown { reason } = &gone else {
+        panic!("{gone:?}");
+    };
+    assert!(reason.contains("no package database"), "{reason}");
+    assert!(reason.contains("var/lib/dpkg/status"), "{reason}");
+
+    std::fs::create_dir_all(root.join("var/lib/rpm")).unwrap();
+    let rpm = package(sample(&mut set, &paths, 340));
+    let IrqbalancePackage::Unknown { reason } = &rpm else {
+        panic!("{rpm:?}");
+    };
+    assert!(reason.contains("RPM's database"), "{reason}");
+}

@@ -6,6 +6,7 @@
 
 use nodemedic_collect::{CollectorState, CollectorStatus};
 use nodemedic_detect::{GroupVerdict, TuningVerdict};
+use nodemedic_kernel::irqbalance::IrqbalancePackage;
 use nodemedic_kernel::Snapshot;
 use serde::{Deserialize, Serialize};
 
@@ -54,6 +55,9 @@ pub struct RemediationExport<'a> {
     /// Decisions by (action, result).
     pub decisions: &'a [((&'static str, &'static str), u64)],
     pub last_action_timestamp: Option<f64>,
+    /// irqbalance's state as systemd last told it (`running`, `stopped`, `not_installed`,
+    /// `unknown`); `None` when the remediator has not asked (mode off).
+    pub irqbalance_state: Option<&'a str>,
 }
 
 pub fn render(input: &ExportInput<'_>, opts: &MetricsOptions, format: Format) -> (String, usize) {
@@ -74,6 +78,7 @@ pub fn render_with_tuning(
     let mut e = Encoder::new(format);
     self_metrics(&mut e, input);
     if let Some(snap) = input.snapshot {
+        node_facts(&mut e, snap, input.remediation.as_ref());
         topology(&mut e, snap);
         interrupts(&mut e, snap, input.verdicts, opts);
         softirqs(&mut e, snap, opts);
@@ -409,6 +414,40 @@ fn groups(e: &mut Encoder, verdicts: &[GroupVerdict]) {
             }
         }
     }
+}
+
+/// What a fleet groups nodes by, node_exporter's `node_uname_info` way: one series of value 1
+/// per family, the facts as labels, `unknown` where a fact could not be read (`/status` says
+/// why).
+fn node_facts(e: &mut Encoder, snap: &Snapshot, remediation: Option<&RemediationExport<'_>>) {
+    let settings = snap.tuning.as_ref().map(|t| &t.settings);
+    e.family(
+        "nodemedic_node",
+        Kind::Info,
+        "The node's kernel release and whether it is a virtual machine (cpuinfo's hypervisor flag); unknown where not read.",
+    );
+    let release = settings
+        .and_then(|s| s.kernel_release.as_deref())
+        .unwrap_or("unknown");
+    let vm = match settings.and_then(|s| s.hypervisor) {
+        Some(true) => "true",
+        Some(false) => "false",
+        None => "unknown",
+    };
+    e.sample(&[("kernel_release", release), ("virtual_machine", vm)], 1.0);
+    e.family(
+        "nodemedic_irqbalance",
+        Kind::Info,
+        "irqbalance's state (systemd's, or not_installed per the package database) and its package version; unknown where not known (see /status).",
+    );
+    let package = snap.irqbalance.as_ref().map(|c| &c.package);
+    let state = match (remediation.and_then(|r| r.irqbalance_state), package) {
+        (Some(s), _) if s != "unknown" => s,
+        (_, Some(IrqbalancePackage::NotInstalled { .. })) => "not_installed",
+        _ => "unknown",
+    };
+    let version = package.and_then(|p| p.version()).unwrap_or("unknown");
+    e.sample(&[("state", state), ("version", version)], 1.0);
 }
 
 fn remediation(e: &mut Encoder, r: &RemediationExport<'_>) {

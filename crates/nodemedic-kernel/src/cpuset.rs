@@ -134,10 +134,14 @@ impl CpuSet {
     }
 
     /// Parses a kernel CPU list (`0-3,8,10-11`; empty or blank means the empty set).
+    ///
+    /// `(null)` is the empty set too: it is what `%*pbl` prints for a cpumask the kernel never
+    /// allocated, as `/sys/devices/system/cpu/nohz_full` reads on a kernel built with
+    /// `CONFIG_NO_HZ_FULL` (Debian's) and booted without `nohz_full=`.
     pub fn parse_list(text: &str) -> Result<CpuSet, CpuSetError> {
         let mut set = CpuSet::new();
         let text = text.trim();
-        if text.is_empty() {
+        if text.is_empty() || text == "(null)" {
             return Ok(set);
         }
         for element in text.split(',') {
@@ -359,6 +363,15 @@ mod tests {
         assert_eq!(set.iter().collect::<Vec<_>>(), vec![0, 1, 2, 3, 8, 10, 11]);
         assert_eq!(set.to_list_string(), "0-3,8,10-11");
         assert!(CpuSet::parse_list("\n").unwrap().is_empty());
+    }
+
+    /// Debian 12's kernel (CONFIG_NO_HZ_FULL, no `nohz_full=`) prints the unallocated mask as
+    /// `(null)`; it was a collector warning on every sample of the QEMU guest node.
+    #[test]
+    fn list_of_an_unallocated_mask_is_empty() {
+        assert!(CpuSet::parse_list("(null)\n").unwrap().is_empty());
+        assert!(CpuSet::parse_list("(null),1").is_err());
+        assert!(CpuSet::parse_list("null").is_err());
     }
 
     #[test]

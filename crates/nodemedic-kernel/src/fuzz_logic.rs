@@ -58,6 +58,13 @@ pub fn irqbalance_env(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     let env = irqbalance::parse_env_file(&text);
     let _ = irqbalance::banned_cpus(&env);
+    // The same bytes as dpkg's status database: a version found is one of its lines' values.
+    if let Some(v) = irqbalance::dpkg_installed_version(&text, "irqbalance") {
+        assert!(text
+            .lines()
+            .filter_map(|l| l.strip_prefix("Version: "))
+            .any(|rest| rest.trim() == v));
+    }
 }
 
 pub fn psi(data: &[u8]) {

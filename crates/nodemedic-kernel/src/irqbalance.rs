@@ -5,6 +5,35 @@ use std::collections::BTreeMap;
 
 use crate::{CpuSet, CpuSetError, SkipReason, SkippedLine};
 
+/// irqbalance's package, as the node's package database lists it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum IrqbalancePackage {
+    /// Installed at `version`, per `database`.
+    Installed { version: String, database: String },
+    /// `database` was read and does not list irqbalance as installed.
+    NotInstalled { database: String },
+    /// No package database could be read.
+    Unknown { reason: String },
+}
+
+impl Default for IrqbalancePackage {
+    fn default() -> Self {
+        Self::Unknown {
+            reason: "not read yet".into(),
+        }
+    }
+}
+
+impl IrqbalancePackage {
+    pub fn version(&self) -> Option<&str> {
+        match self {
+            Self::Installed { version, .. } => Some(version),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EnvFile {
     pub vars: BTreeMap<String, String>,
@@ -69,9 +98,43 @@ pub fn banned_cpus(env: &EnvFile) -> Result<CpuSet, CpuSetError> {
     Ok(CpuSet::new())
 }
 
+/// The version of `package` if dpkg's status file lists it as installed.
+pub fn dpkg_installed_version(status: &str, package: &str) -> Option<String> {
+    for stanza in status.split("\n\n") {
+        let mut name = None;
+        let mut version = None;
+        let mut installed = false;
+        for line in stanza.lines() {
+            if let Some(v) = line.strip_prefix("Package: ") {
+                name = Some(v.trim());
+            } else if let Some(v) = line.strip_prefix("Version: ") {
+                version = Some(v.trim());
+            } else if let Some(v) = line.strip_prefix("Status: ") {
+                installed = v.trim().ends_with(" installed");
+            }
+        }
+        if name == Some(package) && installed {
+            return version.map(str::to_string);
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finds_installed_package_version() {
+        let status = "Package: dbus\nStatus: install ok installed\nVersion: 1.14\n\nPackage: irqbalance\nStatus: install ok installed\nPriority: optional\nVersion: 1.9.2-1\n\nPackage: gone\nStatus: deinstall ok config-files\nVersion: 1\n";
+        assert_eq!(
+            dpkg_installed_version(status, "irqbalance").as_deref(),
+            Some("1.9.2-1")
+        );
+        assert_eq!(dpkg_installed_version(status, "gone"), None);
+        assert_eq!(dpkg_installed_version(status, "missing"), None);
+        assert_eq!(dpkg_installed_version("", "x"), None);
+    }
 
     #[test]
     fn debian_style_file() {

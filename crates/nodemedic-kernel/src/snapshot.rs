@@ -184,6 +184,8 @@ pub struct IrqbalanceConfig {
     /// Which file was read, if any.
     pub source: Option<String>,
     pub banned_cpus: CpuSet,
+    /// The installed package and its version, or why it is unknown.
+    pub package: crate::irqbalance::IrqbalancePackage,
 }
 
 /// A pod's names, for the pod-level cgroups that carry only its UID.

@@ -671,6 +671,8 @@ pub struct TuningSettings {
     pub thp_defrag: Option<Choice>,
     /// From `/proc/cpuinfo`'s `hypervisor` flag: `Some(true)` in a virtual machine.
     pub hypervisor: Option<bool>,
+    /// `/proc/sys/kernel/osrelease` (`uname -r`), for the fleet's `nodemedic_node_info`.
+    pub kernel_release: Option<String>,
 }
 
 impl TuningSettings {

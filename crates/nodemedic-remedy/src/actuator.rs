@@ -8,7 +8,6 @@ use nodemedic_kernel::CpuSet;
 use zbus::zvariant::OwnedObjectPath;
 
 use crate::config::{IrqbalanceMethod, IrqbalanceStep};
-use crate::dpkg;
 use crate::policy::{FailureClass, IrqbalanceState, Outcome, Step, StepFailure, Target};
 use crate::spread;
 
@@ -101,15 +100,11 @@ fn failed(class: FailureClass, detail: String) -> Outcome {
 /// Talks to systemd about irqbalance, over the system D-Bus.
 pub struct Systemd {
     cfg: IrqbalanceStep,
-    rootfs: PathBuf,
 }
 
 impl Systemd {
-    pub fn new(cfg: IrqbalanceStep, rootfs: impl Into<PathBuf>) -> Self {
-        Self {
-            cfg,
-            rootfs: rootfs.into(),
-        }
+    pub fn new(cfg: IrqbalanceStep) -> Self {
+        Self { cfg }
     }
 
     async fn manager(&self) -> Result<ManagerProxy<'static>, DbusError> {
@@ -128,20 +123,11 @@ impl Systemd {
         .await
     }
 
-    /// irqbalance's state: installed (per dpkg under the root filesystem, or systemd knowing
-    /// the unit), running, or stopped on purpose; and its version.
+    /// irqbalance's state, as systemd knows the unit: running, stopped on purpose, not
+    /// installed, or unknown with the reason. The version is not systemd's to tell: the task
+    /// adds the one the sample read from the package database.
     pub async fn irqbalance_state(&self) -> IrqbalanceState {
-        // dpkg's status database is megabytes, read on every collapsed sample: off the
-        // (current-thread) runtime, so the endpoint keeps answering meanwhile.
-        let status = self.rootfs.join("var/lib/dpkg/status");
-        let version = tokio::task::spawn_blocking(move || {
-            std::fs::read_to_string(status)
-                .ok()
-                .and_then(|s| dpkg::installed_version(&s, "irqbalance"))
-        })
-        .await
-        .ok()
-        .flatten();
+        let version = None;
         if !self.cfg.enabled {
             return IrqbalanceState::Unknown {
                 detail: "not asked over D-Bus: [remediation.irqbalance] enabled = false".into(),
@@ -384,44 +370,26 @@ mod tests {
 
     use super::*;
 
-    fn rootfs_with_irqbalance(version: &str) -> tempfile::TempDir {
-        let root = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
-        let dir = root.path().join("var/lib/dpkg");
-        let write = std::fs::create_dir_all(&dir).and_then(|()| {
-            std::fs::write(
-                dir.join("status"),
-                format!(
-                    "Package: irqbalance\nStatus: install ok installed\nVersion: {version}\n\n"
-                ),
-            )
-        });
-        write.unwrap_or_else(|e| panic!("writing the dpkg status: {e}"));
-        root
-    }
-
-    /// With the restart switched off, systemd is never asked (no D-Bus error on /status),
-    /// and the version from dpkg still flags a buggy irqbalance.
+    /// With the restart switched off, systemd is never asked (no D-Bus error on /status).
     #[tokio::test]
     async fn restart_off_does_not_ask_dbus() {
-        let root = rootfs_with_irqbalance("1.8.0-1");
         let cfg = IrqbalanceStep {
             enabled: false,
             dbus_socket: "/nonexistent/system_bus_socket".into(),
             ..Default::default()
         };
-        let state = Systemd::new(cfg, root.path()).irqbalance_state().await;
-        let IrqbalanceState::Unknown { detail, version } = state else {
+        let state = Systemd::new(cfg).irqbalance_state().await;
+        let IrqbalanceState::Unknown { detail, .. } = state else {
             panic!("{state:?}");
         };
         assert!(detail.contains("enabled = false"), "{detail}");
-        assert_eq!(version.as_deref(), Some("1.8.0-1"));
     }
 
     /// A node without a system bus (the pod starts without the socket): unknown, with the
     /// reason, and no connection attempt.
     #[tokio::test]
     async fn no_dbus_socket_is_unknown_with_the_reason() {
-        let root = rootfs_with_irqbalance("1.9.2-1");
+        let root = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
         let cfg = IrqbalanceStep {
             dbus_socket: root
                 .path()
@@ -430,12 +398,11 @@ mod tests {
                 .to_string(),
             ..Default::default()
         };
-        let state = Systemd::new(cfg, root.path()).irqbalance_state().await;
-        let IrqbalanceState::Unknown { detail, version } = state else {
+        let state = Systemd::new(cfg).irqbalance_state().await;
+        let IrqbalanceState::Unknown { detail, .. } = state else {
             panic!("{state:?}");
         };
         assert!(detail.contains("no system D-Bus socket at"), "{detail}");
-        assert_eq!(version.as_deref(), Some("1.9.2-1"));
     }
 
     /// Failures are classed by the error's kind, not its words.
@@ -466,13 +433,13 @@ mod tests {
     /// with the connection error in the detail.
     #[tokio::test]
     async fn a_missing_bus_fails_as_unavailable() {
-        let root = rootfs_with_irqbalance("1.9.2-1");
+        let root = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
         let cfg = IrqbalanceStep {
             dbus_socket: root.path().join("no/such/socket").display().to_string(),
             systemctl_fallback: false,
             ..Default::default()
         };
-        let Outcome::Failed(f) = Systemd::new(cfg, root.path()).rebalance().await else {
+        let Outcome::Failed(f) = Systemd::new(cfg).rebalance().await else {
             panic!("rebalanced without a bus");
         };
         assert_eq!(f.class, FailureClass::Unavailable, "{}", f.detail);

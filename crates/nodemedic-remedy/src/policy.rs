@@ -32,12 +32,35 @@ pub enum IrqbalanceState {
     /// Could not find out (no D-Bus access, for instance), or was not asked.
     Unknown {
         detail: String,
-        /// From dpkg, which needs no D-Bus.
+        /// From the package database, which needs no D-Bus.
         version: Option<String>,
     },
 }
 
 impl IrqbalanceState {
+    /// The same state with the version the package database gave (systemd does not know it).
+    pub fn with_version(mut self, package_version: Option<&str>) -> Self {
+        match &mut self {
+            IrqbalanceState::Running { version }
+            | IrqbalanceState::Stopped { version, .. }
+            | IrqbalanceState::Unknown { version, .. } => {
+                *version = package_version.map(str::to_string);
+            }
+            IrqbalanceState::NotInstalled => {}
+        }
+        self
+    }
+
+    /// The label of `nodemedic_irqbalance_info{state}`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            IrqbalanceState::Running { .. } => "running",
+            IrqbalanceState::Stopped { .. } => "stopped",
+            IrqbalanceState::NotInstalled => "not_installed",
+            IrqbalanceState::Unknown { .. } => "unknown",
+        }
+    }
+
     pub fn version(&self) -> Option<&str> {
         match self {
             IrqbalanceState::Running { version }

@@ -34,6 +34,9 @@ pub struct RemedyState {
 
 pub type SharedRemedy = Arc<Mutex<RemedyState>>;
 
+/// How long irqbalance's state, once asked, is taken as current without a collapse.
+const IRQBALANCE_REFRESH: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// The node annotation `nodemedic.io/pause`, as last read by the Kubernetes reporter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -83,7 +86,7 @@ pub struct RealActuators {
 impl RealActuators {
     pub fn new(cfg: &RemediationConfig, paths: &Paths) -> Self {
         Self {
-            systemd: Systemd::new(cfg.irqbalance.clone(), paths.rootfs.clone()),
+            systemd: Systemd::new(cfg.irqbalance.clone()),
             writer: AffinityWriter::new(paths.procfs.clone()),
         }
     }
@@ -113,6 +116,7 @@ pub async fn run(
     let keep = cfg.audit_entries.max(1);
     let mut policy = Policy::new(cfg.clone());
     let mut irqbalance: Option<IrqbalanceState> = None;
+    let mut asked: Option<tokio::time::Instant> = None;
     if let Ok(mut s) = state.lock() {
         s.mode = Some(cfg.mode);
     }
@@ -131,14 +135,25 @@ pub async fn run(
                 p => Some(p),
             }
         };
-        // Ask systemd only when there is something to fix (or to report on).
-        if sample.verdicts.iter().any(|v| v.collapsed) || irqbalance.is_none() {
+        // Ask systemd when there is something to fix, and now and then for the fleet's info
+        // series (an irqbalance stopped since start must not read "running" for days).
+        let stale = !matches!(asked, Some(at) if at.elapsed() < IRQBALANCE_REFRESH);
+        if sample.verdicts.iter().any(|v| v.collapsed) || stale {
             irqbalance = Some(actuators.irqbalance_state().await);
+            asked = Some(tokio::time::Instant::now());
         }
-        let irqb = irqbalance.clone().unwrap_or(IrqbalanceState::Unknown {
-            detail: "not checked".into(),
-            version: None,
-        });
+        let package_version = sample
+            .snapshot
+            .irqbalance
+            .as_ref()
+            .and_then(|c| c.package.version());
+        let irqb = irqbalance
+            .clone()
+            .unwrap_or(IrqbalanceState::Unknown {
+                detail: "not checked".into(),
+                version: None,
+            })
+            .with_version(package_version);
         let Some(pause) = pause else {
             // The pause annotation is not read yet: no decision, and no audited pause.
             if let Ok(mut s) = state.lock() {

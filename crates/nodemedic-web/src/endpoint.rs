@@ -275,6 +275,10 @@ fn render_body(
             paused: remedy.as_ref().is_some_and(|r| r.paused),
             decisions: &decisions,
             last_action_timestamp: remedy.as_ref().and_then(|r| r.last_action_timestamp),
+            irqbalance_state: remedy
+                .as_ref()
+                .and_then(|r| r.irqbalance.as_ref())
+                .map(|s| s.as_str()),
         }),
     };
     render_with_tuning(
@@ -315,6 +319,9 @@ struct StatusBody<'a> {
     /// Open connections, the cap, and connections evicted or refused to stay under it.
     web: WebStats,
     web_config: WebConfigStatus,
+    /// irqbalance's package version, or why it is unknown (`nodemedic_irqbalance_info`'s
+    /// version; its state is systemd's, under `remediation.irqbalance`).
+    irqbalance_package: Option<&'a nodemedic_kernel::irqbalance::IrqbalancePackage>,
     remediation: serde_json::Value,
     kubernetes: KubeStatus,
 }
@@ -363,6 +370,10 @@ async fn status(State(shared): State<Arc<Endpoint>>) -> Response {
         tuning: sample.as_ref().map(|s| TuningReport::of(s, false)),
         web: web_stats(&shared.web),
         web_config: shared.web_config.status(),
+        irqbalance_package: sample
+            .as_ref()
+            .and_then(|s| s.snapshot.irqbalance.as_ref())
+            .map(|c| &c.package),
         remediation,
         kubernetes: shared.kube.lock().map(|k| k.clone()).unwrap_or_default(),
     };

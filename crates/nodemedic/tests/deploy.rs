@@ -447,3 +447,25 @@ fn web_config_secret_is_mounted_passed_and_probed_accordingly() {
         );
     }
 }
+
+/// With prometheusRule.enabled the chart renders one PrometheusRule per shipped rule file (the
+/// per-node alerts, the fleet's recording rules and alert), each with the file's groups as
+/// they are in deploy/prometheus.
+#[test]
+fn prometheus_rules_carry_every_shipped_rule_file() {
+    let all = render(&["prometheusRule.enabled=true"]);
+    let rendered: Vec<serde_yaml_ng::Value> = objects(&all)
+        .into_iter()
+        .filter(|o| o["kind"].as_str() == Some("PrometheusRule"))
+        .map(|o| o["spec"].clone())
+        .collect();
+    let shipped: Vec<serde_yaml_ng::Value> = common::promql::RULE_FILES
+        .iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(workspace_root().join(f)).unwrap();
+            serde_yaml_ng::from_str(&text).unwrap()
+        })
+        .collect();
+    assert_eq!(rendered, shipped);
+    assert!(!render(&[]).contains("kind: PrometheusRule"));
+}

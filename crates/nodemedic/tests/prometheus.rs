@@ -10,29 +10,12 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
-use serde_json::Value;
 
 /// Prometheus applies new targets on a 5 s reload tick, then scrapes: allow generously.
 const FIRST_SCRAPE_DEADLINE: Duration = Duration::from_secs(60);
-
-/// Runs an instant query; `Ok` with the result vector once the query succeeded.
-fn query(prom: &Server, q: &str) -> Result<Vec<Value>, String> {
-    let path = format!("/api/v1/query?query={}", url_encode(q));
-    let r = http_get(prom.addr(), &path, &[])?;
-    let v: Value = serde_json::from_str(&r.body)
-        .map_err(|e| format!("HTTP {}, bad JSON ({e}): {}", r.status, r.body))?;
-    if r.status != 200 || v["status"] != "success" {
-        return Err(format!("query {q:?}: HTTP {}: {}", r.status, r.body));
-    }
-    v["data"]["result"]
-        .as_array()
-        .cloned()
-        .ok_or_else(|| format!("query {q:?}: no data.result array: {}", r.body))
-}
 
 /// The value of the single series a query returns, as Prometheus prints it ("1", "8", …).
 fn single_value(prom: &mut Server, q: &str, target: &str) -> String {
@@ -59,31 +42,6 @@ fn single_value(prom: &mut Server, q: &str, target: &str) -> String {
     })
 }
 
-/// Why the target is not up yet, from /api/v1/targets (for the timeout message).
-fn target_state(prom: &Server) -> String {
-    match http_get(prom.addr(), "/api/v1/targets", &[]) {
-        Ok(r) => match serde_json::from_str::<Value>(&r.body) {
-            Ok(v) => v["data"]["activeTargets"]
-                .as_array()
-                .map(|ts| {
-                    ts.iter()
-                        .map(|t| {
-                            format!(
-                                "{} health={} lastError={}",
-                                t["scrapeUrl"], t["health"], t["lastError"]
-                            )
-                        })
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                })
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| "no active targets yet".into()),
-            Err(e) => format!("bad /api/v1/targets JSON: {e}"),
-        },
-        Err(e) => e,
-    }
-}
-
 #[test]
 fn prometheus_scrapes_the_collapse() {
     let Some(prometheus) = prometheus_tool("prometheus", "the real-Prometheus scrape test") else {
@@ -100,26 +58,13 @@ fn prometheus_scrapes_the_collapse() {
     // What Prometheus should ingest per scrape: every sample line (the set is stable).
     let expected_samples = sample_lines(&nodemedic.get("/metrics").body).count();
 
-    let mut prom = start_server("prometheus", "/-/ready", |port, dir| {
-        let config = dir.join("prometheus.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
-                 scrape_configs:\n  - job_name: nodemedic\n    static_configs:\n      - targets: ['{target}', '{k8s_target}']\n"
-            ),
-        )
-        .expect("writing prometheus.yml");
-        let mut cmd = Command::new(&prometheus);
-        cmd.arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .current_dir(dir);
-        cmd
-    });
+    let mut prom = start_prometheus(
+        &prometheus,
+        &format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+             scrape_configs:\n  - job_name: nodemedic\n    static_configs:\n      - targets: ['{target}', '{k8s_target}']\n"
+        ),
+    );
 
     prom.poll("up{job=\"nodemedic\"} == 1", FIRST_SCRAPE_DEADLINE, |p| {
         let result = query(p, "min(up{job=\"nodemedic\"})")?;

@@ -1,3 +1,8 @@
+use std::os::unix::fs::MetadataExt;
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+use nodemedic_kernel::irqbalance::IrqbalancePackage;
 use nodemedic_kernel::snapshot::IrqbalanceConfig;
 use nodemedic_kernel::{irqbalance, Snapshot};
 
@@ -5,11 +10,23 @@ use super::{skipped_warnings, RescanCache};
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 
 /// irqbalance's banned CPUs from `/etc/default/irqbalance` or `/etc/sysconfig/irqbalance`
-/// under the root filesystem. Read on rescans only: it changes when an administrator edits
-/// it, and irqbalance itself only reads it when it starts.
+/// under the root filesystem, and its installed version from the package database. Read on
+/// rescans only: they change when an administrator edits the file or upgrades the package,
+/// and irqbalance itself only reads its file when it starts.
 #[derive(Default)]
 pub struct IrqbalanceConfigCollector {
     cache: RescanCache<IrqbalanceConfig>,
+    /// The package database's identity when last parsed, and what it said: dpkg's status is
+    /// most of a megabyte, parsed again only when it changed (a stat per rescan otherwise).
+    package: Mutex<Option<(DatabaseStamp, IrqbalancePackage)>>,
+}
+
+/// What tells a rewritten database from the one parsed before (dpkg replaces the file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct DatabaseStamp {
+    inode: u64,
+    len: u64,
+    modified: Option<SystemTime>,
 }
 
 impl Collector for IrqbalanceConfigCollector {
@@ -18,7 +35,14 @@ impl Collector for IrqbalanceConfigCollector {
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
-        let (config, warnings) = self.cache.get(ctx.rescan, || read(ctx))?;
+        let (config, warnings) = self.cache.get(ctx.rescan, || {
+            let (config, warnings) = read_config(ctx)?;
+            let config = IrqbalanceConfig {
+                package: self.package(ctx),
+                ..config
+            };
+            Ok((config, warnings))
+        })?;
         snap.irqbalance = Some(config);
         Ok(Collected {
             warnings,
@@ -27,7 +51,66 @@ impl Collector for IrqbalanceConfigCollector {
     }
 }
 
-fn read(ctx: &Ctx<'_>) -> Result<(IrqbalanceConfig, Vec<String>), CollectError> {
+impl IrqbalanceConfigCollector {
+    fn package(&self, ctx: &Ctx<'_>) -> IrqbalancePackage {
+        let dpkg = dpkg_status(ctx);
+        let stamp = std::fs::metadata(&dpkg).ok().map(|m| DatabaseStamp {
+            inode: m.ino(),
+            len: m.len(),
+            modified: m.modified().ok(),
+        });
+        let mut cached = self.package.lock().unwrap_or_else(|p| p.into_inner());
+        if let (Some(stamp), Some((was, package))) = (stamp, cached.as_ref()) {
+            if stamp == *was {
+                return package.clone();
+            }
+        }
+        let package = read_package(ctx);
+        *cached = stamp.map(|s| (s, package.clone()));
+        package
+    }
+}
+
+fn dpkg_status(ctx: &Ctx<'_>) -> std::path::PathBuf {
+    ctx.paths.rootfs.join("var/lib/dpkg/status")
+}
+
+/// irqbalance's package from dpkg's status database under the root filesystem. An unknown
+/// version is not a collector failure (a pod without the host's database, an RPM node): it
+/// carries its reason to `/status` and `version="unknown"` to the info series.
+fn read_package(ctx: &Ctx<'_>) -> IrqbalancePackage {
+    let dpkg = dpkg_status(ctx);
+    let database = dpkg.display().to_string();
+    match ctx.reader.read_optional(&dpkg) {
+        Ok(Some(status)) => match irqbalance::dpkg_installed_version(&status, "irqbalance") {
+            Some(version) => IrqbalancePackage::Installed { version, database },
+            None => IrqbalancePackage::NotInstalled { database },
+        },
+        Ok(None) => {
+            let rpm = ctx.paths.rootfs.join("var/lib/rpm");
+            let reason = if rpm.is_dir() {
+                format!(
+                    "{} is RPM's database, which nodemedic does not read; {database} does not exist",
+                    rpm.display()
+                )
+            } else if ctx.paths.rootfs == std::path::Path::new("/") {
+                format!("no package database: {database} does not exist")
+            } else {
+                format!(
+                    "no package database: {database} does not exist (the host's /var/lib/dpkg \
+                     is not mounted under {})",
+                    ctx.paths.rootfs.display()
+                )
+            };
+            IrqbalancePackage::Unknown { reason }
+        }
+        Err(e) => IrqbalancePackage::Unknown {
+            reason: e.to_string(),
+        },
+    }
+}
+
+fn read_config(ctx: &Ctx<'_>) -> Result<(IrqbalanceConfig, Vec<String>), CollectError> {
     let mut out = Collected::default();
     for rel in ["etc/default/irqbalance", "etc/sysconfig/irqbalance"] {
         let path = ctx.paths.rootfs.join(rel);
@@ -40,6 +123,7 @@ fn read(ctx: &Ctx<'_>) -> Result<(IrqbalanceConfig, Vec<String>), CollectError> 
         let config = IrqbalanceConfig {
             source: Some(path.display().to_string()),
             banned_cpus,
+            ..Default::default()
         };
         return Ok((config, out.warnings));
     }

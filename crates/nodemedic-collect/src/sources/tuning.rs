@@ -579,6 +579,12 @@ fn read_settings(
             w,
         )
         .flatten(),
+        kernel_release: optional(
+            r,
+            &proc.join("sys/kernel/osrelease"),
+            |t| tuning::parse_word(t).map(str::to_string),
+            w,
+        ),
         net_core: NetCore {
             netdev_budget: optional(
                 r,

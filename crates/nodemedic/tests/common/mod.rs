@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+pub mod promql;
+
 /// How long any single condition may take to become true before the test fails.
 pub const DEADLINE: Duration = Duration::from_secs(30);
 
@@ -496,6 +498,67 @@ pub fn url_encode(s: &str) -> String {
         }
     }
     out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Prometheus
+
+/// Starts Prometheus (`bin`, see `prometheus_tool`) with `config` as its prometheus.yml and
+/// its TSDB in the server's temp dir, once /-/ready answers.
+pub fn start_prometheus(bin: &Path, config: &str) -> Server {
+    start_server("prometheus", "/-/ready", |port, dir| {
+        let file = dir.join("prometheus.yml");
+        std::fs::write(&file, config).expect("writing prometheus.yml");
+        let mut cmd = Command::new(bin);
+        cmd.arg(format!("--config.file={}", file.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .current_dir(dir);
+        cmd
+    })
+}
+
+/// Runs an instant query; `Ok` with the result vector once the query succeeded.
+pub fn query(prom: &Server, q: &str) -> Result<Vec<serde_json::Value>, String> {
+    let path = format!("/api/v1/query?query={}", url_encode(q));
+    let r = http_get(prom.addr(), &path, &[])?;
+    let v: serde_json::Value = serde_json::from_str(&r.body)
+        .map_err(|e| format!("HTTP {}, bad JSON ({e}): {}", r.status, r.body))?;
+    if r.status != 200 || v["status"] != "success" {
+        return Err(format!("query {q:?}: HTTP {}: {}", r.status, r.body));
+    }
+    v["data"]["result"]
+        .as_array()
+        .cloned()
+        .ok_or_else(|| format!("query {q:?}: no data.result array: {}", r.body))
+}
+
+/// Why the targets are not up yet, from /api/v1/targets (for the timeout message).
+pub fn target_state(prom: &Server) -> String {
+    match http_get(prom.addr(), "/api/v1/targets", &[]) {
+        Ok(r) => match serde_json::from_str::<serde_json::Value>(&r.body) {
+            Ok(v) => v["data"]["activeTargets"]
+                .as_array()
+                .map(|ts| {
+                    ts.iter()
+                        .map(|t| {
+                            format!(
+                                "{} health={} lastError={}",
+                                t["scrapeUrl"], t["health"], t["lastError"]
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                })
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "no active targets yet".into()),
+            Err(e) => format!("bad /api/v1/targets JSON: {e}"),
+        },
+        Err(e) => e,
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
