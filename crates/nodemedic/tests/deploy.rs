@@ -251,6 +251,10 @@ fn privileges_mounts_and_rbac_follow_the_features() {
         .iter()
         .flatten()
         .any(|v| v.name == "cgroup-v1-root" && v.empty_dir.is_some()));
+    // irqbalance's version in a pod (issue 23, defect 2): dpkg's database, read-only.
+    let dpkg = mount(&c, "/host/var/lib/dpkg").unwrap();
+    assert_eq!(dpkg.read_only, Some(true));
+    assert_eq!(host_path(&pod, "dpkg").unwrap().path, "/var/lib/dpkg");
     let ns: Namespace = object(&default, "Namespace");
     assert_eq!(
         ns.metadata.labels.unwrap()["pod-security.kubernetes.io/enforce"],
