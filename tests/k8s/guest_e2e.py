@@ -523,10 +523,13 @@ def incident():
 
     st = poll("a guest with no collapse", 60, quiet)
     irqb = st["remediation"]["irqbalance"]
-    log(f"irqbalance as the guest's pod sees it: {json.dumps(irqb)[:300]}")
+    log(f"irqbalance as the guest's pod sees it: {json.dumps(irqb)[:300]}; package {st.get('irqbalance_package')}")
+    # Its version from the host's dpkg database (the chart's read-only /var/lib/dpkg mount).
+    assert (st.get("irqbalance_package") or {}).get("version", "").startswith("1.9.2"), st.get("irqbalance_package")
+    assert irqb.get("version", "") and irqb["version"].startswith("1.9.2"), irqb
+    t0 = time.time()  # the IRQs are pinned within the next second (guest_sh's round trip)
     group = collapse()
-    t0 = time.time()
-    log(f"collapsed: {group}'s queue IRQs on CPU 0, irqbalance stopped")
+    log(f"collapsed: {group}'s queue IRQs on CPU 0, irqbalance stopped ({time.time() - t0:.1f}s for the command)")
 
     def on_guest():
         c = condition(node)
@@ -587,8 +590,8 @@ def dry_run():
     node = GUEST["GUEST_NODE"]
     guest_sh("systemctl -q is-active irqbalance")
     upgrade_to("dry-run")
-    group = collapse()
     t0 = time.time()
+    group = collapse()
 
     def decided():
         if metric(metrics_at(node), "nodemedic_remediation_actions_total", action="irqbalance_restart", result="dry_run") < 1:
