@@ -450,6 +450,10 @@ extraConfig: |
   mode = "%s"
   cooldown = "60s"
   verify_after = "25s"
+  [reader]
+  rescan_interval = "1s"
+  [tuning]
+  settings_interval = "1s"
 """
 
 QUEUE_IRQS = r"""
@@ -606,6 +610,41 @@ def dry_run():
     guest_sh("systemctl kill -s CONT irqbalance; systemctl restart irqbalance")
 
 
+@check("G12. the tuning audit in the guest's pod (hostNetwork): the NIC's channels through ethtool netlink; ethtool -L on the guest moves the gauge and raises the finding")
+def tuning():
+    node = GUEST["GUEST_NODE"]
+    nic = (Path(ne.ENV["DIR"]) / "guest" / "nic").read_text().strip()
+    mx, cur = guest_sh(f"ethtool -l {nic} | awk '$1 == \"Combined:\" {{print $2}}'").stdout.split()[:2]
+
+    def channels(want):
+        def read():
+            body = metrics_at(node)
+            got = metric(body, "nodemedic_net_channels", interface=nic, kind="combined", limit="current")
+            top = metric(body, "nodemedic_net_channels", interface=nic, kind="combined", limit="max")
+            if (got, top) != (float(want), float(mx)):
+                raise Pending(f"combined {got} of {top}, want {want} of {mx}")
+            return body
+        return read
+
+    body = poll(f"{nic}'s channels ({cur} of {mx}) on the pod's exposition", 60, channels(cur))
+    assert metric(body, "nodemedic_tuning_finding", rule="nic_channels", subject=nic) == 0
+    t0 = time.time()
+    guest_sh(f"ethtool -L {nic} combined 1")
+    try:
+        poll("the gauge at 1 channel", 60, channels(1))
+
+        def finding():
+            if metric(metrics_at(node), "nodemedic_tuning_finding", rule="nic_channels", subject=nic) != 1:
+                raise Pending("no nic_channels finding")
+            return True
+
+        poll("the nic_channels finding", 60, finding)
+        log(f"{nic}: combined {cur} of {mx} via netlink in the pod; ethtool -L combined 1 seen with its finding "
+            f"{time.time() - t0:.0f}s later")
+    finally:
+        guest_sh(f"ethtool -L {nic} combined {cur}", check=False)
+
+
 def hybrid_values(d):
     """Values for this machine's hybrid node: its v1 cpu and cpuacct hierarchies and the unified
     one, each mounted read-only on its own; the DaemonSet on this node only."""
@@ -680,7 +719,7 @@ def main():
         run(["cc", "-O2", "-static", "-Wall", "-Werror", "-o", d / "guest" / "perfgen", ROOT / "tests/vm/perfgen.c"])
         log(f"guest node up in {time.time() - t1:.0f}s")
         steps = [joined, install_defaults, guest_layout, no_warnings, cgroups_read_only, quota_bound,
-                 prometheus, probes, incident, dry_run, hybrid_read_only]
+                 prometheus, probes, incident, dry_run, tuning, hybrid_read_only]
         only = os.environ.get("NODEMEDIC_GUEST_CHECKS")  # e.g. "joined,install_defaults,cgroups_read_only"
         if only:
             steps = [st for st in steps if st.step_name in only.split(",")]
