@@ -14,11 +14,14 @@ cd "$(dirname "$0")/.."
 # shellcheck source=deploy/bootstrap.sh
 . deploy/bootstrap.sh
 ensure_test_deps
+# Debian's interpreter, the one python3-yaml and python3-seccomp install into: a python3 found
+# first on PATH (a pyenv, a virtualenv) would import whatever it happens to have.
+PY=/usr/bin/python3
 
 echo "== fixtures match their generator"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-python3 tests/fixtures/generate.py "$tmp"
+"$PY" tests/fixtures/generate.py "$tmp"
 for tree in "$tmp"/*/; do
     name=$(basename "$tree")
     diff -r --no-dereference "$tree" "tests/fixtures/$name" >/dev/null || {
@@ -40,7 +43,7 @@ bash deploy/container/build-image.sh --oci-archive "$tmp/nodemedic-image.tar" >/
 export NODEMEDIC_IMAGE_ARCHIVE="$tmp/nodemedic-image.tar"
 
 echo "== a real Kubernetes node: the chart's DaemonSet on kubelet + containerd + runc (tests/k8s)"
-python3 tests/k8s/node_e2e.py
+"$PY" tests/k8s/node_e2e.py
 
 echo "== two nodes: this one and the QEMU guest (systemd, cgroup v2, the systemd driver, D-Bus, irqbalance)"
 python3 tests/k8s/guest_e2e.py

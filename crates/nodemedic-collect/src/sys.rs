@@ -77,6 +77,23 @@ pub fn cap_malloc_arenas() {
     }
 }
 
+/// Gives the allocator's free memory back to the system (glibc's `malloc_trim`). For a
+/// one-off burst that is freed at once: loading the eBPF probes parses the kernel's BTF (5.5 MB
+/// of it on a Debian kernel, tens of thousands of small allocations) and drops it whether the
+/// probes attach or not. glibc keeps freed chunks in its heap for reuse and only returns the top
+/// of it, so without this the `.deb`'s build held the parse for as long as it ran (27.5 against
+/// 8.8 MiB for the image's musl build, whose allocator unmaps free pages itself: a no-op there).
+/// `malloc_trim` also releases whole free pages inside the heap (`MADV_DONTNEED`), which is
+/// what a fragmented heap needs.
+pub fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: malloc_trim takes no pointers; it walks glibc's own arenas under their locks
+        // and is safe to call from any thread at any time.
+        let _ = unsafe { libc::malloc_trim(0) };
+    }
+}
+
 /// Raises the soft `RLIMIT_NOFILE` to the hard limit and returns the new soft limit.
 /// systemd starts services with a soft limit of 1024 and a hard one of 524288; a 256-CPU
 /// node with 500 pods needs a few thousand kept-open files.

@@ -15,6 +15,8 @@ pub fn sources(config: &Config, spawn_reader: bool) -> Vec<Box<dyn Collector>> {
     }
     raise_memlock();
     let collector = PerfProbeCollector::load(opts);
+    // The kernel's BTF, parsed for the load and dropped now, attached or not.
+    nodemedic_collect::release_free_memory();
     if spawn_reader {
         if let Some(reader) = collector.take_ring_reader() {
             tokio::spawn(reader.run());

@@ -94,17 +94,9 @@ fn a_node_without_irqbalance() {
 /// This machine's own kernel and hypervisor flag, as `uname -r` and cpuinfo give them.
 #[test]
 fn this_machine() {
-    let mut server = common::start_server("nodemedic", "/healthz", |port, dir| {
-        let cfg = dir.join("nodemedic.toml");
-        std::fs::write(&cfg, "sample_interval = \"200ms\"\n[remediation]\nmode = \"off\"\n[probes]\nenabled = false\n").unwrap();
-        common::nodemedic_cmd(
-            &[],
-            &cfg,
-            std::path::Path::new("/"),
-            &["--web.listen-address".into(), format!("127.0.0.1:{port}")],
-            &[],
-        )
-    });
+    let mut server = common::start_nodemedic_on_this_machine(
+        "sample_interval = \"200ms\"\n[remediation]\nmode = \"off\"\n[probes]\nenabled = false\n",
+    );
     wait_for_samples(&mut server, 2);
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
     let vm = std::fs::read_to_string("/proc/cpuinfo")

@@ -326,6 +326,22 @@ pub fn start_nodemedic(fixture: &str, config: &str) -> Server {
     })
 }
 
+/// Starts `nodemedic run` on this machine's own /proc and /sys with the given config.
+#[allow(dead_code)] // not every test binary that includes this module uses it
+pub fn start_nodemedic_on_this_machine(config: &str) -> Server {
+    start_server("nodemedic", "/healthz", |port, dir| {
+        let cfg = dir.join("nodemedic.toml");
+        std::fs::write(&cfg, config).expect("writing the config");
+        nodemedic_cmd(
+            &[],
+            &cfg,
+            Path::new("/"),
+            &["--web.listen-address".into(), format!("127.0.0.1:{port}")],
+            &[],
+        )
+    })
+}
+
 /// Waits until the daemon's /status reports at least `n` samples.
 pub fn wait_for_samples(server: &mut Server, n: u64) {
     server.poll(&format!("samples_total >= {n} in /status"), DEADLINE, |s| {
