@@ -46,7 +46,7 @@ echo "== a real Kubernetes node: the chart's DaemonSet on kubelet + containerd +
 "$PY" tests/k8s/node_e2e.py
 
 echo "== two nodes: this one and the QEMU guest (systemd, cgroup v2, the systemd driver, D-Bus, irqbalance)"
-python3 tests/k8s/guest_e2e.py
+"$PY" tests/k8s/guest_e2e.py
 
 echo "== real kernel, systemd, D-Bus and irqbalance in a QEMU VM (nodemedic from its .deb)"
 bash tests/vm/nodemedic-e2e.sh
