@@ -4,9 +4,10 @@
 # with promtool, a real Prometheus, this machine's real IRQs, remediation on a paused clock
 # and on real IRQs, a real kube-apiserver built from Go modules with etcd); the end-to-end
 # remediation test in a QEMU VM with systemd and irqbalance; the shipped chart on a real
-# single-node Kubernetes cluster (kubelet, containerd, runc: tests/k8s/node_e2e.py); and a
-# bounded fuzz run. The Kubernetes binaries, helm and the VM image are cached under
-# /var/cache (first build: about 7, 2 and 3-6 minutes on 2 cores).
+# single-node Kubernetes cluster (kubelet, containerd, runc: tests/k8s/node_e2e.py), then with
+# the QEMU guest as its second node (tests/k8s/guest_e2e.py); and a bounded fuzz run. The
+# Kubernetes binaries, helm and the VM images are cached under /var/cache (first build: about
+# 7, 2 and 3-6 minutes on 2 cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,6 +41,10 @@ cargo test --workspace --locked -- --test-threads="${TEST_THREADS:-2}"
 echo "== the container image: built from this repository with buildah, run"
 bash tests/image.sh
 
+echo "== the image for the Kubernetes tests (deploy/container/build-image.sh), built once"
+bash deploy/container/build-image.sh --oci-archive "$tmp/nodemedic-image.tar" >/dev/null
+export NODEMEDIC_IMAGE_ARCHIVE="$tmp/nodemedic-image.tar"
+
 # The cluster and the VM use fixed network namespaces, addresses and ports: one user at a time
 # on this machine (another checkout's test run, a benchmark), under this lock; -o keeps the
 # daemons they start from inheriting it.
@@ -47,6 +52,9 @@ lock=(flock -o /tmp/nodemedic-cluster.lock)
 
 echo "== a real Kubernetes node: the chart's DaemonSet on kubelet + containerd + runc (tests/k8s)"
 "${lock[@]}" "$PY" tests/k8s/node_e2e.py
+
+echo "== two nodes: this one and the QEMU guest (systemd, cgroup v2, the systemd driver, D-Bus, irqbalance)"
+"${lock[@]}" "$PY" tests/k8s/guest_e2e.py
 
 echo "== real kernel, systemd, D-Bus and irqbalance in a QEMU VM (nodemedic from its .deb)"
 "${lock[@]}" bash tests/vm/nodemedic-e2e.sh

@@ -4,6 +4,8 @@ image from deploy/container/build-image.sh imported into containerd, the chart i
 helm and its default values (image pull policy aside), the kubelet running it as shipped.
 
     tests/k8s/node_e2e.py [DIR]      # as root; DIR keeps the cluster's state and logs
+    NODEMEDIC_IMAGE_ARCHIVE=FILE     # an archive of deploy/container/build-image.sh --oci-archive
+                                     # instead of building one (tests/run-all.sh builds it once)
 
 Each check prints one line; the last line is "k8s node: N passed, N failed". The cluster is
 torn down at the end (KEEP=1 leaves it running). Where the real node disagrees with an
@@ -1023,9 +1025,11 @@ def main():
     d = Path(sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="nodemedic-node-"))
     d.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    image = d / "nodemedic-image.tar"
-    log("building the image (deploy/container/build-image.sh)")
-    run([ROOT / "deploy/container/build-image.sh", "--oci-archive", image], timeout=3600)
+    image = os.environ.get("NODEMEDIC_IMAGE_ARCHIVE")
+    if not image:
+        image = d / "nodemedic-image.tar"
+        log("building the image (deploy/container/build-image.sh)")
+        run([ROOT / "deploy/container/build-image.sh", "--oci-archive", image], timeout=3600)
     log("bringing the cluster up (tests/k8s/cluster-up.sh)")
     run([K8S / "cluster-up.sh", d], timeout=3600)
     attach(d)

@@ -8,13 +8,35 @@
 #   NODEMEDIC_VM_CACHE   cache dir (default /var/cache/nodemedic-vm)
 #   NODEMEDIC_VM_MIRROR  Debian mirror (default: the bookworm mirror of this host's apt sources)
 #   NODEMEDIC_VM_REBUILD=1  rebuild even if the stamp matches
+#   NODEMEDIC_VM_IMG_SIZE   size of the raw image (default 2G)
+#   NODEMEDIC_VM_PACKAGES   extra Debian packages, comma- or space-separated (e.g. containerd)
+#   NODEMEDIC_VM_FILES      extra files, whitespace-separated SRC=DST[=MODE] (host path, guest
+#                           path, octal mode: default 0755 for executables, else 0644)
+#   NODEMEDIC_VM_ENABLE     extra systemd units to enable, comma- or space-separated
+# An image with extras belongs in a cache of its own (NODEMEDIC_VM_CACHE): the stamp covers
+# the extras (the package list, each file's destination, mode and sha256), so a cache built
+# with other extras is rebuilt, not reused.
 set -euo pipefail
 
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
 CACHE=${NODEMEDIC_VM_CACHE:-/var/cache/nodemedic-vm}
 SUITE=bookworm
 IMG_SIZE=${NODEMEDIC_VM_IMG_SIZE:-2G}
-HASH=$(sha256sum "$SELF" | cut -d' ' -f1)
+EXTRA_PACKAGES=$(echo "${NODEMEDIC_VM_PACKAGES:-}" | tr ', ' '\n\n' | sed '/^$/d' | sort -u | paste -sd, -)
+EXTRA_ENABLE=$(echo "${NODEMEDIC_VM_ENABLE:-}" | tr ', ' '\n\n' | sed '/^$/d' | paste -sd' ' -)
+read -r -a EXTRA_FILES <<<"${NODEMEDIC_VM_FILES:-}"
+extras_id() { # what the extras are, for the stamp
+    local f src dst mode
+    echo "packages=$EXTRA_PACKAGES size=$IMG_SIZE enable=$EXTRA_ENABLE"
+    for f in "${EXTRA_FILES[@]}"; do
+        IFS== read -r src dst mode <<<"$f"
+        [ -f "$src" ] || { echo "build-image.sh: extra file $src not found" >&2; return 1; }
+        echo "file=$dst mode=${mode:-} $(sha256sum "$src" | cut -d' ' -f1)"
+    done
+}
+EXTRAS=
+[ -z "$EXTRA_PACKAGES${EXTRA_ENABLE}${EXTRA_FILES[*]}" ] || EXTRAS=$(extras_id)
+HASH=$( (sha256sum "$SELF" | cut -d' ' -f1; echo "$EXTRAS") | sha256sum | cut -d' ' -f1)
 
 log() { echo "[build-image] $*" >&2; }
 
@@ -94,6 +116,7 @@ INCLUDE=$INCLUDE,iproute2,procps,ethtool,pciutils,util-linux,zstd
 # The eBPF probe test cross-checks nodemedic against Debian's bpftrace and reads BPF run stats
 # with bpftool; curl scrapes /metrics.
 INCLUDE=$INCLUDE,bpftrace,bpftool,curl
+[ -z "$EXTRA_PACKAGES" ] || INCLUDE=$INCLUDE,$EXTRA_PACKAGES
 log "debootstrap $SUITE (variant minbase) -> $ROOT"
 debootstrap --variant=minbase --include="$INCLUDE" --cache-dir="$CACHE/debs" \
     "$SUITE" "$ROOT" "$mirror" >"$BUILD/debootstrap.log" 2>&1 || {
@@ -185,6 +208,23 @@ WantedBy=multi-user.target
 EOF
 chroot "$ROOT" systemctl enable nodemedic-test.service >/dev/null 2>&1
 chroot "$ROOT" systemctl enable irqbalance.service >/dev/null 2>&1 || true
+
+# --- extras: files copied in, units enabled ----------------------------------------------
+for f in "${EXTRA_FILES[@]}"; do
+    IFS== read -r src dst mode <<<"$f"
+    if [ -z "$mode" ]; then
+        mode=0644
+        [ -x "$src" ] && mode=0755
+    fi
+    install -D -m "$mode" "$src" "$ROOT$dst"
+done
+for unit in $EXTRA_ENABLE; do
+    chroot "$ROOT" systemctl enable "$unit" >/dev/null 2>&1 || {
+        echo "cannot enable $unit in the image" >&2
+        exit 1
+    }
+done
+[ -z "$EXTRAS" ] || log "extras: $(echo "$EXTRAS" | tr '\n' ';')"
 
 # --- kernel + initrd out of the rootfs, then the ext4 image -----------------------------
 vmlinuz=$(find "$ROOT/boot" -maxdepth 1 -name 'vmlinuz-*' | sort -V | tail -n1)

@@ -36,12 +36,16 @@ pub fn cgroup_mounts(text: &str) -> Result<CgroupMounts, MountInfoError> {
 /// In a pod on a cgroup v1 (or hybrid) node a process sees two mounts of each hierarchy: the
 /// container's own `/sys/fs/cgroup/cpu`, whose mount root is its cgroup
 /// (`/kubepods/burstable/pod…/<id>`), and the host's, bind-mounted under `/host` with root
-/// `/`. Of the mounts under `root`, one of the whole hierarchy (root `/`) is taken first; a
-/// part of a hierarchy only when there is no whole one.
+/// `/`. On a cgroup v2 node the container has a cgroup namespace of its own: mountinfo shows
+/// roots relative to it, so the container's own `/sys/fs/cgroup` has root `/` and the host's
+/// has `/../../../..` (as many `..` as the container's cgroup is deep). Of the mounts under
+/// `root`, the one reaching highest in the hierarchy is taken (the most leading `..`, then
+/// `/`, in mountinfo's order among equals); a part of a hierarchy only when there is nothing
+/// higher.
 pub fn cgroup_mounts_under(text: &str, root: &Path) -> Result<CgroupMounts, MountInfoError> {
     let mounts =
         MountInfos::from_read(text.as_bytes()).map_err(|e| MountInfoError::Parse(e.to_string()))?;
-    // (mount point, whole hierarchy) of each kind, in mountinfo's order.
+    // (mount point, how high it reaches) of each kind, in mountinfo's order.
     let mut unified = Vec::new();
     let mut cpu = Vec::new();
     let mut cpuacct = Vec::new();
@@ -49,34 +53,46 @@ pub fn cgroup_mounts_under(text: &str, root: &Path) -> Result<CgroupMounts, Moun
         if !m.mount_point.starts_with(root) {
             continue;
         }
-        let whole = m.root == "/";
+        let up = reach(&m.root);
         match m.fs_type.as_str() {
-            "cgroup2" => unified.push((m.mount_point, whole)),
+            "cgroup2" => unified.push((m.mount_point, up)),
             "cgroup" => {
                 // v1 controllers are named in the super options: `rw,cpu,cpuacct`.
                 let has = |c: &str| m.super_options.contains_key(c);
                 if has("cpu") {
-                    cpu.push((m.mount_point.clone(), whole));
+                    cpu.push((m.mount_point.clone(), up));
                 }
                 if has("cpuacct") {
-                    cpuacct.push((m.mount_point, whole));
+                    cpuacct.push((m.mount_point, up));
                 }
             }
             _ => {}
         }
     }
-    let pick = |v: Vec<(PathBuf, bool)>| {
-        let first = v.first().map(|(p, _)| p.clone());
-        v.into_iter()
-            .find(|(_, whole)| *whole)
-            .map(|(p, _)| p)
-            .or(first)
+    let pick = |v: Vec<(PathBuf, i32)>| {
+        let best = v.iter().map(|(_, r)| *r).max()?;
+        v.into_iter().find(|(_, r)| *r == best).map(|(p, _)| p)
     };
     Ok(CgroupMounts {
         unified: pick(unified),
         cpu: pick(cpu),
         cpuacct: pick(cpuacct),
     })
+}
+
+/// How high a mount's root reaches in its hierarchy, seen from the reader's cgroup namespace:
+/// the number of `..` components (above the namespace's root) of a root made of them only, 0
+/// for the root `/` itself, -1 for any part of a hierarchy (a cgroup below the root, or a
+/// sibling's subtree such as `/../other`).
+fn reach(root: &str) -> i32 {
+    let mut up = 0;
+    for c in root.split('/').filter(|c| !c.is_empty()) {
+        if c != ".." {
+            return -1;
+        }
+        up += 1;
+    }
+    up
 }
 
 #[cfg(test)]
@@ -137,19 +153,40 @@ mod tests {
         assert_eq!(m.cpu, Some("/sys/fs/cgroup/cpu".into()));
     }
 
-    /// A pod on a pure cgroup v2 node: its own /sys/fs/cgroup is the root of its cgroup
-    /// namespace (mount root `/` as well), the host's is under /host.
+    /// A pod on a pure cgroup v2 node (the systemd driver, containerd with SystemdCgroup): the
+    /// container has a cgroup namespace of its own, so its /sys/fs/cgroup has root `/`, and
+    /// the host's, under /host, is shown relative to the namespace: `/../../../..`.
     #[test]
     fn a_pod_on_a_v2_node_reads_the_hosts_hierarchy() {
         let pod = "\
 1200 1100 0:150 / / ro,relatime - overlay overlay rw
-1211 1200 0:30 / /sys/fs/cgroup ro,nosuid,nodev,noexec,relatime - cgroup2 cgroup2 rw,nsdelegate
-1311 1300 0:30 / /host/sys/fs/cgroup ro,relatime master:4 - cgroup2 cgroup2 rw,nsdelegate
+1211 1200 0:30 / /sys/fs/cgroup ro,nosuid,nodev,noexec,relatime - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot
+1310 1200 0:21 / /host/sys ro,nosuid,nodev,noexec,relatime master:3 - sysfs sysfs rw
+1311 1310 0:30 /../../../.. /host/sys/fs/cgroup rw,nosuid,nodev,noexec,relatime master:4 - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot
+1320 1200 0:30 /../../../.. /host/sys/fs/cgroup ro,nosuid,nodev,noexec,relatime master:4 - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot
 ";
         let m = cgroup_mounts_under(pod, Path::new("/host/sys/fs/cgroup")).unwrap();
         assert_eq!(
             (m.unified, m.cpu),
             (Some("/host/sys/fs/cgroup".into()), None)
         );
+        // Without the /host prefix too: the host's mount reaches above the namespace's root.
+        let m = cgroup_mounts(pod).unwrap();
+        assert_eq!(m.unified, Some("/host/sys/fs/cgroup".into()));
+        // The container's own hierarchy alone is still a hierarchy.
+        let own = pod.lines().take(2).collect::<Vec<_>>().join("\n") + "\n";
+        assert_eq!(
+            cgroup_mounts(&own).unwrap().unified,
+            Some("/sys/fs/cgroup".into())
+        );
+    }
+
+    #[test]
+    fn how_high_a_root_reaches() {
+        assert_eq!(reach("/"), 0);
+        assert_eq!(reach("/../.."), 2);
+        assert_eq!(reach("/../../../.."), 4);
+        assert_eq!(reach("/kubepods/burstable/pod0a1b/c0ffee"), -1);
+        assert_eq!(reach("/../sibling"), -1);
     }
 }

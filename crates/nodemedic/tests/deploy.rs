@@ -213,6 +213,48 @@ fn privileges_mounts_and_rbac_follow_the_features() {
     assert!(limits.contains_key("memory"), "{limits:?}");
     assert!(!limits.contains_key("cpu"), "{limits:?}");
     assert_eq!(mount(&c, "/host/proc").unwrap().read_only, Some(true));
+    // The host's cgroup tree is mounted on its own, read-only (issue 23, defect 1): the
+    // read-only mount of /sys does not reach the cgroup filesystems below it (containerd 1.x
+    // remounts only the top of a bind read-only), so a pod could write any pod's cpu.max.
+    let sys = mount(&c, "/host/sys").unwrap();
+    assert_eq!(
+        (sys.read_only, sys.recursive_read_only.as_deref()),
+        (Some(true), Some("IfPossible"))
+    );
+    let cg = mount(&c, "/host/sys/fs/cgroup").unwrap();
+    assert_eq!(
+        (cg.name.as_str(), cg.read_only, cg.sub_path.as_deref()),
+        ("cgroup", Some(true), None)
+    );
+    let cg_vol = host_path(&pod, "cgroup").unwrap();
+    assert_eq!(
+        (cg_vol.path.as_str(), cg_vol.type_.as_deref()),
+        ("/sys/fs/cgroup", Some("Directory"))
+    );
+    // cgroup v1 nodes: each named hierarchy read-only on its own (a subPath is bound without
+    // the mounts below it), over an empty directory that hides the rest of the tree.
+    let v1 = render(&["cgroupV1Hierarchies={cpu,cpuacct,unified}"]);
+    let (v1_pod, v1_c) = daemonset(&v1);
+    assert_eq!(
+        mount(&v1_c, "/host/sys/fs/cgroup").unwrap().name,
+        "cgroup-v1-root"
+    );
+    for h in ["cpu", "cpuacct", "unified"] {
+        let m = mount(&v1_c, &format!("/host/sys/fs/cgroup/{h}")).unwrap();
+        assert_eq!(
+            (m.name.as_str(), m.read_only, m.sub_path.as_deref()),
+            ("cgroup", Some(true), Some(h))
+        );
+    }
+    assert!(v1_pod
+        .volumes
+        .iter()
+        .flatten()
+        .any(|v| v.name == "cgroup-v1-root" && v.empty_dir.is_some()));
+    // irqbalance's version in a pod (issue 23, defect 2): dpkg's database, read-only.
+    let dpkg = mount(&c, "/host/var/lib/dpkg").unwrap();
+    assert_eq!(dpkg.read_only, Some(true));
+    assert_eq!(host_path(&pod, "dpkg").unwrap().path, "/var/lib/dpkg");
     let ns: Namespace = object(&default, "Namespace");
     assert_eq!(
         ns.metadata.labels.unwrap()["pod-security.kubernetes.io/enforce"],

@@ -1,0 +1,768 @@
+#!/usr/bin/env python3
+"""nodemedic's chart on two nodes: this machine's (hybrid cgroups, no systemd, the cgroupfs
+driver) and the QEMU guest of tests/vm as the second node (Debian 12, kernel 6.1, systemd as
+PID 1, pure cgroup v2, the systemd cgroup driver, containerd with SystemdCgroup = true, D-Bus,
+irqbalance, a 4-queue virtio-net NIC): tests/k8s/guest-node.sh. Issue 23.
+
+    tests/k8s/guest_e2e.py [DIR]     # as root; KEEP=1 leaves the cluster and the guest up
+    NODEMEDIC_IMAGE_ARCHIVE=FILE     # an image archive of deploy/container/build-image.sh
+                                     # (--oci-archive) instead of building one
+    NODEMEDIC_CHART=DIR              # another chart (e.g. an older one, to show a check fail)
+    NODEMEDIC_GUEST_CHECKS=a,b       # only these checks (function names: joined,install_defaults,...)
+
+Each check prints one line; the last line is "guest node: N passed, N failed". The guest and
+its tap go before the cluster (tests/k8s/guest-node.sh down, then cluster-down.sh).
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.dont_write_bytecode = True  # no __pycache__ in the tree for the import below
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import node_e2e as ne  # noqa: E402  (the cluster helpers: run, kubectl, helm, poll, check)
+from node_e2e import Pending, kjson, kubectl, log, poll, run, samples  # noqa: E402
+
+ROOT = ne.ROOT
+K8S = ne.K8S
+CHART = Path(os.environ.get("NODEMEDIC_CHART") or ROOT / "deploy/helm/nodemedic")
+NAMESPACE = ne.NAMESPACE
+PORT = ne.PORT
+GUEST = {}
+
+
+def check(name):
+    """node_e2e's check, with the function's name kept (NODEMEDIC_GUEST_CHECKS selects by it)."""
+    def wrap(fn):
+        w = ne.check(name)(fn)
+        w.step_name = fn.__name__
+        return w
+
+    return wrap
+
+
+T = {}  # timings, seconds
+EXPECTED = 0
+
+
+def expect(n):
+    global EXPECTED
+    EXPECTED += n
+
+
+def guest_sh(script, check=True, timeout=300):
+    """bash SCRIPT as root in the guest (tests/k8s/guest-node.sh exec)."""
+    return run([K8S / "guest-node.sh", "exec", ne.ENV["DIR"], script], check=check, timeout=timeout)
+
+
+def host_sh(script, check=True, timeout=300):
+    return run(["bash", "-c", script], check=check, timeout=timeout)
+
+
+def node_ip(node):
+    return GUEST["GUEST_IP"] if node == GUEST["GUEST_NODE"] else ne.ENV["NODE_IP"]
+
+
+def http_at(node, path, timeout=25):
+    p = run(ne.in_ns(["curl", "-s", "--max-time", str(timeout), "-o", "-", "-w", "\n%{http_code}",
+                      f"http://{node_ip(node)}:{PORT}{path}"]), check=False, timeout=timeout + 5)
+    if p.returncode != 0:
+        return 0, f"curl exit {p.returncode}: {p.stderr}"
+    body, _, code = p.stdout.rpartition("\n")
+    return int(code), body
+
+
+def status_at(node):
+    code, body = http_at(node, "/status")
+    if code != 200:
+        raise Pending(f"{node} /status {code}: {body[:200]}")
+    return json.loads(body)
+
+
+def metrics_at(node):
+    code, body = http_at(node, "/metrics")
+    if code != 200:
+        raise Pending(f"{node} /metrics {code}: {body[:200]}")
+    return body
+
+
+def nodes():
+    return [ne.ENV["NODE_NAME"], GUEST["GUEST_NODE"]]
+
+
+def ds_pods():
+    """{node: pod} of the DaemonSet's live pods."""
+    pods = kjson("get", "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=nodemedic")["items"]
+    out = {}
+    for p in pods:
+        if p["metadata"].get("deletionTimestamp"):
+            continue
+        out[p["spec"].get("nodeName")] = p
+    return out
+
+
+def wait_ready(want, timeout=240):
+    def ready():
+        pods = ds_pods()
+        missing = [n for n in want if n not in pods or not ne.pod_ready(pods[n])]
+        if missing:
+            raise Pending(f"not Ready on {missing}: " + ", ".join(
+                f"{n}: {p['metadata']['name']} {p.get('status', {}).get('phase')}" for n, p in pods.items()))
+        return pods
+
+    return poll(f"the nodemedic pods Ready on {want}", timeout, ready)
+
+
+def container_id(pod):
+    return pod["status"]["containerStatuses"][0]["containerID"].split("://")[-1]
+
+
+def nodemedic_pid(node, pod):
+    """The daemon's pid as its node sees it."""
+    cid = container_id(pod)
+    script = (f'for f in /proc/[0-9]*/cgroup; do grep -qF {cid} "$f" 2>/dev/null || continue; '
+              f'd=${{f%/cgroup}}; [ "$(cat $d/comm 2>/dev/null)" = nodemedic ] && echo ${{d#/proc/}} && break; done')
+    out = (guest_sh if node == GUEST["GUEST_NODE"] else host_sh)(script).stdout.strip()
+    if not out:
+        raise Pending(f"no nodemedic process in container {cid[:12]} on {node}")
+    return int(out.splitlines()[0])
+
+
+def on_node(node, script, check=True, timeout=300):
+    return (guest_sh if node == GUEST["GUEST_NODE"] else host_sh)(script, check=check, timeout=timeout)
+
+
+def helm_install(*sets, values=None):
+    args = ["install", "nodemedic", CHART, "--set", "image.pullPolicy=Never", *sum((["--set", s] for s in sets), [])]
+    if values:
+        args += ["-f", values]
+    ne.helm(*args)
+
+
+def helm_uninstall():
+    ne.helm("uninstall", "nodemedic", "--wait")
+
+    def gone():
+        p = kubectl("get", "pods", "-n", NAMESPACE, "-o", "name", check=False)
+        if p.returncode == 0 and p.stdout.strip():
+            raise Pending(f"left: {p.stdout.split()}")
+        return True
+
+    poll("the release's pods gone", 120, gone)
+
+
+# ------------------------------------------------------------------ the checks
+
+
+@check("G1. the guest joins as a second node: Ready, systemd cgroup driver, containerd, kernel 6.1, cgroup v2")
+def joined():
+    n = kjson("get", "node", GUEST["GUEST_NODE"])
+    info = n["status"]["nodeInfo"]
+    assert info["containerRuntimeVersion"].startswith("containerd://1.6"), info
+    assert info["kernelVersion"].startswith("6.1."), info
+    assert [a["address"] for a in n["status"]["addresses"] if a["type"] == "InternalIP"] == [GUEST["GUEST_IP"]], n["status"]["addresses"]
+    out = guest_sh("stat -fc %T /sys/fs/cgroup; ps -o comm= 1; grep -c SystemdCgroup.=.true /etc/containerd/config.toml; "
+                   "grep -h cgroupDriver /mnt/host/etc/kubelet.yaml; ls -d /sys/fs/cgroup/kubepods.slice").stdout.split()
+    assert out[:4] == ["cgroup2fs", "systemd", "1", "cgroupDriver:"] and out[4] == "systemd", out
+    log(f"guest Node Ready {GUEST['GUEST_READY_SECONDS']}s after qemu start, {GUEST['GUEST_RETRIES']} retries")
+
+
+@check("G2. the chart with its defaults: one pod per node, both Ready")
+def install_defaults():
+    t0 = time.time()
+    helm_install()
+    pods = wait_ready(nodes())
+    T["pods_ready"] = time.time() - t0
+    guest_pod = pods[GUEST["GUEST_NODE"]]
+    log(f"both pods Ready {T['pods_ready']:.0f}s after helm install; on the guest: {guest_pod['metadata']['name']}")
+    return pods
+
+
+@check("G3. on the guest nodemedic finds cgroup v2 from mountinfo, in its own cgroup namespace, and reads systemd slices as pods")
+def guest_layout(pods):
+    node = GUEST["GUEST_NODE"]
+    st = status_at(node)
+    p = st["pressure"]
+    assert p["cgroup_mounts_from_mountinfo"] is True, p
+    assert p["cgroup_mounts"] == {"unified": "/host/sys/fs/cgroup", "cpu": None, "cpuacct": None}, p["cgroup_mounts"]
+    pid = nodemedic_pid(node, pods[node])
+    # The mountinfo as the pod reads it: cgroup mount roots are shown relative to the reader's
+    # cgroup namespace, so grep runs in the pod's (nsenter -C).
+    ns = guest_sh(f"readlink /proc/1/ns/cgroup /proc/{pid}/ns/cgroup; cat /proc/{pid}/cgroup; "
+                  f"nsenter -t {pid} -C -- grep -E ' - cgroup2? ' /proc/{pid}/mountinfo").stdout.splitlines()
+    assert ns[0] != ns[1], f"the pod shares the host's cgroup namespace: {ns[:2]}"
+    own = ns[2]
+    assert own.startswith("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod") and own.endswith(".scope"), own
+    log("guest pod's cgroup " + own[3:])
+    log("guest pod's cgroup mounts, as it reads them:\n    " + "\n    ".join(ns[3:]))
+    roots = {(l.split()[4], l.split()[3]) for l in ns[3:]}
+    assert ("/sys/fs/cgroup", "/") in roots, roots
+    assert {r for mp, r in roots if mp == "/host/sys/fs/cgroup"} == {"/../../../.."}, roots
+    name = pods[node]["metadata"]["name"]
+    out = kubectl("exec", "-n", NAMESPACE, name, "--", "nodemedic", "check", "--format", "json", check=False, timeout=120)
+    report = json.loads(out.stdout)
+    mine = [c for c in report["pressure"]["cgroups"] if c.get("pod") == name]
+    assert mine, [(c["path"], c.get("pod")) for c in report["pressure"]["cgroups"]]
+    assert all(c["namespace"] == NAMESPACE and "kubepods-burstable-pod" in c["path"] for c in mine), mine
+    uid = pods[node]["metadata"]["uid"]
+    assert any(c.get("pod_uid") == uid for c in mine), (uid, mine)
+    log("the pod's own cgroups as nodemedic names them: " + ", ".join(f"{c['path']} ({c.get('kind')}, {c.get('qos')})" for c in mine))
+
+
+@check("G4. /status carries no collector warning on either node, and nodemedic's own cgroup is never throttled")
+def no_warnings(pods):
+    for node in nodes():
+        st = status_at(node)
+        warned = {c["name"]: c["warnings"] for c in st["collectors"] if c.get("warnings")}
+        failed = {c["name"]: c.get("reason") for c in st["collectors"] if c["state"] == "failed"
+                  and not (c["name"] == "perf_probes" and node == ne.ENV["NODE_NAME"])}
+        assert not warned and not failed, f"{node}: warnings {warned}, failed {failed}"
+        pid = nodemedic_pid(node, pods[node])
+        # The container's cgroup as the node sees it: v2's one line, or v1's cpu hierarchy.
+        stat = on_node(node, f"""
+            if [ -f /sys/fs/cgroup/cgroup.controllers ]; then d=/sys/fs/cgroup$(sed -n 's/^0:://p' /proc/{pid}/cgroup)
+            else d=/sys/fs/cgroup/cpu$(sed -n 's/^[0-9]*:[^:]*\\bcpu\\b[^:]*://p' /proc/{pid}/cgroup | head -n1); fi
+            echo "$d"; cat "$d/cpu.stat" """).stdout.splitlines()
+        fields = dict(l.split() for l in stat[1:] if len(l.split()) == 2)
+        assert fields.get("nr_throttled") == "0", f"{node}: nodemedic throttled: {stat}"
+        log(f"{node}: {stat[0]}: nr_periods {fields.get('nr_periods')}, nr_throttled 0")
+
+
+@check("G5. nothing of the host's cgroup tree is writable from the pod: its uid and capabilities in its mount namespace, through every cgroup mount under /host")
+def cgroups_read_only(pods, want_host_refused):
+    results = {}
+    for node in nodes():
+        pid = nodemedic_pid(node, pods[node])
+        if node == GUEST["GUEST_NODE"]:
+            p = guest_sh(f"/mnt/host/podwrite {pid} /host", check=False)
+        else:
+            p = run([PODWRITE, pid, "/host"], check=False)
+        assert p.returncode in (0, 1), p.stdout + p.stderr
+        results[node] = (p.returncode, p.stdout.strip())
+        log(f"{node} ({'refused' if p.returncode == 0 else 'WRITABLE'}):\n    " + p.stdout.strip().replace("\n", "\n    "))
+    bad = [n for n, (rc, _) in results.items() if rc != 0 and (n != ne.ENV["NODE_NAME"] or want_host_refused)]
+    assert not bad, f"a cgroup file of the host is writable from the pod on {bad}"
+    return results
+
+
+WORKLOAD = """
+apiVersion: v1
+kind: Namespace
+metadata: {name: shop}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: burner, namespace: shop}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: burner}}
+  template:
+    metadata: {labels: {app: burner}}
+    spec:
+      nodeSelector: {kubernetes.io/hostname: %s}
+      containers:
+      - name: burn
+        image: localhost/nodemedic-test-busy:1
+        imagePullPolicy: Never
+        args: ["2"]
+        resources:
+          requests: {cpu: 100m}
+          limits: {cpu: 100m}
+"""
+
+
+@check("G6. quota-bound on cgroup v2: a 100m workload with two busy loops on the guest, named from the watch, quota from cpu.max, throttling, PSI, an Event on its Pod; each pod names only its node's pods")
+def quota_bound(pods):
+    node = GUEST["GUEST_NODE"]
+    t0 = time.time()
+    kubectl("apply", "-f", "-", input=WORKLOAD % node)
+
+    def burner():
+        for p in kjson("get", "pods", "-n", "shop", "-l", "app=burner")["items"]:
+            if p.get("status", {}).get("phase") == "Running":
+                return p
+        raise Pending("burner not running")
+
+    pod = poll("the burner pod", 180, burner)
+    name = pod["metadata"]["name"]
+    assert pod["spec"]["nodeName"] == node, pod["spec"]["nodeName"]
+
+    def bound():
+        for n, l, v in samples(metrics_at(node)):
+            if n == "nodemedic_cgroup_quota_bound" and l.get("pod") == name and l.get("namespace") == "shop":
+                if v == 1:
+                    return True
+                raise Pending(f"quota_bound {v}")
+        raise Pending("no quota_bound series for the pod")
+
+    poll("nodemedic_cgroup_quota_bound 1 on the guest", 180, bound, every=1)
+    T["quota_bound"] = time.time() - t0
+    cpu_max = guest_sh(f"cat /sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/"
+                       f"kubepods-burstable-pod{pod['metadata']['uid'].replace('-', '_')}.slice/cpu.max").stdout.split()
+    gp = pods[node]["metadata"]["name"]
+    p = kubectl("exec", "-n", NAMESPACE, gp, "--", "nodemedic", "check", "--format", "json", check=False, timeout=120)
+    assert p.returncode == 1, f"check exited {p.returncode}: {p.stderr[-2000:]}"
+    hits = [c for c in json.loads(p.stdout)["pressure"]["cgroups"] if c.get("pod") == name and c["quota_bound"]]
+    assert hits, "check does not name the burner quota-bound"
+    c = hits[0]
+    quota = int(cpu_max[0]) / int(cpu_max[1])
+    assert c["namespace"] == "shop" and abs(c["quota_cores"] - 0.1) < 1e-9 and abs(quota - 0.1) < 1e-9, (c, cpu_max)
+    assert c["throttled_ratio"] and c["throttled_ratio"] > 0.5, c
+    assert c["cpu_some_ratio"] and c["cpu_some_ratio"] > 0.1, c
+    log(f"burner {name}: cpu.max {' '.join(cpu_max)}, quota {c['quota_cores']}, throttled {c['throttled_ratio']:.2f}, "
+        f"cpu some {c['cpu_some_ratio']:.2f}, path {c['path']}; quota-bound {T['quota_bound']:.0f}s after apply")
+
+    def event():
+        for e in kjson("get", "events.events.k8s.io", "-n", "shop")["items"]:
+            r = e.get("regarding", {})
+            if r.get("kind") == "Pod" and r.get("name") == name and e.get("reason") == "CPUQuotaBound":
+                return e
+        raise Pending("no CPUQuotaBound Event")
+
+    ev = poll("a CPUQuotaBound Event on the Pod", 90, event)
+    assert ev["type"] == "Warning", ev
+    # Each DaemonSet pod's exposition names only the pods of its own node.
+    where = {p["metadata"]["name"]: p["spec"].get("nodeName")
+             for p in kjson("get", "pods", "-A")["items"]}
+    for n in nodes():
+        named = {l["pod"] for m, l, _ in samples(metrics_at(n)) if m.startswith("nodemedic_cgroup_") and l.get("pod")}
+        foreign = {p: where.get(p) for p in named if where.get(p) != n}
+        assert named and not foreign, f"{n} names pods of other nodes: {foreign}"
+        log(f"{n} names {len(named)} pods, all its own")
+    host_named = {l.get("pod") for m, l, _ in samples(metrics_at(ne.ENV["NODE_NAME"])) if l.get("pod")}
+    assert name not in host_named
+    return name
+
+
+@check("G11. Prometheus (kubernetes_sd, role pod) finds both pods, both up 1; CPUQuotaBound fires for the guest's workload with the guest's instance label, and for nothing on the other node")
+def prometheus(workload_pod):
+    import shutil
+
+    import yaml
+
+    d = Path(ne.ENV["DIR"]) / "prometheus"
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir()
+    shipped = ROOT / "deploy/prometheus/nodemedic-alerts.yml"
+    rules = yaml.safe_load(shipped.read_text())
+    fast = [r for g in rules["groups"] for r in g["rules"] if r.get("alert") == "CPUQuotaBound"]
+    fast[0]["for"] = "5s"
+    (d / "fast.yml").write_text(yaml.safe_dump({"groups": [{"name": "test-fast", "rules": fast}]}))
+    pki = Path(ne.ENV["CA_FILE"]).parent
+    (d / "prometheus.yml").write_text(ne.PROM_CONFIG.format(
+        alerts=shipped, fast=d / "fast.yml", api=ne.ENV["APISERVER_URL"], ca=ne.ENV["CA_FILE"],
+        cert=pki / "admin.crt", key=pki / "admin.key"))
+    server = run([K8S / "build-prometheus.sh"], timeout=1800).stdout.strip()
+    proc = subprocess.Popen(
+        ne.in_ns([server, f"--config.file={d / 'prometheus.yml'}", f"--storage.tsdb.path={d / 'data'}",
+                  "--web.listen-address=127.0.0.1:9090"]),
+        stdout=open(d / "prometheus.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        def query(q):
+            p = run(ne.in_ns(["curl", "-sf", "--max-time", "5", "--data-urlencode", f"query={q}",
+                              "http://127.0.0.1:9090/api/v1/query"]), check=False)
+            if p.returncode != 0:
+                raise Pending(f"prometheus: curl {p.returncode}")
+            return json.loads(p.stdout)["data"]["result"]
+
+        def up():
+            r = {x["metric"].get("instance"): x["value"][1] for x in query('up{job="nodemedic"}')}
+            if r != {n: "1" for n in nodes()}:
+                raise Pending(f"up {r}")
+            return r
+
+        poll("both nodes up 1", 120, up, every=2)
+
+        def firing():
+            r = query('ALERTS{alertname="CPUQuotaBound",alertstate="firing"}')
+            got = {(x["metric"].get("pod"), x["metric"].get("instance")) for x in r}
+            if (workload_pod, GUEST["GUEST_NODE"]) not in got:
+                raise Pending(f"firing for {got}")
+            return got
+
+        got = poll("CPUQuotaBound firing for the guest's workload", 180, firing, every=2)
+        wrong = [g for g in got if g[0] == workload_pod and g[1] != GUEST["GUEST_NODE"]]
+        assert not wrong, wrong
+        log(f"CPUQuotaBound firing for {sorted(got)}")
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(timeout=30)
+
+
+def metric(body, name, **labels):
+    """The value of one series (0 when absent)."""
+    for n, l, v in samples(body):
+        if n == name and all(l.get(k) == w for k, w in labels.items()):
+            return v
+    return 0.0
+
+
+@check("G8. the eBPF probes attach in the guest's pod under RuntimeDefault (Seccomp: 2, the chart's capabilities) and count a known generator")
+def probes(pods):
+    node = GUEST["GUEST_NODE"]
+    pid = nodemedic_pid(node, pods[node])
+    st = guest_sh(f"grep -E '^(Seccomp|CapEff):' /proc/{pid}/status").stdout
+    fields = dict(l.split(":", 1) for l in st.splitlines())
+    assert fields["Seccomp"].strip() == "2", st
+    # CAP_PERFMON (38) and CAP_BPF (39), nothing else.
+    assert int(fields["CapEff"].strip(), 16) == (1 << 38) | (1 << 39), st
+
+    def attached():
+        up = [l for n, l, v in samples(metrics_at(node)) if n == "nodemedic_probe_up" and v == 1]
+        if len(up) < 4:
+            probes = [c for c in status_at(node)["collectors"] if c["name"] == "perf_probes"]
+            raise Pending(f"{len(up)} probes up; {probes}")
+        return up
+
+    up = poll("the probes attached", 120, attached)
+    body = metrics_at(node)
+    method = sorted({l.get("method") for n, l, v in samples(body) if n.startswith("nodemedic_probe_attach")})
+    assert method == ["fentry"], method
+    log(f"probes up in the pod: {[l.get('probe') for l in up]}, attached by {method}")
+    interval = float(str(status_at(node).get("sample_interval_seconds", 5)))
+    o0 = metric(body, "nodemedic_perf_event_outputs_total", source="bpf")
+    gen = guest_sh("/mnt/host/perfgen bpf 2000 5 10", timeout=120).stdout
+    emitted = int(re.search(r"emitted=(\d+)", gen).group(1))
+
+    def counted():
+        o1 = metric(metrics_at(node), "nodemedic_perf_event_outputs_total", source="bpf")
+        d = o1 - o0
+        if abs(d - emitted) > 20 + 0.02 * max(d, emitted):
+            raise Pending(f"+{d:.0f} outputs counted, {emitted} emitted")
+        return d
+
+    d = poll("the probes' count of the generator's outputs", 60 + 3 * interval, counted, every=1)
+    log(f"perfgen emitted {emitted} BPF perf outputs; the pod counted +{d:.0f}")
+
+
+INCIDENT_VALUES = """
+sampleInterval: 1s
+extraConfig: |
+  [detector.collapse]
+  raise_after = 2
+  clear_after = 2
+  [remediation]
+  mode = "%s"
+  cooldown = "60s"
+  verify_after = "25s"
+  [reader]
+  rescan_interval = "1s"
+  [tuning]
+  settings_interval = "1s"
+"""
+
+QUEUE_IRQS = r"""
+nic=$(cat /mnt/host/nic)
+vdev=$(basename "$(readlink -f /sys/class/net/$nic/device)")
+IRQS=$(awk -v d="$vdev" '$NF ~ "^"d"-(input|output)\." {sub(":","",$1); print $1}' /proc/interrupts)
+"""
+
+
+def collapse():
+    """The incident as tests/vm replays it: irqbalance stuck (SIGSTOP), every NIC queue IRQ
+    on CPU 0. Returns the device's group name."""
+    out = guest_sh(QUEUE_IRQS + """
+        systemctl -q is-active irqbalance
+        systemctl kill -s STOP irqbalance
+        for irq in $IRQS; do echo 1 >/proc/irq/$irq/smp_affinity; done
+        echo "$vdev"; for irq in $IRQS; do cat /proc/irq/$irq/smp_affinity_list; done | sort -u | tr '\n' ' '
+    """).stdout.split()
+    assert out[1:] == ["0"], out
+    return out[0]
+
+
+def spread():
+    return int(guest_sh(QUEUE_IRQS + "for irq in $IRQS; do cat /proc/irq/$irq/smp_affinity_list; done | sort -u | wc -l").stdout)
+
+
+def condition(node):
+    for c in kjson("get", "node", node)["status"].get("conditions", []):
+        if c["type"] == "IRQAffinityCollapsed":
+            return c
+    return None
+
+
+def node_events(node, since):
+    out = []
+    for e in kjson("get", "events.events.k8s.io", "-A")["items"]:
+        r = e.get("regarding", {})
+        if r.get("kind") == "Node" and r.get("name") == node and e.get("reportingController", "").startswith("nodemedic"):
+            out.append(e)
+    return out
+
+
+def upgrade_to(mode):
+    values = Path(ne.ENV["DIR"]) / f"incident-{mode}.yaml"
+    values.write_text(INCIDENT_VALUES % mode)
+    old = {n: p["metadata"]["uid"] for n, p in ds_pods().items()}
+    ne.helm("upgrade", "nodemedic", CHART, "--reuse-values", "-f", values)
+
+    def rolled():
+        pods = ds_pods()
+        if any(n not in pods or pods[n]["metadata"]["uid"] == old.get(n) or not ne.pod_ready(pods[n]) for n in nodes()):
+            raise Pending("not rolled")
+        return pods
+
+    return poll("both pods rolled", 300, rolled)
+
+
+@check("G9. the incident from the guest's pod: collapse detected, irqbalance restarted over the host's D-Bus (TryRestartUnit), spread verified, Events, the condition on the guest Node only, then cleared")
+def incident():
+    node, host = GUEST["GUEST_NODE"], ne.ENV["NODE_NAME"]
+    pods = upgrade_to("on")
+
+    def quiet():
+        st = status_at(node)
+        if st.get("samples_total", 0) < 3:
+            raise Pending("fewer than 3 samples")
+        c = condition(node)
+        if c and c["status"] == "True":
+            raise Pending("collapsed before the incident")
+        return st
+
+    st = poll("a guest with no collapse", 60, quiet)
+    irqb = st["remediation"]["irqbalance"]
+    log(f"irqbalance as the guest's pod sees it: {json.dumps(irqb)[:300]}; package {st.get('irqbalance_package')}")
+    # Its version from the host's dpkg database (the chart's read-only /var/lib/dpkg mount).
+    assert (st.get("irqbalance_package") or {}).get("version", "").startswith("1.9.2"), st.get("irqbalance_package")
+    assert irqb.get("version", "") and irqb["version"].startswith("1.9.2"), irqb
+    t0 = time.time()  # the IRQs are pinned within the next second (guest_sh's round trip)
+    group = collapse()
+    log(f"collapsed: {group}'s queue IRQs on CPU 0, irqbalance stopped ({time.time() - t0:.1f}s for the command)")
+
+    def on_guest():
+        c = condition(node)
+        if not c or c["status"] != "True":
+            raise Pending(f"condition {c and c['status']}")
+        return c
+
+    poll("IRQAffinityCollapsed True on the guest Node", 90, on_guest)
+    t_detect = time.time() - t0
+    hc = condition(host)
+    assert not hc or hc["status"] != "True", f"the host Node got the condition: {hc}"
+
+    def restarted():
+        body = metrics_at(node)
+        if metric(body, "nodemedic_remediation_actions_total", action="irqbalance_restart", result="done") < 1:
+            raise Pending("no irqbalance_restart done")
+        return body
+
+    poll("irqbalance restarted", 90, restarted)
+    t_action = time.time() - t0
+
+    def verified():
+        if metric(metrics_at(node), "nodemedic_remediation_actions_total", action="verify", result="verified") < 1:
+            raise Pending(f"not verified; spread over {spread()} CPUs")
+        return True
+
+    poll("the spread verified", 120, verified, every=1)
+    t_verified = time.time() - t0
+    cpus = spread()
+    assert cpus >= 2, cpus
+    logs = kubectl("logs", "-n", NAMESPACE, pods[node]["metadata"]["name"]).stdout
+    done = [l for l in logs.splitlines() if "remediation decision" in l and "result=done" in l]
+    assert done and "TryRestartUnit" in done[0], done
+    pid = guest_sh("systemctl show -p MainPID --value irqbalance; ps -o stat= -C irqbalance").stdout.split()
+    assert pid[0] != "0" and "T" not in pid[1:], f"irqbalance not running again: {pid}"
+
+    def cleared():
+        c = condition(node)
+        if not c or c["status"] != "False":
+            raise Pending(f"condition {c and c['status']}")
+        return c
+
+    poll("the condition cleared on the guest Node", 120, cleared)
+    t_cleared = time.time() - t0
+    reasons = sorted({e["reason"] for e in node_events(node, t0)})
+    for want in ("IRQCollapsed", "IrqbalanceRestart", "RemediationVerified"):
+        assert any(r.startswith(want) for r in reasons), (want, reasons)
+    host_reasons = sorted({e["reason"] for e in node_events(host, t0)})
+    assert not [r for r in host_reasons if r.startswith("Irqbalance") or r.startswith("Remediation")], host_reasons
+    T["incident"] = (t_detect, t_action, t_verified, t_cleared)
+    log(f"collapse -> condition {t_detect:.0f}s, -> TryRestartUnit done {t_action:.0f}s, -> spread verified "
+        f"{t_verified:.0f}s ({cpus} CPUs), -> condition cleared {t_cleared:.0f}s; Events on the guest Node: {reasons}; "
+        f"audit: {done[0][-300:]}")
+
+
+@check("G10. dry-run from the guest's pod: the decision is logged and counted, nothing is done (irqbalance stays stopped, the IRQs stay on CPU 0)")
+def dry_run():
+    node = GUEST["GUEST_NODE"]
+    guest_sh("systemctl -q is-active irqbalance")
+    upgrade_to("dry-run")
+    t0 = time.time()
+    group = collapse()
+
+    def decided():
+        if metric(metrics_at(node), "nodemedic_remediation_actions_total", action="irqbalance_restart", result="dry_run") < 1:
+            raise Pending("no dry-run decision")
+        return True
+
+    poll("a dry-run decision", 120, decided)
+    log(f"dry-run decision {time.time() - t0:.0f}s after the collapse of {group}")
+    assert spread() == 1, "the IRQs moved in dry-run"
+    assert "T" in guest_sh("ps -o stat= -C irqbalance").stdout, "irqbalance was restarted in dry-run"
+    assert metric(metrics_at(node), "nodemedic_remediation_actions_total", action="irqbalance_restart", result="done") == 0
+    guest_sh("systemctl kill -s CONT irqbalance; systemctl restart irqbalance")
+
+
+@check("G12. the tuning audit in the guest's pod (hostNetwork): the NIC's channels through ethtool netlink; ethtool -L on the guest moves the gauge and raises the finding")
+def tuning():
+    node = GUEST["GUEST_NODE"]
+    nic = (Path(ne.ENV["DIR"]) / "guest" / "nic").read_text().strip()
+    mx, cur = guest_sh(f"ethtool -l {nic} | awk '$1 == \"Combined:\" {{print $2}}'").stdout.split()[:2]
+
+    def channels(want):
+        def read():
+            body = metrics_at(node)
+            got = metric(body, "nodemedic_net_channels", interface=nic, kind="combined", limit="current")
+            top = metric(body, "nodemedic_net_channels", interface=nic, kind="combined", limit="max")
+            if (got, top) != (float(want), float(mx)):
+                raise Pending(f"combined {got} of {top}, want {want} of {mx}")
+            return body
+        return read
+
+    body = poll(f"{nic}'s channels ({cur} of {mx}) on the pod's exposition", 60, channels(cur))
+    assert metric(body, "nodemedic_tuning_finding", rule="nic_channels", subject=nic) == 0
+    t0 = time.time()
+    guest_sh(f"ethtool -L {nic} combined 1")
+    try:
+        poll("the gauge at 1 channel", 60, channels(1))
+
+        def finding():
+            if metric(metrics_at(node), "nodemedic_tuning_finding", rule="nic_channels", subject=nic) != 1:
+                raise Pending("no nic_channels finding")
+            return True
+
+        poll("the nic_channels finding", 60, finding)
+        log(f"{nic}: combined {cur} of {mx} via netlink in the pod; ethtool -L combined 1 seen with its finding "
+            f"{time.time() - t0:.0f}s later")
+    finally:
+        guest_sh(f"ethtool -L {nic} combined {cur}", check=False)
+
+
+def hybrid_values(d):
+    """Values for this machine's hybrid node: its v1 cpu and cpuacct hierarchies and the unified
+    one, each mounted read-only on its own; the DaemonSet on this node only."""
+    text = Path("/proc/self/mountinfo").read_text()
+    names = []
+    for line in text.splitlines():
+        left, _, right = line.partition(" - ")
+        mp = left.split()[4]
+        fstype, _, sup = right.split()[0], right.split()[1], right.split()[2]
+        if not mp.startswith("/sys/fs/cgroup/"):
+            continue
+        opts = sup.split(",")
+        if fstype == "cgroup2" or (fstype == "cgroup" and ("cpu" in opts or "cpuacct" in opts)):
+            names.append(mp[len("/sys/fs/cgroup/"):])
+    f = Path(d) / "hybrid-values.yaml"
+    f.write_text("cgroupV1Hierarchies: %s\nnodeSelector: {kubernetes.io/hostname: %s}\n"
+                 % (json.dumps(names), ne.ENV["NODE_NAME"]))
+    return f, names
+
+
+@check("G7. this machine's hybrid node, with each v1 hierarchy mounted on its own (cgroupV1Hierarchies): nothing writable, and nodemedic still finds cpu and unified")
+def hybrid_read_only():
+    helm_uninstall()
+    values, names = hybrid_values(ne.ENV["DIR"])
+    helm_install(values=values)
+    node = ne.ENV["NODE_NAME"]
+    pods = wait_ready([node])
+    pid = nodemedic_pid(node, pods[node])
+    p = run([PODWRITE, pid, "/host"], check=False)
+    log(f"{node} with cgroupV1Hierarchies {names}:\n    " + p.stdout.strip().replace("\n", "\n    "))
+    assert p.returncode == 0, p.stdout + p.stderr
+
+    def layout():
+        m = status_at(node)["pressure"]["cgroup_mounts"]
+        if not m or not m.get("cpu"):
+            raise Pending(f"mounts {m}")
+        return m
+
+    m = poll("the cgroup layout on /status", 60, layout)
+    assert m["cpu"].startswith("/host/sys/fs/cgroup/") and m["unified"] == "/host/sys/fs/cgroup/unified", m
+    assert not [c for c in status_at(node)["collectors"] if c["name"] == "cgroups" and (c["warnings"] or c["state"] == "failed")]
+    helm_uninstall()
+
+
+def main():
+    global PODWRITE
+    d = Path(sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="nm-guest-"))
+    d.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    image = os.environ.get("NODEMEDIC_IMAGE_ARCHIVE")
+    if not image:
+        image = d / "nodemedic-image.tar"
+        log("building the image (deploy/container/build-image.sh)")
+        run([ROOT / "deploy/container/build-image.sh", "--oci-archive", image], timeout=3600)
+    PODWRITE = d / "podwrite"
+    run(["cc", "-O2", "-static", "-Wall", "-Werror", "-o", PODWRITE, K8S / "podwrite.c"])
+    log("bringing the cluster up (tests/k8s/cluster-up.sh)")
+    run([K8S / "cluster-up.sh", d], timeout=3600)
+    ne.attach(d)
+    run(["ctr", "--address", ne.ENV["CONTAINERD_SOCK"], "-n", "k8s.io", "images", "import", image])
+    log(f"cluster ready in {time.time() - t0:.0f}s; the guest node (tests/k8s/guest-node.sh up)")
+    t1 = time.time()
+    try:
+        p = run([K8S / "guest-node.sh", "up", d, image], check=False, timeout=1800)
+        sys.stderr.write(p.stderr)
+        if p.returncode != 0:
+            raise AssertionError(f"guest-node.sh up exited {p.returncode}")
+        for line in (d / "guest" / "env").read_text().splitlines():
+            k, _, v = line.partition("=")
+            GUEST[k] = v
+        run(["cp", PODWRITE, d / "guest" / "podwrite"])
+        run(["cc", "-O2", "-static", "-Wall", "-Werror", "-o", d / "guest" / "perfgen", ROOT / "tests/vm/perfgen.c"])
+        log(f"guest node up in {time.time() - t1:.0f}s")
+        steps = [joined, install_defaults, guest_layout, no_warnings, cgroups_read_only, quota_bound,
+                 prometheus, probes, incident, dry_run, tuning, hybrid_read_only]
+        only = os.environ.get("NODEMEDIC_GUEST_CHECKS")  # e.g. "joined,install_defaults,cgroups_read_only"
+        if only:
+            steps = [st for st in steps if st.step_name in only.split(",")]
+        expect(len(steps))
+        pods = workload = None
+        for step in steps:
+            try:
+                if step is install_defaults:
+                    pods = step()
+                elif step is cgroups_read_only:
+                    step(pods, want_host_refused=False)
+                elif step is quota_bound:
+                    workload = step(pods)
+                elif step is prometheus:
+                    step(workload)
+                elif step in (guest_layout, no_warnings, probes):
+                    step(pods)
+                else:
+                    step()
+            except Exception as e:  # the check is recorded failed; the next ones still run
+                if step is install_defaults:
+                    raise
+                log(f"{step.step_name}: {type(e).__name__}")
+            if step is prometheus:
+                # The burner is done with: the guest's two vCPUs are the incident's.
+                kubectl("delete", "namespace", "shop", "--wait=false", check=False)
+    except Exception as e:
+        log(f"stopped: {type(e).__name__}: {str(e)[:2000]}")
+    finally:
+        if os.environ.get("KEEP") != "1":
+            t2 = time.time()
+            run([K8S / "guest-node.sh", "down", d], check=False)
+            log(f"guest down in {time.time() - t2:.1f}s")
+            run([K8S / "cluster-down.sh", d], check=False)
+    passed = sum(1 for _, ok, _ in ne.RESULTS if ok)
+    failed = sum(1 for _, ok, _ in ne.RESULTS if not ok)
+    log(f"total {time.time() - t0:.0f}s (guest from qemu start to the end {time.time() - t1:.0f}s); "
+        f"logs in {d}/logs, {d}/guest")
+    print(f"guest node: {passed} passed, {failed} failed")
+    sys.exit(0 if failed == 0 and passed == EXPECTED else 1)
+
+
+PODWRITE = None
+
+if __name__ == "__main__":
+    main()
