@@ -214,7 +214,7 @@ def guest_layout(pods):
     log("the pod's own cgroups as nodemedic names them: " + ", ".join(f"{c['path']} ({c.get('kind')}, {c.get('qos')})" for c in mine))
 
 
-@check("G4. /status carries no collector warning on either node, and nodemedic's own cgroup is never throttled")
+@check("G4. /status carries no collector warning on either node, the guest knows its irqbalance version, and nodemedic's own cgroup is never throttled")
 def no_warnings(pods):
     for node in nodes():
         st = status_at(node)
@@ -222,6 +222,12 @@ def no_warnings(pods):
         failed = {c["name"]: c.get("reason") for c in st["collectors"] if c["state"] == "failed"
                   and not (c["name"] == "perf_probes" and node == ne.ENV["NODE_NAME"])}
         assert not warned and not failed, f"{node}: warnings {warned}, failed {failed}"
+        if node == GUEST["GUEST_NODE"]:
+            # irqbalance's version from the host's dpkg database, through the chart's read-only
+            # /var/lib/dpkg mount (issue 23 defect 2; asserted here too since G9 is opt-in).
+            package = st.get("irqbalance_package") or {}
+            assert package.get("state") == "installed" and package.get("version", "").startswith("1.9.2"), \
+                f"{node}: irqbalance_package {package}"
         pid = nodemedic_pid(node, pods[node])
         # The container's cgroup as the node sees it: v2's one line, or v1's cpu hierarchy.
         stat = on_node(node, f"""
