@@ -143,6 +143,10 @@ pub struct Evidence {
     /// interrupts since the previous sample, else by cumulative counts.
     pub hottest_share: Option<f64>,
     pub share_basis: Option<ShareBasis>,
+    /// The busiest single IRQ's share of the group's interrupts since the previous sample
+    /// (none when the group had none): no placement can take the hottest CPU's share below
+    /// it, since one IRQ is delivered to one CPU at a time.
+    pub busiest_irq_share: Option<f64>,
     /// The group's interrupts per second on each CPU that had any.
     pub per_cpu_rate: BTreeMap<u32, f64>,
     /// NET_RX softirqs per second on the hottest CPU.
@@ -177,6 +181,14 @@ impl Evidence {
     pub fn rate_share(&self) -> Option<f64> {
         self.hottest_share
             .filter(|_| self.share_basis == Some(ShareBasis::Rate))
+    }
+
+    /// Whether the hottest CPU carries only one IRQ's worth of the group's rate: its share is
+    /// no more than the busiest IRQ's, so it is that IRQ's load, which no placement spreads
+    /// (a NIC whose traffic is one flow hashes it to one queue).
+    pub fn hottest_is_one_irq(&self) -> bool {
+        matches!((self.rate_share(), self.busiest_irq_share),
+            (Some(hottest), Some(busiest)) if hottest <= busiest + 1e-9)
     }
 }
 
@@ -320,16 +332,21 @@ impl CollapseDetector {
         // case) the previous sample's columns line up index for index.
         let ncols = cur.cpus.len();
         let mut delta = vec![0u64; ncols];
+        let mut busiest_irq = 0u64;
         let prev = self.previous.as_ref().filter(|_| elapsed.is_some());
         if let Some(p) = prev {
             let map = crate::rates::column_map(&p.cpus, &cur.cpus);
             for irq in &g.irqs {
                 if let (Some(now), Some(before)) = (cur.row(*irq), p.row(*irq)) {
-                    crate::rates::add_growth(&mut delta, now, before, map.as_deref());
+                    let grew = crate::rates::add_growth(&mut delta, now, before, map.as_deref());
+                    busiest_irq = busiest_irq.max(grew);
                 }
             }
         }
         let total_delta: u64 = delta.iter().fold(0u64, |a, d| a.saturating_add(*d));
+        if total_delta > 0 {
+            e.busiest_irq_share = Some(busiest_irq as f64 / total_delta as f64);
+        }
         // The counts since boot are the basis only when nothing grew (the first sample, an
         // idle device), so they are summed only then.
         let cumulative = if total_delta > 0 {

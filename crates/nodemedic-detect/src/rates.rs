@@ -72,8 +72,15 @@ pub fn column_map(before: &[u32], now: &[u32]) -> Option<Vec<Option<usize>>> {
     })
 }
 
-/// Adds one IRQ's growth from `before` to `now` into `sums`, per column of `now`.
-pub fn add_growth(sums: &mut [u64], now: Row<'_>, before: Row<'_>, map: Option<&[Option<usize>]>) {
+/// Adds one IRQ's growth from `before` to `now` into `sums`, per column of `now`, and returns
+/// that IRQ's growth over all columns.
+pub fn add_growth(
+    sums: &mut [u64],
+    now: Row<'_>,
+    before: Row<'_>,
+    map: Option<&[Option<usize>]>,
+) -> u64 {
+    let mut total = 0u64;
     // Columns line up and both rows say where they are not zero: only those columns can
     // have grown (or wrapped), so only they are visited: on a 1024-CPU node a few per IRQ.
     if let (None, Some(a), Some(b)) = (map, now.nonzero, before.nonzero) {
@@ -83,6 +90,7 @@ pub fn add_growth(sums: &mut [u64], now: Row<'_>, before: Row<'_>, map: Option<&
             if c < cells {
                 let d = counter::delta(before.counts[c], now.counts[c]).unwrap_or(0);
                 sums[c] = sums[c].saturating_add(d);
+                total = total.saturating_add(d);
             }
         };
         // The union of two ascending lists.
@@ -113,7 +121,7 @@ pub fn add_growth(sums: &mut [u64], now: Row<'_>, before: Row<'_>, map: Option<&
                 (None, None) => break,
             }
         }
-        return;
+        return total;
     }
     let (now, before) = (now.counts, before.counts);
     match map {
@@ -142,6 +150,7 @@ pub fn add_growth(sums: &mut [u64], now: Row<'_>, before: Row<'_>, map: Option<&
                         counter::delta(o, n).unwrap_or(0)
                     };
                     *sum = sum.saturating_add(d);
+                    total = total.saturating_add(d);
                 }
             }
         }
@@ -152,10 +161,12 @@ pub fn add_growth(sums: &mut [u64], now: Row<'_>, before: Row<'_>, map: Option<&
                     .and_then(|&o| counter::delta(o, n))
                 {
                     *sum = sum.saturating_add(d);
+                    total = total.saturating_add(d);
                 }
             }
         }
     }
+    total
 }
 
 /// Per column of `now`, the growth of every IRQ present in both tables.
@@ -220,12 +231,19 @@ mod tests {
                 .collect();
             let start: Vec<u64> = (0..len).map(|_| next() % 3 * (u64::MAX / 2)).collect();
             let mut expect = start.clone();
+            let mut expect_total = 0u64;
             for ((sum, &n), &o) in expect.iter_mut().zip(&now).zip(&before) {
-                *sum = sum.saturating_add(counter::delta(o, n).unwrap_or(0));
+                let d = counter::delta(o, n).unwrap_or(0);
+                *sum = sum.saturating_add(d);
+                expect_total = expect_total.saturating_add(d);
             }
             let mut got = start.clone();
-            add_growth(&mut got, Row::dense(&now), Row::dense(&before), None);
+            let total = add_growth(&mut got, Row::dense(&now), Row::dense(&before), None);
             assert_eq!(got, expect, "dense: before {before:?} now {now:?}");
+            assert_eq!(
+                total, expect_total,
+                "dense total: before {before:?} now {now:?}"
+            );
             // With the lists of non-zero columns, as the parser and the widener give them.
             let nz = |v: &[u64]| -> Vec<u32> {
                 (0..v.len() as u32)
@@ -234,7 +252,7 @@ mod tests {
             };
             let (nz_now, nz_before) = (nz(&now), nz(&before));
             let mut got = start;
-            add_growth(
+            let total = add_growth(
                 &mut got,
                 Row {
                     counts: &now,
@@ -247,6 +265,10 @@ mod tests {
                 None,
             );
             assert_eq!(got, expect, "sparse: before {before:?} now {now:?}");
+            assert_eq!(
+                total, expect_total,
+                "sparse total: before {before:?} now {now:?}"
+            );
         }
     }
 

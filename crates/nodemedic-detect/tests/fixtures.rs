@@ -100,6 +100,13 @@ fn incident_8cpu_is_collapsed_then_hurting() {
     assert_eq!(nic.evidence.hottest_cpu, Some(4));
     let share = nic.evidence.hottest_share.unwrap();
     assert!(share > 0.5 && share < 0.8, "share {share}");
+    // CPU 4 carries several queues: more than one IRQ's load, which a spread would move.
+    let busiest = nic.evidence.busiest_irq_share.unwrap();
+    assert!(
+        busiest < share,
+        "busiest IRQ {busiest}, hottest CPU {share}"
+    );
+    assert!(!nic.evidence.hottest_is_one_irq());
     let rate = nic.evidence.irq_rate.unwrap();
     assert!(rate > 10_000.0, "rate {rate}");
     assert_eq!(
@@ -133,6 +140,53 @@ fn hurting_needs_rate_on_the_hot_cpu_not_just_placement() {
     let nic = group(&again, "virtio2");
     assert!(nic.collapsed && !nic.hurting);
     assert_eq!(nic.evidence.irq_rate, Some(0.0));
+}
+
+#[test]
+fn one_flow_on_a_spread_nic_is_one_irqs_load_on_the_hottest_cpu() {
+    // A spread NIC whose traffic is one flow: one queue's IRQ grows, on its one CPU. The
+    // hottest CPU takes all of the rate, yet it carries a single IRQ, which no placement splits
+    // (remediation's verification must not call that spread a failure).
+    let mut d = immediate();
+    let before = snapshot("8cpu-balanced", 0);
+    let v = d.observe(&before);
+    let irqs = group(&v, "virtio2").group.irqs.clone();
+    let mut later = before.clone();
+    later.at = Duration::from_secs(10);
+    later.timestamp += 10.0;
+    let mut table = (**later.interrupts.as_ref().unwrap()).clone();
+    let line = table.irqs.iter_mut().find(|l| l.irq == irqs[0]).unwrap();
+    let col = line.counts.iter().position(|c| *c > 0).unwrap();
+    line.counts[col] += 50_000;
+    later.interrupts = Some(std::sync::Arc::new(table));
+    let nic = d
+        .observe(&later)
+        .into_iter()
+        .find(|v| v.group.name == "virtio2")
+        .unwrap();
+    assert!(!nic.collapsed);
+    assert_eq!(nic.evidence.hottest_share, Some(1.0));
+    assert_eq!(nic.evidence.busiest_irq_share, Some(1.0));
+    assert!(nic.evidence.hottest_is_one_irq());
+
+    // Two queues grow on two CPUs: each CPU has one IRQ's load, half the rate.
+    let mut table = (**later.interrupts.as_ref().unwrap()).clone();
+    for irq in &irqs[..2] {
+        let line = table.irqs.iter_mut().find(|l| l.irq == *irq).unwrap();
+        let col = line.counts.iter().position(|c| *c > 0).unwrap();
+        line.counts[col] += 50_000;
+    }
+    let mut third = later.clone();
+    third.at = Duration::from_secs(20);
+    third.timestamp += 10.0;
+    third.interrupts = Some(std::sync::Arc::new(table));
+    let nic = d
+        .observe(&third)
+        .into_iter()
+        .find(|v| v.group.name == "virtio2")
+        .unwrap();
+    assert_eq!(nic.evidence.hottest_share, Some(0.5));
+    assert!(nic.evidence.hottest_is_one_irq());
 }
 
 #[test]

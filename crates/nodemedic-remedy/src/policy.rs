@@ -552,18 +552,28 @@ impl Policy {
                     let distinct = g.group.effective_cpus.len();
                     let spread = distinct > b.distinct || !g.collapsed_now;
                     let share_now = g.evidence.rate_share();
+                    // The hottest CPU's share fell, or it is one IRQ's load now: a NIC
+                    // whose traffic is one flow keeps its hottest share at 1.0 however its
+                    // queues are spread.
                     let share_fell = match (b.rate_share, share_now) {
-                        (Some(before), Some(after)) => after < before,
+                        (Some(before), Some(after)) => {
+                            after < before || g.evidence.hottest_is_one_irq()
+                        }
                         _ => true,
                     };
                     (
                         spread && share_fell,
                         format!(
-                            "effective CPUs {} -> {distinct} ({}), hottest share {} -> {}",
+                            "effective CPUs {} -> {distinct} ({}), hottest share {} -> {}{}",
                             b.distinct,
                             g.group.effective_cpus,
                             fmt_share(b.rate_share),
-                            fmt_share(share_now)
+                            fmt_share(share_now),
+                            if g.evidence.hottest_is_one_irq() {
+                                " (one IRQ's load)"
+                            } else {
+                                ""
+                            }
                         ),
                     )
                 }

@@ -370,3 +370,94 @@ fn config_validation() {
     };
     assert!(bad.validate().is_err());
 }
+
+/// `snap` with `by` more interrupts on each of `irqs`, on the CPU column `col(irq line)` picks,
+/// `secs` seconds later.
+fn grown(
+    snap: &Snapshot,
+    secs: u64,
+    irqs: &[u32],
+    by: u64,
+    col: &dyn Fn(&nodemedic_kernel::interrupts::IrqLine, &[u32]) -> usize,
+) -> Snapshot {
+    let mut s = snap.clone();
+    s.at = Duration::from_secs(secs);
+    s.timestamp = secs as f64;
+    let mut table = (**s.interrupts.as_ref().unwrap()).clone();
+    let cpus = table.cpus.clone();
+    for line in table.irqs.iter_mut().filter(|l| irqs.contains(&l.irq)) {
+        let c = col(line, &cpus);
+        line.counts[c] += by;
+        if let Some(nz) = line.nonzero.as_mut() {
+            if !nz.contains(&(c as u32)) {
+                nz.push(c as u32);
+                nz.sort_unstable();
+            }
+        }
+    }
+    s.interrupts = Some(std::sync::Arc::new(table));
+    s
+}
+
+#[test]
+fn a_spread_nic_carrying_one_flow_is_verified() {
+    // The guest node's incident: every queue on one CPU, hot; irqbalance restarted spreads
+    // them, but the NIC's traffic is one flow (the kubelet's connection to the API), so one
+    // queue takes all of it and the hottest CPU's share stays 1.0. The spread is what the
+    // action could do, and it did it.
+    let cfg = RemediationConfig::default();
+    let mut detector = CollapseDetector::new(CollapseConfig::default(), HurtingConfig::default());
+    let mut policy = Policy::new(cfg.clone());
+    let collapsed = snapshot("8cpu-collapsed");
+    let balanced = snapshot("8cpu-balanced");
+    let nic = |v: &[GroupVerdict]| {
+        v.iter()
+            .find(|g| g.group.name == "virtio2")
+            .cloned()
+            .unwrap()
+    };
+    let irqs = nic(&detector.observe(&collapsed)).group.irqs.clone();
+    let cpu4 = |_: &nodemedic_kernel::interrupts::IrqLine, cpus: &[u32]| {
+        cpus.iter().position(|c| *c == 4).unwrap()
+    };
+    let own = |l: &nodemedic_kernel::interrupts::IrqLine, _: &[u32]| {
+        l.counts.iter().position(|c| *c > 0).unwrap()
+    };
+    let mut log = Vec::new();
+    let mut t = 0;
+    let mut acted = None;
+    let mut total = 0;
+    while t < 600 {
+        t += INTERVAL;
+        total += 10_000;
+        let now = Duration::from_secs(t);
+        let s = if acted.is_none() {
+            grown(&collapsed, t, &irqs, total, &cpu4)
+        } else {
+            grown(&balanced, t, &irqs[..1], total, &own)
+        };
+        let verdicts = detector.observe(&s);
+        if acted.is_none() {
+            let g = nic(&verdicts);
+            assert!(g.evidence.rate_share().is_none() || g.evidence.rate_share() == Some(1.0));
+        }
+        let (l, step) = policy.on_sample(now, t as f64, &verdicts, &running(), None);
+        log.extend(l);
+        if let Some(step) = step {
+            acted = Some(t);
+            log.push(policy.completed(step.id, now, t as f64, done(step.kind)));
+        }
+    }
+    assert!(acted.is_some(), "{log:?}");
+    let verify: Vec<&Decision> = log
+        .iter()
+        .filter(|d| d.action.as_str() == "verify")
+        .collect();
+    assert_eq!(verify.len(), 1, "{log:?}");
+    assert_eq!(verify[0].result.as_str(), "verified", "{:?}", verify[0]);
+    assert!(
+        verify[0].evidence.contains("hottest share 100% -> 100%"),
+        "{}",
+        verify[0].evidence
+    );
+}
