@@ -244,6 +244,15 @@ fn pressure_text(o: &mut String, p: &PressureReport) {
             "by the directory layout"
         };
         let _ = writeln!(o, "  cgroups: {} ({how})", parts.join(", "));
+        if !m.writable.is_empty() {
+            let list: Vec<String> = m.writable.iter().map(|p| p.display().to_string()).collect();
+            let _ = writeln!(
+                o,
+                "  WARNING: the host's cgroup tree is writable from this container at {}: \
+                 mount each hierarchy read-only (the chart's cgroupV1Hierarchies)",
+                list.join(", ")
+            );
+        }
     }
     let cgroups = p.cgroups.as_deref().unwrap_or(&[]);
     if cgroups.is_empty() {

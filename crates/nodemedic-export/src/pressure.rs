@@ -129,6 +129,12 @@ pub(crate) fn cgroups(e: &mut Encoder, snap: &Snapshot) {
         "Cgroups nodemedic reads (pods, and containers and services when enabled).",
     );
     e.sample(&[], groups.len() as f64);
+    e.family(
+        "nodemedic_cgroup_host_writable_mounts",
+        Kind::Gauge,
+        "Mounts of the host's cgroup tree that nodemedic's container can write (0 on the node itself and on a safe install): through one a process in the pod could rewrite any pod's limits; mount each hierarchy read-only (the chart's cgroupV1Hierarchies).",
+    );
+    e.sample(&[], c.mounts.writable.len() as f64);
 
     let family = |e: &mut Encoder,
                   name: &str,

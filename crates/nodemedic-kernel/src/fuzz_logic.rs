@@ -177,6 +177,18 @@ pub fn mountinfo(data: &[u8]) {
             }
         }
     }
+    // Every writable mount named is a cgroup mount under the root, read-write, named once.
+    if let Ok(w) = mounts::writable_cgroup_mounts(&text, root) {
+        for (i, p) in w.iter().enumerate() {
+            assert!(p.starts_with(root), "{p:?}");
+            assert!(!w[..i].contains(p), "{p:?} named twice");
+            assert!(
+                text.lines()
+                    .any(|l| l.contains(" rw") && l.contains(" - cgroup")),
+                "{p:?} named without a read-write cgroup line"
+            );
+        }
+    }
 }
 
 /// `/proc/cmdline`: every argument kept is one the text spells out, and the IOMMU request

@@ -17,6 +17,12 @@ pub struct CgroupMounts {
     pub cpu: Option<PathBuf>,
     /// The v1 hierarchy with `cpuacct` (CPU usage), often the same as `cpu`.
     pub cpuacct: Option<PathBuf>,
+    /// Cgroup mounts under a container's host root (`/host`) that are read-write: through
+    /// them a process of the container could rewrite any pod's limits or move tasks. A bind
+    /// mount's read-only flag does not reach the mounts below it (before containerd 2), so a
+    /// read-only `/sys` is not enough. Empty when reading the node's own tree.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub writable: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -77,7 +83,31 @@ pub fn cgroup_mounts_under(text: &str, root: &Path) -> Result<CgroupMounts, Moun
         unified: pick(unified),
         cpu: pick(cpu),
         cpuacct: pick(cpuacct),
+        writable: Vec::new(),
     })
+}
+
+/// The visible cgroup mounts under `root` mounted read-write (for a container reading its
+/// host's tree: see [`CgroupMounts::writable`]). A mount is hidden when a later one
+/// (mountinfo lists them in mount order) sits on its mount point or above it.
+pub fn writable_cgroup_mounts(text: &str, root: &Path) -> Result<Vec<PathBuf>, MountInfoError> {
+    let mounts =
+        MountInfos::from_read(text.as_bytes()).map_err(|e| MountInfoError::Parse(e.to_string()))?;
+    let mounts = mounts.0;
+    let mut out = Vec::new();
+    for (i, m) in mounts.iter().enumerate() {
+        let cgroup = matches!(m.fs_type.as_str(), "cgroup" | "cgroup2");
+        if !cgroup || !m.mount_point.starts_with(root) || !m.mount_options.contains_key("rw") {
+            continue;
+        }
+        let hidden = mounts[i + 1..]
+            .iter()
+            .any(|later| m.mount_point.starts_with(&later.mount_point));
+        if !hidden && !out.contains(&m.mount_point) {
+            out.push(m.mount_point.clone());
+        }
+    }
+    Ok(out)
 }
 
 /// How high a mount's root reaches in its hierarchy, seen from the reader's cgroup namespace:
@@ -144,6 +174,9 @@ mod tests {
         assert_eq!(m.cpu, Some("/host/sys/fs/cgroup/cpu".into()));
         assert_eq!(m.cpuacct, Some("/host/sys/fs/cgroup/cpuacct".into()));
         assert_eq!(m.unified, Some("/host/sys/fs/cgroup/unified".into()));
+        assert!(writable_cgroup_mounts(pod, Path::new("/host"))
+            .unwrap()
+            .is_empty());
         // Without a root, the whole hierarchy still beats the container's part of it.
         let m = cgroup_mounts(pod).unwrap();
         assert_eq!(m.cpu, Some("/host/sys/fs/cgroup/cpu".into()));
@@ -179,6 +212,56 @@ mod tests {
             cgroup_mounts(&own).unwrap().unified,
             Some("/sys/fs/cgroup".into())
         );
+    }
+
+    /// The chart's defaults on a hybrid node with containerd 1.6 (this machine's node in the
+    /// test cluster): the host's /sys and /sys/fs/cgroup bound read-only, their v1
+    /// hierarchies below still read-write. The ones under /host/sys are hidden by the later
+    /// /host/sys/fs/cgroup mount; the visible ones are named.
+    #[test]
+    fn writable_host_cgroup_mounts_are_named() {
+        let pod = "\
+1200 1100 0:150 / / ro,relatime - overlay overlay rw
+1211 1200 0:161 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw,mode=755
+1212 1211 0:29 /kubepods/besteffort/pod1/c1 /sys/fs/cgroup/cpu,cpuacct ro,nosuid - cgroup cgroup rw,cpu,cpuacct
+1310 1200 0:21 / /host/sys ro,nosuid,nodev,noexec,relatime - sysfs sysfs rw
+1311 1310 0:28 / /host/sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+1312 1311 0:29 / /host/sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct
+1320 1200 0:28 / /host/sys/fs/cgroup ro,relatime - tmpfs tmpfs rw,mode=755
+1321 1320 0:29 / /host/sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct
+1322 1320 0:30 / /host/sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+1323 1320 0:38 / /host/sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+1330 1320 0:39 / /host/sys/fs/cgroup/pids ro,relatime - cgroup cgroup rw,pids
+";
+        let root = Path::new("/host/sys/fs/cgroup");
+        let want: Vec<PathBuf> = ["cpu,cpuacct", "memory", "unified"]
+            .iter()
+            .map(|d| root.join(d))
+            .collect();
+        assert_eq!(writable_cgroup_mounts(pod, root).unwrap(), want);
+        assert_eq!(
+            writable_cgroup_mounts(pod, Path::new("/host")).unwrap(),
+            want
+        );
+        // The container's own mounts are not the host's.
+        assert!(writable_cgroup_mounts(pod, Path::new("/sys/fs/cgroup"))
+            .unwrap()
+            .is_empty());
+        // The v2 pod before the chart's fix: its rw mount of the host's tree, then the
+        // read-only one over it: hidden, so nothing writable.
+        let v2 = "\
+1311 1310 0:30 /../../../.. /host/sys/fs/cgroup rw,nosuid,nodev,noexec,relatime master:4 - cgroup2 cgroup2 rw
+1320 1200 0:30 /../../../.. /host/sys/fs/cgroup ro,nosuid,nodev,noexec,relatime master:4 - cgroup2 cgroup2 rw
+";
+        assert!(writable_cgroup_mounts(v2, Path::new("/host"))
+            .unwrap()
+            .is_empty());
+        let first_only = v2.lines().next().unwrap().to_string() + "\n";
+        assert_eq!(
+            writable_cgroup_mounts(&first_only, Path::new("/host")).unwrap(),
+            vec![PathBuf::from("/host/sys/fs/cgroup")]
+        );
+        assert!(writable_cgroup_mounts("garbage\n", Path::new("/host")).is_err());
     }
 
     #[test]

@@ -9,7 +9,7 @@ use nodemedic_kernel::cgroup::{
     classify, parse_cfs, parse_cpu_max, parse_cpu_stat, parse_cpuacct_usage, CgroupPressure,
     CgroupStats, Cgroups, Workload,
 };
-use nodemedic_kernel::mounts::{cgroup_mounts_under, CgroupMounts};
+use nodemedic_kernel::mounts::{cgroup_mounts_under, writable_cgroup_mounts, CgroupMounts};
 use nodemedic_kernel::{psi, Snapshot};
 
 use super::pressure::EOPNOTSUPP;
@@ -203,7 +203,8 @@ impl Collector for CgroupsCollector {
         let moved = self.layout.peek(|(r, _, _)| r != root).unwrap_or(true);
         let ((_, mounts, from_mountinfo), warnings) =
             self.layout.get(ctx.rescan || moved, || {
-                let (m, confirmed) = layout(ctx.reader, &ctx.paths.procfs, root);
+                let container = ctx.paths.rootfs != Path::new("/");
+                let (m, confirmed) = layout(ctx.reader, &ctx.paths.procfs, root, container);
                 Ok(((root.clone(), m, confirmed), Vec::new()))
             })?;
         out.warnings.extend(warnings);
@@ -237,16 +238,29 @@ impl Collector for CgroupsCollector {
 }
 
 /// The cgroup mounts under `root`: from mountinfo when it lists any there, else by shape.
-fn layout(reader: &Reader, procfs: &Path, root: &Path) -> (CgroupMounts, bool) {
+/// In a container (`container`: the host's root is mounted under another path), with the
+/// host's cgroup mounts it can write.
+fn layout(reader: &Reader, procfs: &Path, root: &Path, container: bool) -> (CgroupMounts, bool) {
     let mountinfo = procfs.join("self/mountinfo");
-    if let Ok(Some(text)) = reader.read_optional(&mountinfo) {
-        if let Ok(m) = cgroup_mounts_under(&text, root) {
+    let text = reader.read_optional(&mountinfo).ok().flatten();
+    let writable = match &text {
+        Some(t) if container => writable_cgroup_mounts(t, root).unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    if let Some(text) = &text {
+        if let Ok(m) = cgroup_mounts_under(text, root) {
             if m.unified.is_some() || m.cpu.is_some() {
-                return (m, true);
+                return (CgroupMounts { writable, ..m }, true);
             }
         }
     }
-    (discover(root), false)
+    (
+        CgroupMounts {
+            writable,
+            ..discover(root)
+        },
+        false,
+    )
 }
 
 /// The CPU time of every task on the node, from the root cgroup: v1 `cpuacct.usage`, else
@@ -292,6 +306,7 @@ fn discover(root: &Path) -> CgroupMounts {
         unified,
         cpu: with("cpu.cfs_period_us"),
         cpuacct: with("cpuacct.usage"),
+        writable: Vec::new(),
     }
 }
 
