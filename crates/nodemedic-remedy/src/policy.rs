@@ -550,19 +550,23 @@ impl Policy {
                 None => (true, "device gone".to_string()),
                 Some(g) => {
                     let distinct = g.group.effective_cpus.len();
-                    let spread = distinct > b.distinct || !g.collapsed_now;
                     let share_now = g.evidence.rate_share();
-                    // The hottest CPU's share fell, or it is one IRQ's load now: a NIC
-                    // whose traffic is one flow keeps its hottest share at 1.0 however its
-                    // queues are spread.
+                    // The hottest CPU's share fell, or it is one IRQ's load now.
                     let share_fell = match (b.rate_share, share_now) {
                         (Some(before), Some(after)) => {
                             after < before || g.evidence.hottest_is_one_irq()
                         }
                         _ => true,
                     };
+                    // Fixed when the detector no longer calls the placement collapsed: the
+                    // action changes where IRQs go, not which queues the traffic hashes to
+                    // (one flow keeps a queue pair, and the CPU irqbalance gives both its
+                    // IRQs, at 100% however well the queues are spread). Still collapsed,
+                    // it counts only if the IRQs reached more CPUs and took load off the
+                    // hottest.
+                    let fixed = !g.collapsed_now || (distinct > b.distinct && share_fell);
                     (
-                        spread && share_fell,
+                        fixed,
                         format!(
                             "effective CPUs {} -> {distinct} ({}), hottest share {} -> {}{}",
                             b.distinct,
