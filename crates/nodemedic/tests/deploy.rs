@@ -213,13 +213,36 @@ fn privileges_mounts_and_rbac_follow_the_features() {
     assert!(limits.contains_key("memory"), "{limits:?}");
     assert!(!limits.contains_key("cpu"), "{limits:?}");
     assert_eq!(mount(&c, "/host/proc").unwrap().read_only, Some(true));
-    // The host's cgroup tree is mounted on its own, read-only (issue 23, defect 1): the
-    // read-only mount of /sys does not reach the cgroup filesystems below it (containerd 1.x
-    // remounts only the top of a bind read-only), so a pod could write any pod's cpu.max.
-    let sys = mount(&c, "/host/sys").unwrap();
+    assert!(mount(&c, "/host/proc/irq").is_none());
+    // The host's cgroup tree is mounted on its own, read-only (issue 23, defect 1): a
+    // read-only bind of the host's /sys does not reach the filesystems below it (containerd
+    // 1.x remounts only the top of a bind read-only: the cgroup filesystems, debugfs,
+    // tracefs, bpffs), so with the node's network namespace the container's own /sys is read
+    // instead, and the host's is not mounted at all.
+    assert!(mount(&c, "/host/sys").is_none() && host_path(&pod, "sys").is_none());
+    let conf = config_toml(&default);
+    assert!(
+        conf.contains("sysfs = \"/sys\"") && conf.contains("cgroupfs = \"/host/sys/fs/cgroup\""),
+        "{conf}"
+    );
+    assert_eq!(mount(&c, "/host/run/dbus").unwrap().read_only, Some(true));
+    // In the pod's own network namespace, the host's /sys (its interfaces), read-only.
+    let podnet = render(&["hostNetwork=false"]);
+    let (podnet_pod, podnet_c) = daemonset(&podnet);
+    let sys = mount(&podnet_c, "/host/sys").unwrap();
     assert_eq!(
         (sys.read_only, sys.recursive_read_only.as_deref()),
         (Some(true), Some("IfPossible"))
+    );
+    assert_eq!(host_path(&podnet_pod, "sys").unwrap().path, "/sys");
+    assert!(!config_toml(&podnet).contains("sysfs"));
+    // A sysfs of the user's own wins, and is not written twice.
+    let own = render(&["paths.sysfs=/mnt/sys"]);
+    let conf = config_toml(&own);
+    assert_eq!(conf.matches("sysfs =").count(), 1, "{conf}");
+    assert!(
+        conf.contains("sysfs = \"/mnt/sys\"") && !conf.contains("cgroupfs"),
+        "{conf}"
     );
     let cg = mount(&c, "/host/sys/fs/cgroup").unwrap();
     assert_eq!(
@@ -269,9 +292,15 @@ fn privileges_mounts_and_rbac_follow_the_features() {
     let label = render(&["features.nodeLabel=true"]);
     assert_eq!(verbs(&rules(&label), "nodes"), vec!["get", "patch"]);
 
+    // Native rebalancing writes /proc/irq, and nothing else of /proc.
     let native = render(&["features.nativeRebalance=true"]);
-    let (_, c) = daemonset(&native);
-    assert_eq!(mount(&c, "/host/proc").unwrap().read_only, Some(false));
+    let (native_pod, c) = daemonset(&native);
+    assert_eq!(mount(&c, "/host/proc").unwrap().read_only, Some(true));
+    assert_eq!(mount(&c, "/host/proc/irq").unwrap().read_only, None);
+    assert_eq!(
+        host_path(&native_pod, "proc-irq").unwrap().path,
+        "/proc/irq"
+    );
 
     let observe_only = render(&[
         "features.probes=false",
@@ -317,6 +346,9 @@ fn the_generated_configuration_is_accepted_by_nodemedic() {
         ],
         vec!["features.probes=false"],
         vec!["sampleInterval=3s", "paths.procfs=/fixture/proc"],
+        vec!["paths.sysfs=/mnt/sys", "paths.cgroupfs=/mnt/cg"],
+        vec!["paths.cgroupfs=/mnt/cg"],
+        vec!["hostNetwork=false"],
     ] {
         let toml = config_toml(&render(&set));
         let dir = tempfile::tempdir().unwrap();
