@@ -5,8 +5,12 @@
 // `setpriv` would do, but the container's image has no shell or setpriv to exec into -- and
 // opens for writing `cgroup.procs` at the top of every cgroup mount under PREFIX (default
 // /host) that PID's mountinfo lists. Opening for writing is the attempt: nothing is written.
-// One line per mount: "MOUNTPOINT FSTYPE writable" or "MOUNTPOINT FSTYPE refused ERRNO-TEXT".
-// Exit 0 when every open was refused, 1 when one succeeded, 2 on an error of its own.
+// Every other mount under PREFIX (but autofs, which an access would trigger) is asked whether
+// its top directory is writable (faccessat W_OK with the effective ids: EROFS on a read-only
+// mount); a proc mount, whose top is r-x for all, by opening sys/kernel/core_pattern for
+// writing. One line per mount: "MOUNTPOINT FSTYPE writable" or "MOUNTPOINT FSTYPE refused
+// ERRNO-TEXT". Exit 0 when every attempt was refused, 1 when one succeeded, 2 on an error of
+// its own or when no cgroup mount is under PREFIX.
 // Static (tests/k8s and the guest node run the same binary): cc -O2 -static -o podwrite podwrite.c
 #define _GNU_SOURCE
 #include <errno.h>
@@ -122,8 +126,33 @@ int main(int argc, char **argv) {
         if (sscanf(line, "%*s %*s %*s %*s %511s", mp) != 1) continue;
         const char *sep = strstr(line, " - ");
         if (!sep || sscanf(sep + 3, "%63s", fstype) != 1) continue;
-        if (strcmp(fstype, "cgroup") != 0 && strcmp(fstype, "cgroup2") != 0) continue;
         if (strncmp(mp, prefix, plen) != 0 || (mp[plen] != '/' && mp[plen] != 0)) continue;
+        if (strcmp(fstype, "cgroup") != 0 && strcmp(fstype, "cgroup2") != 0) {
+            if (strcmp(fstype, "autofs") == 0) continue;
+            if (strcmp(fstype, "proc") == 0) {
+                // /proc's top directory is r-x for all: open a sysctl for writing instead
+                // (core_pattern: a writable one runs a program of the pod's as root on the
+                // host), refused by a read-only mount with EROFS.
+                char file[600];
+                snprintf(file, sizeof file, "%s/sys/kernel/core_pattern", mp);
+                int fd = open(file, O_WRONLY | O_CLOEXEC);
+                if (fd >= 0) {
+                    printf("%s %s writable\n", file, fstype);
+                    writable++;
+                    close(fd);
+                } else {
+                    printf("%s %s refused %s\n", file, fstype, strerror(errno));
+                }
+                continue;
+            }
+            if (faccessat(AT_FDCWD, mp, W_OK, AT_EACCESS) == 0) {
+                printf("%s %s writable\n", mp, fstype);
+                writable++;
+            } else {
+                printf("%s %s refused %s\n", mp, fstype, strerror(errno));
+            }
+            continue;
+        }
         seen++;
         char file[600];
         snprintf(file, sizeof file, "%s/cgroup.procs", mp);
