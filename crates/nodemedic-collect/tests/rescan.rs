@@ -169,6 +169,7 @@ fn irqbalance_package_version_follows_the_database() {
     };
     assert!(reason.contains("no package database"), "{reason}");
     assert!(reason.contains("var/lib/dpkg/status"), "{reason}");
+    assert!(reason.contains("not a dpkg-based node"), "{reason}");
 
     std::fs::create_dir_all(root.join("var/lib/rpm")).unwrap();
     let rpm = package(sample(&mut set, &paths, 340));

@@ -93,6 +93,14 @@ fn read_package(ctx: &Ctx<'_>) -> IrqbalancePackage {
                     "{} is RPM's database, which nodemedic does not read; {database} does not exist",
                     rpm.display()
                 )
+            } else if dpkg.parent().is_some_and(|d| d.is_dir()) {
+                // The chart mounts the host's /var/lib/dpkg with DirectoryOrCreate: on a node
+                // without dpkg it is an empty directory.
+                format!(
+                    "no package database: {database} does not exist and its directory is \
+                     empty or incomplete (not a dpkg-based node? nodemedic reads only dpkg's \
+                     database)"
+                )
             } else if ctx.paths.rootfs == std::path::Path::new("/") {
                 format!("no package database: {database} does not exist")
             } else {
