@@ -31,6 +31,25 @@ static void die(const char *what) {
     exit(2);
 }
 
+// One line for an attempt on WHAT (a mount point, or the file tried in it): 1 when it
+// succeeded, else the reason from errno, as the failed call left it.
+static int report(const char *what, const char *fstype, int ok) {
+    if (ok) {
+        printf("%s %s writable\n", what, fstype);
+        return 1;
+    }
+    printf("%s %s refused %s\n", what, fstype, strerror(errno));
+    return 0;
+}
+
+// Whether FILE opens for writing (nothing is written); errno says why not.
+static int opens_for_writing(const char *file) {
+    int fd = open(file, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    close(fd);
+    return 1;
+}
+
 static uint64_t cap_field(const char *status, const char *key) {
     const char *p = strstr(status, key);
     if (!p) {
@@ -127,42 +146,21 @@ int main(int argc, char **argv) {
         const char *sep = strstr(line, " - ");
         if (!sep || sscanf(sep + 3, "%63s", fstype) != 1) continue;
         if (strncmp(mp, prefix, plen) != 0 || (mp[plen] != '/' && mp[plen] != 0)) continue;
-        if (strcmp(fstype, "cgroup") != 0 && strcmp(fstype, "cgroup2") != 0) {
-            if (strcmp(fstype, "autofs") == 0) continue;
-            if (strcmp(fstype, "proc") == 0) {
-                // /proc's top directory is r-x for all: open a sysctl for writing instead
-                // (core_pattern: a writable one runs a program of the pod's as root on the
-                // host), refused by a read-only mount with EROFS.
-                char file[600];
-                snprintf(file, sizeof file, "%s/sys/kernel/core_pattern", mp);
-                int fd = open(file, O_WRONLY | O_CLOEXEC);
-                if (fd >= 0) {
-                    printf("%s %s writable\n", file, fstype);
-                    writable++;
-                    close(fd);
-                } else {
-                    printf("%s %s refused %s\n", file, fstype, strerror(errno));
-                }
-                continue;
-            }
-            if (faccessat(AT_FDCWD, mp, W_OK, AT_EACCESS) == 0) {
-                printf("%s %s writable\n", mp, fstype);
-                writable++;
-            } else {
-                printf("%s %s refused %s\n", mp, fstype, strerror(errno));
-            }
-            continue;
-        }
-        seen++;
+        int cgroup = strcmp(fstype, "cgroup") == 0 || strcmp(fstype, "cgroup2") == 0;
+        if (!cgroup && strcmp(fstype, "autofs") == 0) continue;
         char file[600];
-        snprintf(file, sizeof file, "%s/cgroup.procs", mp);
-        int fd = open(file, O_WRONLY | O_CLOEXEC);
-        if (fd >= 0) {
-            printf("%s %s writable\n", mp, fstype);
-            writable++;
-            close(fd);
+        if (cgroup) {
+            seen++;
+            snprintf(file, sizeof file, "%s/cgroup.procs", mp);
+            writable += report(mp, fstype, opens_for_writing(file));
+        } else if (strcmp(fstype, "proc") == 0) {
+            // /proc's top directory is r-x for all: open a sysctl for writing instead
+            // (core_pattern: a writable one runs a program of the pod's as root on the
+            // host), refused by a read-only mount with EROFS.
+            snprintf(file, sizeof file, "%s/sys/kernel/core_pattern", mp);
+            writable += report(file, fstype, opens_for_writing(file));
         } else {
-            printf("%s %s refused %s\n", mp, fstype, strerror(errno));
+            writable += report(mp, fstype, faccessat(AT_FDCWD, mp, W_OK, AT_EACCESS) == 0);
         }
     }
     if (!seen) {
