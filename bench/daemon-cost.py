@@ -21,22 +21,15 @@ request), and how it splits between the sampler thread and the rest (runtime, HT
 import argparse
 import http.client
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 
+from procstat import free_port
+
 MODES = ["sampling", "keepalive", "curl", "healthz-curl"]
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def thread_ns(pid):

@@ -22,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "k8s"))
 import node_e2e as t  # noqa: E402
+from procstat import task_ns  # noqa: E402
 
 
 def pod_cgroup(pid):
@@ -39,12 +40,6 @@ def cpu_stat(d):
 
 def schedstat_ns(pid):
     return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
-
-
-def task_ns(pid):
-    """CPU time of every thread of pid (schedstat, nanoseconds)."""
-    return sum(int(Path(f"{t}/schedstat").read_text().split()[0])
-               for t in Path(f"/proc/{pid}/task").iterdir())
 
 
 def rss_kib(pid):

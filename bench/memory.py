@@ -37,24 +37,17 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from procstat import free_port, status_kib, task_ns
+
 ROOT = Path(__file__).resolve().parents[1]
 NODE_EXPORTER_VERSION = "v1.9.1"
 CACHE = Path("/var/cache/nodemedic-bench")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def get(port, path, timeout=60):
@@ -65,23 +58,6 @@ def get(port, path, timeout=60):
         return r.status, r.read()
     finally:
         c.close()
-
-
-def status_kib(pid, key):
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no {key} for {pid}")
-
-
-def cpu_ns(pid):
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((task / "schedstat").read_text().split()[0])
-        except (FileNotFoundError, ProcessLookupError):
-            pass  # a thread that ended between the listing and the read
-    return total
 
 
 def config_text(interval_ms, probes):
@@ -224,7 +200,7 @@ def measure(builds, tree_name, ne_bin, seconds, interval_ms, work):
                 wait_until(f"{p.label}: 3 samples", deadline, lambda p=p: p.samples() >= 3)
             p.scrape()
             p.early = (status_kib(p.p.pid, "VmRSS"), status_kib(p.p.pid, "VmHWM"))
-        start = {p: (cpu_ns(p.p.pid), p.samples()) for p in procs}
+        start = {p: (task_ns(p.p.pid), p.samples()) for p in procs}
         for p in procs:
             p.scrapes = p.failed = 0
         t0 = time.monotonic()
@@ -240,7 +216,7 @@ def measure(builds, tree_name, ne_bin, seconds, interval_ms, work):
                 raise SystemExit(f"{p.label} exited; see {work}/{p.label}.log")
             cpu0, s0 = start[p]
             samples = p.samples() - s0 if p.kind == "nodemedic" else p.scrapes
-            cpu = cpu_ns(p.p.pid) - cpu0
+            cpu = task_ns(p.p.pid) - cpu0
             rows.append((p.label, p.early, (status_kib(p.p.pid, "VmRSS"), status_kib(p.p.pid, "VmHWM")),
                          cpu / max(samples, 1) / 1e6, samples, p.failed))
     finally:
