@@ -142,6 +142,22 @@ fn hurting_needs_rate_on_the_hot_cpu_not_just_placement() {
     assert_eq!(nic.evidence.irq_rate, Some(0.0));
 }
 
+/// `snap` `secs` seconds later, with 50,000 more interrupts for each of `irqs` on the first
+/// CPU its counts name.
+fn grown(snap: &Snapshot, secs: u64, irqs: &[u32]) -> Snapshot {
+    let mut s = snap.clone();
+    s.at += Duration::from_secs(secs);
+    s.timestamp += secs as f64;
+    let mut table = (**s.interrupts.as_ref().unwrap()).clone();
+    for irq in irqs {
+        let line = table.irqs.iter_mut().find(|l| l.irq == *irq).unwrap();
+        let col = line.counts.iter().position(|c| *c > 0).unwrap();
+        line.counts[col] += 50_000;
+    }
+    s.interrupts = Some(std::sync::Arc::new(table));
+    s
+}
+
 #[test]
 fn one_flow_on_a_spread_nic_is_one_irqs_load_on_the_hottest_cpu() {
     // A spread NIC whose traffic is one flow: one queue's IRQ grows, on its one CPU. The
@@ -151,40 +167,17 @@ fn one_flow_on_a_spread_nic_is_one_irqs_load_on_the_hottest_cpu() {
     let before = snapshot("8cpu-balanced", 0);
     let v = d.observe(&before);
     let irqs = group(&v, "virtio2").group.irqs.clone();
-    let mut later = before.clone();
-    later.at = Duration::from_secs(10);
-    later.timestamp += 10.0;
-    let mut table = (**later.interrupts.as_ref().unwrap()).clone();
-    let line = table.irqs.iter_mut().find(|l| l.irq == irqs[0]).unwrap();
-    let col = line.counts.iter().position(|c| *c > 0).unwrap();
-    line.counts[col] += 50_000;
-    later.interrupts = Some(std::sync::Arc::new(table));
-    let nic = d
-        .observe(&later)
-        .into_iter()
-        .find(|v| v.group.name == "virtio2")
-        .unwrap();
+    let later = grown(&before, 10, &irqs[..1]);
+    let v = d.observe(&later);
+    let nic = group(&v, "virtio2");
     assert!(!nic.collapsed);
     assert_eq!(nic.evidence.hottest_share, Some(1.0));
     assert_eq!(nic.evidence.busiest_irq_share, Some(1.0));
     assert!(nic.evidence.hottest_is_one_irq());
 
     // Two queues grow on two CPUs: each CPU has one IRQ's load, half the rate.
-    let mut table = (**later.interrupts.as_ref().unwrap()).clone();
-    for irq in &irqs[..2] {
-        let line = table.irqs.iter_mut().find(|l| l.irq == *irq).unwrap();
-        let col = line.counts.iter().position(|c| *c > 0).unwrap();
-        line.counts[col] += 50_000;
-    }
-    let mut third = later.clone();
-    third.at = Duration::from_secs(20);
-    third.timestamp += 10.0;
-    third.interrupts = Some(std::sync::Arc::new(table));
-    let nic = d
-        .observe(&third)
-        .into_iter()
-        .find(|v| v.group.name == "virtio2")
-        .unwrap();
+    let v = d.observe(&grown(&later, 10, &irqs[..2]));
+    let nic = group(&v, "virtio2");
     assert_eq!(nic.evidence.hottest_share, Some(0.5));
     assert!(nic.evidence.hottest_is_one_irq());
 }
