@@ -162,7 +162,7 @@ pub fn mountinfo(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     // Whatever is chosen is a mount point of its kind that the text lists, under the root.
     let root = std::path::Path::new("/host");
-    if let Ok(m) = mounts::cgroup_mounts_under(&text, root) {
+    if let Ok(m) = mounts::cgroup_mounts_under(&text, root, true) {
         for (chosen, kind) in [
             (&m.unified, "cgroup2"),
             (&m.cpu, "cgroup"),
@@ -176,15 +176,21 @@ pub fn mountinfo(data: &[u8]) {
                 );
             }
         }
-    }
-    // Every writable mount named is a cgroup mount under the root, read-write, named once.
-    if let Ok(w) = mounts::writable_cgroup_mounts(&text, root) {
+        // Every writable mount named is a cgroup mount under the root, read-write, named once.
+        let w = &m.writable;
         for (i, p) in w.iter().enumerate() {
             assert!(p.starts_with(root), "{p:?}");
             assert!(!w[..i].contains(p), "{p:?} named twice");
+            // `rw` as an option key of its own (items may be empty, `,rw`, or carry a value,
+            // `rw=`; fields split on any blank; a root of `-` makes the ` - ` separator
+            // ambiguous to find here).
+            let read_write = |l: &str| {
+                l.split([',', ' ', '\t'])
+                    .any(|o| o.split('=').next() == Some("rw"))
+            };
             assert!(
                 text.lines()
-                    .any(|l| l.contains(" rw") && l.contains(" - cgroup")),
+                    .any(|l| read_write(l) && l.contains(" - cgroup")),
                 "{p:?} named without a read-write cgroup line"
             );
         }

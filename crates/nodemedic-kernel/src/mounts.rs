@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use procfs_core::process::MountInfos;
+use procfs_core::process::{MountInfo, MountInfos};
 use procfs_core::FromRead;
 use serde::Serialize;
 
@@ -34,7 +34,7 @@ pub enum MountInfoError {
 /// The cgroup mounts of a mountinfo text: the first of each kind (see
 /// [`cgroup_mounts_under`] for a process that sees more than one).
 pub fn cgroup_mounts(text: &str) -> Result<CgroupMounts, MountInfoError> {
-    cgroup_mounts_under(text, Path::new("/"))
+    cgroup_mounts_under(text, Path::new("/"), false)
 }
 
 /// The cgroup mounts under `root` (the host's root mounted in a container, `/host`, or `/`).
@@ -48,14 +48,27 @@ pub fn cgroup_mounts(text: &str) -> Result<CgroupMounts, MountInfoError> {
 /// `root`, the one reaching highest in the hierarchy is taken (the most leading `..`, then
 /// `/`, in mountinfo's order among equals); a part of a hierarchy only when there is nothing
 /// higher.
-pub fn cgroup_mounts_under(text: &str, root: &Path) -> Result<CgroupMounts, MountInfoError> {
-    let mounts =
-        MountInfos::from_read(text.as_bytes()).map_err(|e| MountInfoError::Parse(e.to_string()))?;
+///
+/// `in_container`: the host's tree is mounted into a container (`root` is not the process's
+/// own), so the ones of its mounts the process can write are named in `writable`.
+pub fn cgroup_mounts_under(
+    text: &str,
+    root: &Path,
+    in_container: bool,
+) -> Result<CgroupMounts, MountInfoError> {
+    let mounts = MountInfos::from_read(text.as_bytes())
+        .map_err(|e| MountInfoError::Parse(e.to_string()))?
+        .0;
+    let writable = if in_container {
+        writable_cgroup_mounts(&mounts, root)
+    } else {
+        Vec::new()
+    };
     // (mount point, how high it reaches) of each kind, in mountinfo's order.
     let mut unified = Vec::new();
     let mut cpu = Vec::new();
     let mut cpuacct = Vec::new();
-    for m in mounts.0 {
+    for m in mounts {
         if !m.mount_point.starts_with(root) {
             continue;
         }
@@ -83,17 +96,14 @@ pub fn cgroup_mounts_under(text: &str, root: &Path) -> Result<CgroupMounts, Moun
         unified: pick(unified),
         cpu: pick(cpu),
         cpuacct: pick(cpuacct),
-        writable: Vec::new(),
+        writable,
     })
 }
 
-/// The visible cgroup mounts under `root` mounted read-write (for a container reading its
-/// host's tree: see [`CgroupMounts::writable`]). A mount is hidden when a later one
-/// (mountinfo lists them in mount order) sits on its mount point or above it.
-pub fn writable_cgroup_mounts(text: &str, root: &Path) -> Result<Vec<PathBuf>, MountInfoError> {
-    let mounts =
-        MountInfos::from_read(text.as_bytes()).map_err(|e| MountInfoError::Parse(e.to_string()))?;
-    let mounts = mounts.0;
+/// The visible cgroup mounts under `root` mounted read-write (see
+/// [`CgroupMounts::writable`]). A mount is hidden when a later one (mountinfo lists them in
+/// mount order) sits on its mount point or above it.
+fn writable_cgroup_mounts(mounts: &[MountInfo], root: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for (i, m) in mounts.iter().enumerate() {
         let cgroup = matches!(m.fs_type.as_str(), "cgroup" | "cgroup2");
@@ -107,7 +117,7 @@ pub fn writable_cgroup_mounts(text: &str, root: &Path) -> Result<Vec<PathBuf>, M
             out.push(m.mount_point.clone());
         }
     }
-    Ok(out)
+    out
 }
 
 /// How high a mount's root reaches in its hierarchy, seen from the reader's cgroup namespace:
@@ -130,6 +140,11 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    /// What a container reading the host's tree under `root` can write.
+    fn writable_cgroup_mounts(text: &str, root: &Path) -> Result<Vec<PathBuf>, MountInfoError> {
+        cgroup_mounts_under(text, root, true).map(|m| m.writable)
+    }
 
     #[test]
     fn hybrid_and_unified_layouts() {
@@ -170,7 +185,7 @@ mod tests {
 1313 1311 0:30 / /host/sys/fs/cgroup/cpuacct ro,relatime master:13 - cgroup cgroup rw,cpuacct
 1314 1311 0:38 / /host/sys/fs/cgroup/unified ro,relatime master:20 - cgroup2 cgroup2 rw
 ";
-        let m = cgroup_mounts_under(pod, Path::new("/host/sys/fs/cgroup")).unwrap();
+        let m = cgroup_mounts_under(pod, Path::new("/host/sys/fs/cgroup"), false).unwrap();
         assert_eq!(m.cpu, Some("/host/sys/fs/cgroup/cpu".into()));
         assert_eq!(m.cpuacct, Some("/host/sys/fs/cgroup/cpuacct".into()));
         assert_eq!(m.unified, Some("/host/sys/fs/cgroup/unified".into()));
@@ -198,7 +213,7 @@ mod tests {
 1311 1310 0:30 /../../../.. /host/sys/fs/cgroup rw,nosuid,nodev,noexec,relatime master:4 - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot
 1320 1200 0:30 /../../../.. /host/sys/fs/cgroup ro,nosuid,nodev,noexec,relatime master:4 - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot
 ";
-        let m = cgroup_mounts_under(pod, Path::new("/host/sys/fs/cgroup")).unwrap();
+        let m = cgroup_mounts_under(pod, Path::new("/host/sys/fs/cgroup"), false).unwrap();
         assert_eq!(
             (m.unified, m.cpu),
             (Some("/host/sys/fs/cgroup".into()), None)

@@ -9,7 +9,7 @@ use nodemedic_kernel::cgroup::{
     classify, parse_cfs, parse_cpu_max, parse_cpu_stat, parse_cpuacct_usage, CgroupPressure,
     CgroupStats, Cgroups, Workload,
 };
-use nodemedic_kernel::mounts::{cgroup_mounts_under, writable_cgroup_mounts, CgroupMounts};
+use nodemedic_kernel::mounts::{cgroup_mounts_under, CgroupMounts};
 use nodemedic_kernel::{psi, Snapshot};
 
 use super::pressure::EOPNOTSUPP;
@@ -242,25 +242,20 @@ impl Collector for CgroupsCollector {
 /// host's cgroup mounts it can write.
 fn layout(reader: &Reader, procfs: &Path, root: &Path, container: bool) -> (CgroupMounts, bool) {
     let mountinfo = procfs.join("self/mountinfo");
-    let text = reader.read_optional(&mountinfo).ok().flatten();
-    let writable = match &text {
-        Some(t) if container => writable_cgroup_mounts(t, root).unwrap_or_default(),
-        _ => Vec::new(),
+    let parsed = match reader.read_optional(&mountinfo) {
+        Ok(Some(text)) => cgroup_mounts_under(&text, root, container).ok(),
+        _ => None,
     };
-    if let Some(text) = &text {
-        if let Ok(m) = cgroup_mounts_under(text, root) {
-            if m.unified.is_some() || m.cpu.is_some() {
-                return (CgroupMounts { writable, ..m }, true);
-            }
-        }
+    match parsed {
+        Some(m) if m.unified.is_some() || m.cpu.is_some() => (m, true),
+        m => (
+            CgroupMounts {
+                writable: m.map(|m| m.writable).unwrap_or_default(),
+                ..discover(root)
+            },
+            false,
+        ),
     }
-    (
-        CgroupMounts {
-            writable,
-            ..discover(root)
-        },
-        false,
-    )
 }
 
 /// The CPU time of every task on the node, from the root cgroup: v1 `cpuacct.usage`, else
