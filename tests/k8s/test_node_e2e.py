@@ -59,6 +59,32 @@ class Collectors(unittest.TestCase):
 SERIES = 'process_start_time_seconds {start}\nnodemedic_irq_interrupts_total{{irq="24",cpu="0"}} 5\n'
 
 
+class Hybrid(unittest.TestCase):
+    MOUNTINFO = """\
+25 1 253:0 / / rw,relatime - ext4 /dev/vda rw
+30 25 0:26 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755
+31 30 0:27 / /sys/fs/cgroup/unified rw,nosuid - cgroup2 cgroup2 rw,nsdelegate
+32 30 0:28 / /sys/fs/cgroup/systemd rw,nosuid - cgroup cgroup rw,xattr,name=systemd
+33 30 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid - cgroup cgroup rw,cpu,cpuacct
+34 30 0:30 / /sys/fs/cgroup/memory rw,nosuid - cgroup cgroup rw,memory
+35 25 0:31 / /mnt/sys/fs/cgroup/cpu rw,nosuid - cgroup cgroup rw,cpu
+"""
+
+    def test_the_hierarchies_nodemedic_reads_under_sys_fs_cgroup(self):
+        self.assertEqual(e2e.v1_hierarchies(self.MOUNTINFO), ["unified", "cpu,cpuacct"])
+        self.assertEqual(e2e.v1_hierarchies("29 1 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"), [])
+
+    def test_only_the_hidden_hierarchies_failure_counts(self):
+        def st(state, reason):
+            return {"collectors": [{"name": "pressure", "state": "active"},
+                                   {"name": "cgroups", "state": state, "reason": reason}]}
+        said = "/host/sys/fs/cgroup holds the empty mount points … list them in cgroupV1Hierarchies"
+        self.assertEqual(e2e.hidden_v1_reason(st("failed", said)), said)
+        self.assertIsNone(e2e.hidden_v1_reason(st("active", "")))
+        self.assertIsNone(e2e.hidden_v1_reason(st("failed", "permission denied")))
+        self.assertIsNone(e2e.hidden_v1_reason(st("unavailable", said)))
+
+
 class Roll(unittest.TestCase):
     def test_scrape_kinds(self):
         self.assertEqual(e2e.scrape_kind(0, 200, SERIES.format(start=1)), "ok")

@@ -244,16 +244,21 @@ fn privileges_mounts_and_rbac_follow_the_features() {
         conf.contains("sysfs = \"/mnt/sys\"") && !conf.contains("cgroupfs"),
         "{conf}"
     );
+    // The host's /sys/fs/cgroup through a subPath of /sys/fs: the kubelet binds a subPath
+    // without the mounts below it, so on a v1 or hybrid node (whose hierarchies are mounts
+    // below it) none of them is in the pod, writable or not, and recursiveReadOnly is not
+    // needed (containerd 1.x ignores it; a hybrid node's v1 hierarchies stayed writable).
     let cg = mount(&c, "/host/sys/fs/cgroup").unwrap();
     assert_eq!(
         (cg.name.as_str(), cg.read_only, cg.sub_path.as_deref()),
-        ("cgroup", Some(true), None)
+        ("sys-fs", Some(true), Some("cgroup"))
     );
-    let cg_vol = host_path(&pod, "cgroup").unwrap();
+    let cg_vol = host_path(&pod, "sys-fs").unwrap();
     assert_eq!(
         (cg_vol.path.as_str(), cg_vol.type_.as_deref()),
-        ("/sys/fs/cgroup", Some("Directory"))
+        ("/sys/fs", Some("Directory"))
     );
+    assert!(host_path(&pod, "cgroup").is_none());
     // cgroup v1 nodes: each named hierarchy read-only on its own (a subPath is bound without
     // the mounts below it), over an empty directory that hides the rest of the tree.
     let v1 = render(&["cgroupV1Hierarchies={cpu,cpuacct,unified}"]);
@@ -266,7 +271,7 @@ fn privileges_mounts_and_rbac_follow_the_features() {
         let m = mount(&v1_c, &format!("/host/sys/fs/cgroup/{h}")).unwrap();
         assert_eq!(
             (m.name.as_str(), m.read_only, m.sub_path.as_deref()),
-            ("cgroup", Some(true), Some(h))
+            ("sys-fs", Some(true), Some(format!("cgroup/{h}").as_str()))
         );
     }
     assert!(v1_pod
@@ -274,6 +279,7 @@ fn privileges_mounts_and_rbac_follow_the_features() {
         .iter()
         .flatten()
         .any(|v| v.name == "cgroup-v1-root" && v.empty_dir.is_some()));
+    mixed_fleet_gets_a_daemonset_per_kind(&pod, &c);
     // irqbalance's version in a pod (issue 23, defect 2): dpkg's database, read-only.
     let dpkg = mount(&c, "/host/var/lib/dpkg").unwrap();
     assert_eq!(dpkg.read_only, Some(true));
@@ -504,4 +510,86 @@ fn prometheus_rules_carry_every_shipped_rule_file() {
         .collect();
     assert_eq!(rendered, shipped);
     assert!(!render(&[]).contains("kind: PrometheusRule"));
+}
+
+/// A fleet moving to cgroup v2 (cgroupV1Nodes): one release, two DaemonSets. The v1 nodes' one
+/// mounts the named hierarchies; the other keeps the defaults and does not schedule there; the
+/// Service (and so Prometheus) selects the pods of both.
+fn mixed_fleet_gets_a_daemonset_per_kind(default_pod: &PodSpec, default_c: &Container) {
+    let all = render(&[
+        "cgroupV1Nodes.nodeSelector.node\\.example\\.com/cgroup=v1",
+        "cgroupV1Nodes.hierarchies={cpu,unified}",
+        "nodeSelector.pool=batch",
+    ]);
+    let sets: Vec<DaemonSet> = objects(&all)
+        .into_iter()
+        .filter(|o| o["kind"].as_str() == Some("DaemonSet"))
+        .map(|o| serde_yaml_ng::from_value(o).unwrap())
+        .collect();
+    let names: Vec<_> = sets
+        .iter()
+        .map(|d| d.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(names, ["nodemedic", "nodemedic-cgroup-v1"]);
+    let spec = |d: &DaemonSet| d.spec.clone().unwrap();
+    let (v2, v1) = (spec(&sets[0]), spec(&sets[1]));
+    let (v2_pod, v1_pod) = (v2.template.spec.unwrap(), v1.template.spec.unwrap());
+    // The v2 nodes' DaemonSet is the default one but for its affinity.
+    assert_eq!(v2_pod.containers, default_pod.containers);
+    assert_eq!(&v2_pod.containers[0], default_c);
+    let terms = v2_pod
+        .affinity
+        .and_then(|a| a.node_affinity)
+        .and_then(|a| a.required_during_scheduling_ignored_during_execution)
+        .unwrap()
+        .node_selector_terms;
+    let e = &terms[0].match_expressions.as_ref().unwrap()[0];
+    assert_eq!(
+        (e.key.as_str(), e.operator.as_str(), e.values.as_deref()),
+        (
+            "node.example.com/cgroup",
+            "NotIn",
+            Some(&["v1".to_string()][..])
+        )
+    );
+    assert_eq!(v2_pod.node_selector.unwrap()["pool"], "batch");
+    // The v1 nodes': their labels and the release's selector, each hierarchy on its own.
+    let sel = v1_pod.node_selector.clone().unwrap();
+    assert_eq!(
+        (
+            sel["node.example.com/cgroup"].as_str(),
+            sel["pool"].as_str()
+        ),
+        ("v1", "batch")
+    );
+    assert!(v1_pod.affinity.is_none());
+    let c = &v1_pod.containers[0];
+    assert_eq!(
+        mount(c, "/host/sys/fs/cgroup").unwrap().name,
+        "cgroup-v1-root"
+    );
+    for h in ["cpu", "unified"] {
+        let m = mount(c, &format!("/host/sys/fs/cgroup/{h}")).unwrap();
+        assert_eq!(m.sub_path.as_deref(), Some(format!("cgroup/{h}").as_str()));
+    }
+    // Selectors: each DaemonSet's own pods; the Service's, both.
+    let labels = |d: &DaemonSet| {
+        d.spec
+            .clone()
+            .unwrap()
+            .template
+            .metadata
+            .unwrap()
+            .labels
+            .unwrap()
+    };
+    let matches = |sel: &std::collections::BTreeMap<String, String>,
+                   l: &std::collections::BTreeMap<String, String>| {
+        sel.iter().all(|(k, v)| l.get(k) == Some(v))
+    };
+    let v1_sel = v1.selector.match_labels.unwrap();
+    assert!(matches(&v1_sel, &labels(&sets[1])) && !matches(&v1_sel, &labels(&sets[0])));
+    let svc: k8s_openapi::api::core::v1::Service = object(&all, "Service");
+    let svc_sel = svc.spec.unwrap().selector.unwrap();
+    assert!(sets.iter().all(|d| matches(&svc_sel, &labels(d))));
 }

@@ -211,6 +211,15 @@ impl Collector for CgroupsCollector {
         // The hierarchy the workloads are listed from: the one with the cpu controller's
         // files when there is a v1 one, else the unified one.
         let Some(walk_root) = mounts.cpu.clone().or_else(|| mounts.unified.clone()) else {
+            let empty = empty_hierarchies(root);
+            if !empty.is_empty() {
+                // A configuration to fix, not a kernel without cgroups: failed, so that it
+                // shows in nodemedic_scrape_collector_success and its alert.
+                return Err(CollectError::down(HiddenHierarchies {
+                    root: root.clone(),
+                    empty,
+                }));
+            }
             out.unavailable = Some(format!(
                 "no cgroup hierarchy found under {} (neither cgroup.controllers, unified/ nor a v1 cpu controller directory)",
                 root.display()
@@ -256,6 +265,36 @@ fn layout(reader: &Reader, procfs: &Path, root: &Path, container: bool) -> (Cgro
             false,
         ),
     }
+}
+
+/// The cgroup v1 (or hybrid) layout's mount points under the cgroup root, present but empty:
+/// the node's hierarchies are mounted there, but not in this mount namespace. The Helm chart
+/// binds the host's `/sys/fs/cgroup` without the mounts below it, since a read-only bind does
+/// not make them read-only (not before containerd 2) and a writable one would let the pod
+/// rewrite any pod's limits; a v1 node's hierarchies are then named in `cgroupV1Hierarchies`.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{} holds the empty mount points of a cgroup v1 or hybrid node ({}): its hierarchies are not mounted here; mount each one read-only at its place (the Helm chart: list them in cgroupV1Hierarchies)",
+    root.display(),
+    empty.join(", ")
+)]
+pub struct HiddenHierarchies {
+    pub root: PathBuf,
+    pub empty: Vec<String>,
+}
+
+/// The names of the v1 (or hybrid) hierarchy directories under `root` that are empty (see
+/// [`HiddenHierarchies`]), sorted; empty when there is none.
+fn empty_hierarchies(root: &Path) -> Vec<String> {
+    let mut out: Vec<String> = ["cpu", "cpuacct", "cpu,cpuacct", "cpuacct,cpu", "unified"]
+        .iter()
+        .filter(|d| {
+            std::fs::read_dir(root.join(d)).is_ok_and(|mut entries| entries.next().is_none())
+        })
+        .map(|d| d.to_string())
+        .collect();
+    out.sort();
+    out
 }
 
 /// The CPU time of every task on the node, from the root cgroup: v1 `cpuacct.usage`, else
@@ -624,6 +663,49 @@ mod tests {
         assert_eq!(g.cpu_max.and_then(|m| m.cores()), Some(0.5));
         assert_eq!(g.cpu_stat.map(|s| s.nr_throttled), Some(1));
         assert_eq!(g.pressure.cpu.unwrap().some.map(|l| l.total_us), Some(5));
+    }
+
+    /// A hybrid node's /sys/fs/cgroup bound without the mounts below it (the chart's
+    /// default): the hierarchies' mount points are there, empty. The collector fails and says
+    /// what to set; a root with nothing at all stays "unavailable".
+    #[test]
+    fn empty_hierarchy_mount_points_fail_with_what_to_set() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("cg");
+        for d in ["cpu,cpuacct", "memory", "unified"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::os::unix::fs::symlink("cpu,cpuacct", root.join("cpu")).unwrap();
+        let mut paths = crate::Paths::under(tmp.path());
+        paths.cgroupfs = root.clone();
+        let mut set = crate::CollectorSet::new(vec![Box::new(CgroupsCollector::new(
+            CgroupSelection::default(),
+        ))]);
+        let (_, runs) = set.sample(&paths, Duration::from_secs(1));
+        let e = runs[0].outcome.as_ref().unwrap_err().to_string();
+        assert!(
+            e.contains("(cpu, cpu,cpuacct, unified)") && e.contains("cgroupV1Hierarchies"),
+            "{e}"
+        );
+        // Something mounted in one of them: not hidden.
+        std::fs::write(root.join("unified/cgroup.controllers"), "cpu\n").unwrap();
+        assert_eq!(empty_hierarchies(&root), ["cpu", "cpu,cpuacct"]);
+        let mut set = crate::CollectorSet::new(vec![Box::new(CgroupsCollector::new(
+            CgroupSelection::default(),
+        ))]);
+        let (s, runs) = set.sample(&paths, Duration::from_secs(2));
+        assert!(runs[0].outcome.is_ok(), "{:?}", runs[0].outcome);
+        assert!(s.cgroups.is_some());
+        // Nothing at all under the root: unavailable, not failed.
+        let bare = tmp.path().join("bare");
+        std::fs::create_dir_all(&bare).unwrap();
+        paths.cgroupfs = bare;
+        let (_, runs) = set.sample(&paths, Duration::from_secs(3));
+        let c = runs[0].outcome.as_ref().unwrap();
+        assert!(c
+            .unavailable
+            .as_deref()
+            .is_some_and(|r| r.contains("no cgroup hierarchy")));
     }
 
     /// With an interval, samples in between carry the last reading (the same `Arc`, its
