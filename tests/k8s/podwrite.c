@@ -10,7 +10,8 @@
 // mount); a proc mount, whose top is r-x for all, by opening sys/kernel/core_pattern for
 // writing. One line per mount: "MOUNTPOINT FSTYPE writable" or "MOUNTPOINT FSTYPE refused
 // ERRNO-TEXT". Exit 0 when every attempt was refused, 1 when one succeeded, 2 on an error of
-// its own or when no cgroup mount is under PREFIX.
+// its own or when nothing of the cgroup tree was tried: no cgroup mount under PREFIX and no
+// mount at PREFIX/sys/fs/cgroup (a v1 node's tmpfs of mount points, bound without them).
 // Static (tests/k8s and the guest node run the same binary): cc -O2 -static -o podwrite podwrite.c
 #define _GNU_SOURCE
 #include <errno.h>
@@ -149,6 +150,9 @@ int main(int argc, char **argv) {
         int cgroup = strcmp(fstype, "cgroup") == 0 || strcmp(fstype, "cgroup2") == 0;
         if (!cgroup && strcmp(fstype, "autofs") == 0) continue;
         char file[600];
+        char tree[600];
+        snprintf(tree, sizeof tree, "%s/sys/fs/cgroup", prefix);
+        if (strcmp(mp, tree) == 0) seen++;
         if (cgroup) {
             seen++;
             snprintf(file, sizeof file, "%s/cgroup.procs", mp);
@@ -164,7 +168,8 @@ int main(int argc, char **argv) {
         }
     }
     if (!seen) {
-        fprintf(stderr, "podwrite: no cgroup mount under %s in the container\n", prefix);
+        fprintf(stderr, "podwrite: no cgroup mount under %s and none at %s/sys/fs/cgroup in the container\n",
+                prefix, prefix);
         return 2;
     }
     return writable ? 1 : 0;
