@@ -20,7 +20,9 @@ read what nodemedic reads (interrupts, softirqs where it has one, stat, softnet)
 is scraped once per interval.
 
 Printed per tree and process, as Markdown:
-- RSS after 3 samples and a scrape (`/proc/PID/status` VmRSS), and VmHWM then;
+- RSS after 3 samples and a scrape (`/proc/PID/status` VmRSS), the anonymous part of it
+  (RssAnon: the heap and stacks; the rest is the binary's and the C library's code and
+  read-only data, clean file pages the kernel can drop and read again), and VmHWM then;
 - RSS and VmHWM at the end of the window;
 - CPU per sample (one sample and its scrape; for node_exporter, per scrape), from the
   scheduler's nanosecond accounting of every thread (`/proc/PID/task/*/schedstat`) over the
@@ -199,7 +201,8 @@ def measure(builds, tree_name, ne_bin, seconds, interval_ms, work):
             else:
                 wait_until(f"{p.label}: 3 samples", deadline, lambda p=p: p.samples() >= 3)
             p.scrape()
-            p.early = (status_kib(p.p.pid, "VmRSS"), status_kib(p.p.pid, "VmHWM"))
+            p.early = (status_kib(p.p.pid, "VmRSS"), status_kib(p.p.pid, "VmHWM"),
+                       status_kib(p.p.pid, "RssAnon"))
         start = {p: (task_ns(p.p.pid), p.samples()) for p in procs}
         for p in procs:
             p.scrapes = p.failed = 0
@@ -251,12 +254,13 @@ def main():
         for tree in a.trees.split(","):
             rows = measure(builds, tree, ne_bin, a.seconds, a.interval_ms, work)
             print(f"### {tree}\n")
-            print("| process | RSS after 3 samples + a scrape MiB | VmHWM then MiB | RSS at end MiB "
-                  "| VmHWM at end MiB | CPU ms per sample | samples (failed scrapes) |")
-            print("|---|---|---|---|---|---|---|")
+            print("| process | RSS after 3 samples + a scrape MiB | of which anonymous MiB "
+                  "| VmHWM then MiB | RSS at end MiB | VmHWM at end MiB | CPU ms per sample "
+                  "| samples (failed scrapes) |")
+            print("|---|---|---|---|---|---|---|---|")
             for label, early, late, cpu, samples, failed in rows:
-                print(f"| {label} | {mib(early[0])} | {mib(early[1])} | {mib(late[0])} | {mib(late[1])} "
-                      f"| {cpu:.2f} | {samples} ({failed}) |")
+                print(f"| {label} | {mib(early[0])} | {mib(early[2])} | {mib(early[1])} "
+                      f"| {mib(late[0])} | {mib(late[1])} | {cpu:.2f} | {samples} ({failed}) |")
             print(flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -62,18 +62,27 @@ pub fn process_cpu_seconds() -> f64 {
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
-/// Caps glibc's malloc arenas. glibc gives each thread that allocates under contention an
-/// arena of its own and keeps freed memory there; nodemedic samples on tokio's blocking
-/// threads and serves on the runtime thread, and on a 1024-CPU tree the extra arenas held
-/// 12 MiB of RSS (53 vs 41 MiB, BENCHMARKS.md "Scale"). Two arenas: sampling and serving
-/// still do not contend for one lock. No-op on other C libraries (musl's allocator has no
-/// per-thread arenas).
-pub fn cap_malloc_arenas() {
+/// Tunes glibc's malloc for a small long-running daemon (no-op on other C libraries: musl's
+/// allocator has no arenas and unmaps free pages itself). Measured with bench/memory.py and
+/// tests/memory.rs (BENCHMARKS.md, "Allocators, arenas, the mmap threshold and LTO"):
+/// - Two arenas. glibc gives each thread that allocates under contention an arena of its own
+///   and keeps freed memory there: with no cap a 1024-CPU tree held 53 MiB against 41. One
+///   arena saves another 1-2 MiB on big trees, but the probes' load then leaves 2.0-2.3 MiB of
+///   its parse in the heap against 0.7 with two: the sampler's allocations, on their own
+///   thread, no longer land between the parse's.
+/// - A fixed mmap threshold of 64 KiB. glibc raises its threshold to the size of every large
+///   block freed (up to 32 MiB): after the probes' loader frees the kernel's BTF (5.5 MB on
+///   Debian's kernel), every later large buffer came from the heap, where a freed one stays.
+///   A fixed threshold keeps large buffers mapped on their own and unmapped when freed: the
+///   load's leftover fell from 1.6 to 0.7 MiB and the peak (VmHWM) by 3-4 MiB.
+pub fn tune_malloc() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         // SAFETY: mallopt only changes an allocator tunable; it takes no pointers and is
         // safe to call at any time (glibc takes its own lock).
         let _ = unsafe { libc::mallopt(libc::M_ARENA_MAX, 2) };
+        // SAFETY: as above.
+        let _ = unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 64 << 10) };
     }
 }
 
