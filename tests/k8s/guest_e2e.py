@@ -529,9 +529,8 @@ def node_events(node, since):
     return out
 
 
-def upgrade_to(mode):
-    values = Path(ne.ENV["DIR"]) / f"incident-{mode}.yaml"
-    values.write_text(INCIDENT_VALUES % mode)
+def upgrade_both(values):
+    """helm upgrade --reuse-values -f VALUES, then both nodes' new pods Ready; {node: pod}."""
     old = {n: p["metadata"]["uid"] for n, p in ds_pods().items()}
     ne.helm("upgrade", "nodemedic", CHART, "--reuse-values", "-f", values)
 
@@ -541,7 +540,13 @@ def upgrade_to(mode):
             raise Pending("not rolled")
         return pods
 
-    pods = poll("both pods rolled", 300, rolled)
+    return poll("both pods rolled", 300, rolled)
+
+
+def upgrade_to(mode):
+    values = Path(ne.ENV["DIR"]) / f"incident-{mode}.yaml"
+    values.write_text(INCIDENT_VALUES % mode)
+    pods = upgrade_both(values)
     # The upgrade's configuration is what both new processes run.
     for n in nodes():
         st = status_at(n)
@@ -820,22 +825,13 @@ def api_outage_both():
 
 
 @check("G7. a mixed fleet in one release (cgroupV1Nodes names this machine's hybrid node and its hierarchies): a second DaemonSet there with each v1 hierarchy mounted on its own, nothing writable, nodemedic finds cpu and unified; the guest keeps the defaults")
-def mixed_fleet(pods):
+def mixed_fleet():
     node, guest = ne.ENV["NODE_NAME"], GUEST["GUEST_NODE"]
     names = ne.v1_hierarchies()
     values = Path(ne.ENV["DIR"]) / "mixed-values.yaml"
     values.write_text("cgroupV1Nodes:\n  nodeSelector: {kubernetes.io/hostname: %s}\n  hierarchies: %s\n"
                       % (node, json.dumps(names)))
-    old = {n: p["metadata"]["uid"] for n, p in pods.items()}
-    ne.helm("upgrade", "nodemedic", CHART, "--reuse-values", "-f", values)
-
-    def rolled():
-        now = ds_pods()
-        if any(n not in now or now[n]["metadata"]["uid"] == old.get(n) or not ne.pod_ready(now[n]) for n in nodes()):
-            raise Pending("not rolled")
-        return now
-
-    pods = poll("both pods rolled", 300, rolled)
+    pods = upgrade_both(values)
     owner = {n: p["metadata"]["ownerReferences"][0]["name"] for n, p in pods.items()}
     assert owner == {node: "nodemedic-cgroup-v1", guest: "nodemedic"}, owner
     pid = nodemedic_pid(node, pods[node])
@@ -965,7 +961,7 @@ def main():
                 if step is install_defaults:
                     pods = step()
                 elif step is mixed_fleet:
-                    pods = step(pods)
+                    pods = step()
                 elif step is quota_bound:
                     workload = step(pods)
                 elif step is prometheus:
