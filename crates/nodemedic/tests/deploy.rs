@@ -341,6 +341,18 @@ fn privileges_mounts_and_rbac_follow_the_features() {
         .contains(&"SYS_RESOURCE".to_string()));
 }
 
+/// `helm upgrade --reuse-values` keeps the values of the release it upgrades, not the new
+/// chart's defaults: a release made before `cgroupV1Nodes` and `seccompProfile` existed lacks
+/// them. The chart renders as with its defaults (it failed on a nil `cgroupV1Nodes`, and a
+/// missing `seccompProfile` gave the pod no profile at all).
+#[test]
+fn a_release_from_before_a_value_existed_renders_with_its_default() {
+    assert_eq!(
+        render(&["cgroupV1Nodes=null", "seccompProfile=null"]),
+        render(&[])
+    );
+}
+
 #[test]
 fn the_generated_configuration_is_accepted_by_nodemedic() {
     for set in [

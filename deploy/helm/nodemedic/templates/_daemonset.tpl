@@ -5,6 +5,10 @@ cgroupV1Hierarchies and its nodeSelector added to the release's.
 */}}
 {{- define "nodemedic.daemonset" -}}
 {{- $root := include "nodemedic.needsRoot" . }}
+{{- /* Values of a release made before a key existed (helm upgrade --reuse-values keeps the
+old release's values, not the new chart's defaults) lack it: the defaults here. */}}
+{{- $v1Nodes := .Values.cgroupV1Nodes | default dict }}
+{{- $seccomp := .Values.seccompProfile | default (dict "type" "RuntimeDefault") }}
 apiVersion: apps/v1
 kind: DaemonSet
 metadata:
@@ -44,14 +48,14 @@ spec:
       nodeSelector:
         {{- toYaml . | nindent 8 }}
       {{- end }}
-      {{- if and .Values.cgroupV1Nodes.nodeSelector (not .Values._cgroupV1Group) }}
+      {{- if and $v1Nodes.nodeSelector (not .Values._cgroupV1Group) }}
       # Not on the cgroup v1 nodes of cgroupV1Nodes: the DaemonSet nodemedic-cgroup-v1 runs
       # there (a node without one of the labels is not one of them).
       affinity:
         nodeAffinity:
           requiredDuringSchedulingIgnoredDuringExecution:
             nodeSelectorTerms:
-              {{- range $key, $value := .Values.cgroupV1Nodes.nodeSelector }}
+              {{- range $key, $value := $v1Nodes.nodeSelector }}
               - matchExpressions:
                   - key: {{ $key | quote }}
                     operator: NotIn
@@ -71,14 +75,14 @@ spec:
         # (newer containerd), the read layer and the disk probe fall back to plain syscalls
         # and say so on /status.
         seccompProfile:
-          {{- toYaml .Values.seccompProfile | nindent 10 }}
+          {{- toYaml $seccomp | nindent 10 }}
       {{- else }}
       securityContext:
         runAsNonRoot: true
         runAsUser: 65534
         runAsGroup: 65534
         seccompProfile:
-          {{- toYaml .Values.seccompProfile | nindent 10 }}
+          {{- toYaml $seccomp | nindent 10 }}
       {{- end }}
       containers:
         - name: nodemedic
