@@ -436,6 +436,17 @@ def wait_ready(timeout=180):
     return poll("the nodemedic pod Ready", timeout, ready)
 
 
+def rolled_from(old_uid):
+    """For poll: the nodemedic pod once it is another than OLD_UID's and Ready."""
+    def rolled():
+        p = nodemedic_pod()
+        if p["metadata"]["uid"] == old_uid or not pod_ready(p):
+            raise Pending("not rolled yet")
+        return p
+
+    return rolled
+
+
 def host_pid():
     """The daemon's pid as the host sees it (the container shares the host's pid space view
     from outside)."""
@@ -561,14 +572,7 @@ def install():
     values = Path(ENV["DIR"]) / "v1-values.yaml"
     values.write_text(v1_values())
     helm("upgrade", "nodemedic", ROOT / "deploy/helm/nodemedic", "--reuse-values", "-f", values)
-
-    def rolled():
-        p = nodemedic_pod()
-        if p["metadata"]["uid"] == first or not pod_ready(p):
-            raise Pending("not rolled yet")
-        return p
-
-    pod = poll("the pod with the v1 hierarchies Ready", 180, rolled)
+    pod = poll("the pod with the v1 hierarchies Ready", 180, rolled_from(first))
     # Read back from the API: what the kubelet ran.
     spec = pod["spec"]
     c = spec["containers"][0]
@@ -941,14 +945,7 @@ def upgrade_and_uninstall():
         started = time.time()
         helm("upgrade", "nodemedic", ROOT / "deploy/helm/nodemedic", "--reuse-values",
              "--set", "sampleInterval=3s", "--set", "features.probes=false")
-
-        def rolled():
-            p = nodemedic_pod()
-            if p["metadata"]["uid"] == old or not pod_ready(p):
-                raise Pending("not rolled yet")
-            return p
-
-        pod = poll("the pod rolled", 180, rolled, every=0.3)
+        pod = poll("the pod rolled", 180, rolled_from(old), every=0.3)
         ready = time.time()
 
         def new_one_answers():

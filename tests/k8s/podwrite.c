@@ -139,6 +139,8 @@ int main(int argc, char **argv) {
     printf("# as uid %u gid %u, CapEff %016llx, CapBnd %016llx\n", uid, gid,
            (unsigned long long)eff, (unsigned long long)bnd);
 
+    char tree[600];  // the cgroup tree's own mount point
+    snprintf(tree, sizeof tree, "%s/sys/fs/cgroup", prefix);
     int writable = 0, seen = 0;
     for (char *line = strtok(mountinfo, "\n"); line; line = strtok(NULL, "\n")) {
         // id parent major:minor root mountpoint options [optional...] - fstype source super
@@ -150,8 +152,6 @@ int main(int argc, char **argv) {
         int cgroup = strcmp(fstype, "cgroup") == 0 || strcmp(fstype, "cgroup2") == 0;
         if (!cgroup && strcmp(fstype, "autofs") == 0) continue;
         char file[600];
-        char tree[600];
-        snprintf(tree, sizeof tree, "%s/sys/fs/cgroup", prefix);
         if (strcmp(mp, tree) == 0) seen++;
         if (cgroup) {
             seen++;

@@ -68,8 +68,8 @@ pub fn process_cpu_seconds() -> f64 {
 /// - Two arenas. glibc gives each thread that allocates under contention an arena of its own
 ///   and keeps freed memory there: with no cap a 1024-CPU tree held 53 MiB against 41. One
 ///   arena saves another 1-2 MiB on big trees, but the probes' load then leaves 2.0-2.3 MiB of
-///   its parse in the heap against 0.7 with two: the sampler's allocations, on their own
-///   thread, no longer land between the parse's.
+///   its parse in the heap against 0.7 with two (likely because the sampler's allocations,
+///   on their own thread, then land between the parse's).
 /// - A fixed mmap threshold of 64 KiB. glibc raises its threshold to the size of every large
 ///   block freed (up to 32 MiB): after the probes' loader frees the kernel's BTF (5.5 MB on
 ///   Debian's kernel), every later large buffer came from the heap, where a freed one stays.

@@ -286,8 +286,9 @@ pub struct HiddenHierarchies {
 /// The names of the v1 (or hybrid) hierarchy directories under `root` that are empty (see
 /// [`HiddenHierarchies`]), sorted; empty when there is none.
 fn empty_hierarchies(root: &Path) -> Vec<String> {
-    let mut out: Vec<String> = ["cpu", "cpuacct", "cpu,cpuacct", "cpuacct,cpu", "unified"]
+    let mut out: Vec<String> = V1_CPU_DIRS
         .iter()
+        .chain(&["unified"])
         .filter(|d| {
             std::fs::read_dir(root.join(d)).is_ok_and(|mut entries| entries.next().is_none())
         })
@@ -327,11 +328,15 @@ fn node_cpu_usage(
     })
 }
 
+/// Where a v1 node mounts the hierarchies with the cpu and cpuacct controllers, under its
+/// cgroup root: together (either order) or apart.
+const V1_CPU_DIRS: [&str; 4] = ["cpu,cpuacct", "cpuacct,cpu", "cpu", "cpuacct"];
+
 fn discover(root: &Path) -> CgroupMounts {
     let v2 = |p: PathBuf| p.join("cgroup.controllers").is_file().then_some(p);
     let unified = v2(root.to_path_buf()).or_else(|| v2(root.join("unified")));
     let with = |file: &str| {
-        ["cpu,cpuacct", "cpuacct,cpu", "cpu", "cpuacct"]
+        V1_CPU_DIRS
             .iter()
             .map(|d| root.join(d))
             .find(|d| d.join(file).is_file())
