@@ -15,7 +15,7 @@ pub mod sources;
 mod status;
 #[allow(unsafe_code)]
 mod sys;
-pub use sys::{process_cpu_seconds, release_free_memory, tune_malloc};
+pub use sys::process_cpu_seconds;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;

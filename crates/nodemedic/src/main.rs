@@ -15,6 +15,11 @@ use tracing_subscriber::EnvFilter;
 use crate::cli::{Cli, Command};
 use crate::config::Config;
 
+/// The C library's allocator, with a heap of its own for the eBPF probes' load, whose
+/// memory is given back when it ends (`nodemedic_heap::OwnHeap`).
+#[global_allocator]
+static HEAP: nodemedic_heap::OwnHeap = nodemedic_heap::OwnHeap::new();
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

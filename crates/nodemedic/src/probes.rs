@@ -14,9 +14,19 @@ pub fn sources(config: &Config, spawn_reader: bool) -> Vec<Box<dyn Collector>> {
         return vec![Box::new(PerfProbeCollector::not_loaded(opts))];
     }
     raise_memlock();
-    let collector = PerfProbeCollector::load(opts);
-    // The kernel's BTF, parsed for the load and dropped now, attached or not.
-    nodemedic_collect::release_free_memory();
+    // The load parses the kernel's BTF and drops it, attached or not: in a heap of its own,
+    // whose pages go back to the kernel when it ends, but for the few the probes keep.
+    let (collector, heap) = crate::HEAP.run(|| PerfProbeCollector::load(opts));
+    tracing::debug!(
+        own = heap.own,
+        allocated_kib = heap.allocated >> 10,
+        spanned_kib = heap.spanned >> 10,
+        kept_kib = heap.kept >> 10,
+        overflowed = heap.overflowed,
+        "own heap of the probes' load"
+    );
+    // The load's large buffers (the BTF file, its type table) were the C library's.
+    nodemedic_heap::release_free_memory();
     if spawn_reader {
         if let Some(reader) = collector.take_ring_reader() {
             tokio::spawn(reader.run());
