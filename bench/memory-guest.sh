@@ -7,11 +7,12 @@
 # e.g. the .deb's and the image's builds:
 #   bench/memory-guest.sh glibc=target/release/nodemedic \
 #       musl=target/x86_64-unknown-linux-musl/release/nodemedic
-# Printed per process, after 3 samples and a scrape and again 20 s later: VmRSS, RssAnon,
-# VmHWM (MiB), and whether its probes were up.
+# Printed per process, after 3 samples and a scrape and again 20 s later: VmRSS, RssAnon, the
+# transparent huge pages in it (AnonHugePages), VmHWM (MiB), and whether its probes were up;
+# and the guest kernel's THP mode.
 set -euo pipefail
 ROOT=$(readlink -f "$(dirname "$0")/..")
-[ $# -gt 0 ] || { sed -n '2,11p' "$0" >&2; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,12p' "$0" >&2; exit 2; }
 DIR=$(mktemp -d /tmp/nodemedic-memory-guest.XXXXXX)
 names=()
 for b in "$@"; do
@@ -34,10 +35,11 @@ NAMES="${names[*]}"
 EOF
 cat >>"$DIR/test.sh" <<'EOF'
 kib() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; }
+huge() { awk '$1 == "AnonHugePages:" { print $2 }' "/proc/$1/smaps_rollup"; }
 mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
 port=19900
 declare -A pid portof
-echo "kernel $(uname -r), $(nproc) vCPUs (TCG), BTF $(stat -c %s /sys/kernel/btf/vmlinux) bytes"
+echo "kernel $(uname -r), $(nproc) vCPUs (TCG), BTF $(stat -c %s /sys/kernel/btf/vmlinux) bytes, THP $(cat /sys/kernel/mm/transparent_hugepage/enabled)"
 for name in $NAMES; do
     for probes in true false; do
         port=$((port + 1))
@@ -49,12 +51,12 @@ for name in $NAMES; do
 done
 samples() { curl -sf "localhost:$1/status" | sed -n 's/.*"samples_total": *\([0-9]*\).*/\1/p' | head -n1; }
 report() {
-    echo "| process | RSS MiB | of which anonymous MiB | VmHWM MiB | probes up |"
-    echo "|---|---|---|---|---|"
+    echo "| process | RSS MiB | of which anonymous MiB | of which huge pages MiB | VmHWM MiB | probes up |"
+    echo "|---|---|---|---|---|---|"
     for k in "${!pid[@]}"; do
         p=${pid[$k]}
         up=$(curl -sf "localhost:${portof[$k]}/metrics" | grep -c '^nodemedic_probe_up{.*} 1' || true)
-        echo "| ${k/-true/ probes on} | $(mib "$(kib "$p" VmRSS)") | $(mib "$(kib "$p" RssAnon)") | $(mib "$(kib "$p" VmHWM)") | $up |" \
+        echo "| ${k/-true/ probes on} | $(mib "$(kib "$p" VmRSS)") | $(mib "$(kib "$p" RssAnon)") | $(mib "$(huge "$p")") | $(mib "$(kib "$p" VmHWM)") | $up |" \
             | sed 's/-false/ probes off/'
     done | sort
 }

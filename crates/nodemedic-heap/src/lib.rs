@@ -10,9 +10,17 @@ mod own_heap;
 
 pub use own_heap::{OwnHeap, OwnHeapReport};
 
-/// Tunes glibc's malloc for a small long-running daemon (no-op on other C libraries: musl's
-/// allocator has no arenas and unmaps free pages itself). Measured with bench/memory.py and
-/// tests/memory.rs (BENCHMARKS.md, "Allocators, arenas, the mmap threshold and LTO"):
+/// Tunes the heap for a small long-running daemon.
+/// - No transparent huge pages, for either C library. Where THP is `always` (Debian's and
+///   RHEL's kernels), khugepaged collapses any 2 MiB of anonymous memory that holds a single
+///   resident page into a huge page (`max_ptes_none` 511 by default): a heap with a few live
+///   blocks scattered through freed space grows by up to 2 MiB per collapse, at some time
+///   after start and by a different amount each boot (BENCHMARKS.md, "Huge pages"). A
+///   10 MiB daemon gains nothing from huge pages.
+///
+/// And two for glibc's malloc (musl's allocator has no arenas and unmaps free pages itself),
+/// measured with bench/memory.py and tests/memory.rs (BENCHMARKS.md, "Allocators, arenas, the
+/// mmap threshold and LTO"):
 /// - Two arenas. glibc gives each thread that allocates under contention an arena of its own
 ///   and keeps freed memory there: with no cap a 1024-CPU tree held 53 MiB against 41. One
 ///   arena saves another 1-2 MiB on big trees, but the probes' load then leaves 2.0-2.3 MiB of
@@ -23,7 +31,10 @@ pub use own_heap::{OwnHeap, OwnHeapReport};
 ///   Debian's kernel), every later large buffer came from the heap, where a freed one stays.
 ///   A fixed threshold keeps large buffers mapped on their own and unmapped when freed: the
 ///   load's leftover fell from 1.6 to 0.7 MiB and the peak (VmHWM) by 3-4 MiB.
-pub fn tune_malloc() {
+pub fn tune_heap() {
+    // SAFETY: prctl with PR_SET_THP_DISABLE takes integers only; it sets a flag of this
+    // process (inherited by its children: `systemctl`, when the D-Bus path is unavailable).
+    let _ = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         // SAFETY: mallopt only changes an allocator tunable; it takes no pointers and is

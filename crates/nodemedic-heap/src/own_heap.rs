@@ -154,6 +154,11 @@ impl OwnHeap {
             unsafe { libc::munmap(data.cast(), reserve) };
             return false;
         };
+        // Never a huge page: khugepaged would make a 2 MiB range around one kept page
+        // resident again (`tune_heap` says the same for the whole process; this holds without
+        // it). Advice only: a kernel without THP refuses it, harmlessly.
+        // SAFETY: advice on a mapping made just above, whole pages.
+        unsafe { libc::madvise(data.cast(), reserve, libc::MADV_NOHUGEPAGE) };
         self.page.store(page, Ordering::Relaxed);
         // Zero-filled anonymous memory is a valid array of AtomicU32 set to 0.
         self.counts.store(counts.cast(), Ordering::Relaxed);

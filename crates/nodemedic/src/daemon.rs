@@ -37,7 +37,7 @@ async fn with_fault(
 }
 
 pub fn run(config: Config, faults: Faults) -> anyhow::Result<()> {
-    nodemedic_heap::tune_malloc();
+    nodemedic_heap::tune_heap();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .max_blocking_threads(2)
