@@ -79,6 +79,9 @@ def config_text(interval_ms, probes):
 def node_exporter_binary(arg):
     path = arg or os.environ.get("NODE_EXPORTER")
     if path:
+        if not os.access(path, os.X_OK):
+            raise SystemExit(f"memory.py: node_exporter {path!r} is not an executable file "
+                             "(leave --node-exporter and $NODE_EXPORTER unset to build it)")
         return path
     binary = CACHE / f"node_exporter-{NODE_EXPORTER_VERSION}"
     if binary.exists():

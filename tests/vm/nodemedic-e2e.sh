@@ -2,13 +2,14 @@
 # Host side of the end-to-end test: a real kernel, systemd, D-Bus and irqbalance in a QEMU VM
 # (tests/vm/run.sh), nodemedic installed from its Debian package (deploy/debian/build-deb.sh),
 # and its eBPF probes attached to that kernel (tests/vm/probes-guest.sh).
-#   tests/vm/nodemedic-e2e.sh [NODEMEDIC_DEB]   (default: package the debug build)
+#   tests/vm/nodemedic-e2e.sh [NODEMEDIC_DEB]   (default: package the release build, the binary
+#   the image ships; tests/run-all.sh has built it for the image by then)
 set -euo pipefail
 HERE=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
 ROOT=$(readlink -f "$HERE/../..")
 DEB=${1:-}
 if [ -z "$DEB" ]; then
-    DEB=$(bash "$ROOT/deploy/debian/build-deb.sh" --debug)
+    DEB=$(bash "$ROOT/deploy/debian/build-deb.sh")
 fi
 [ -f "$DEB" ] || { echo "no nodemedic package at $DEB" >&2; exit 2; }
 bash "$HERE/build-image.sh"

@@ -18,7 +18,9 @@ pub use own_heap::{OwnHeap, OwnHeapReport};
 ///   after start and by a different amount each boot (BENCHMARKS.md, "Huge pages"). A
 ///   10 MiB daemon gains nothing from huge pages.
 ///
-/// And two for glibc's malloc (musl's allocator has no arenas and unmaps free pages itself),
+/// And two for glibc's malloc, in a build from source on a glibc system (the shipped binary,
+/// the image's and the `.deb`'s, is static musl, whose allocator has no arenas and unmaps free
+/// pages itself),
 /// measured with bench/memory.py and tests/memory.rs (BENCHMARKS.md, "Allocators, arenas, the
 /// mmap threshold and LTO"):
 /// - Two arenas. glibc gives each thread that allocates under contention an arena of its own

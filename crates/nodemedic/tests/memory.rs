@@ -54,9 +54,29 @@ fn a_probe_load_leaves_no_memory_behind() {
         );
     }
     // Anonymous memory is what a kept parse costs; the loader's code pages (file-backed, clean,
-    // larger in this debug build than in a release one) are the rest of the difference.
+    // larger in this debug build than in a release one) are the rest of the difference. The
+    // issue allows 2 MiB of RSS; in glibc's heap with a trim the load still kept 0.7 MiB here
+    // (3,128 against 2,428 KiB), in its own heap 0.1: half a MiB tells them apart.
     assert!(
-        anon_on <= anon_off + 2 * 1024,
-        "probes on {anon_on} KiB anonymous against off {anon_off} KiB: the load kept more than 2 MiB"
+        anon_on <= anon_off + 512,
+        "probes on {anon_on} KiB anonymous against off {anon_off} KiB: the load kept more than \
+         512 KiB (is it still run in nodemedic_heap::OwnHeap?)"
     );
+}
+
+/// Where transparent huge pages are `always`, khugepaged makes a 2 MiB huge page of any range
+/// of the heap holding one live page (the QEMU guest: 2.0 MiB more RSS, glibc and musl alike):
+/// the daemon turns them off for itself. This machine's THP mode is `madvise`, where the flag
+/// still shows in the process's status.
+#[test]
+fn the_daemon_runs_without_transparent_huge_pages() {
+    let mut server = daemon(false);
+    wait_for_samples(&mut server, 1);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid())).unwrap();
+    let Some(line) = status.lines().find(|l| l.starts_with("THP_enabled:")) else {
+        // Kernels before 5.0 do not report it.
+        eprintln!("no THP_enabled in /proc/PID/status: kernel too old to check");
+        return;
+    };
+    assert_eq!(line.split_whitespace().nth(1), Some("0"), "{line}");
 }
