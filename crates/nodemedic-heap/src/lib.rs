@@ -1,6 +1,6 @@
-//! The daemon's heap: glibc's tunables ([`tune_malloc`]), giving freed memory back
-//! ([`release_free_memory`]), and a heap of its own for work whose memory should end with it
-//! ([`OwnHeap`], the binary's global allocator, used for the eBPF probes' load).
+//! The daemon's heap: no huge pages and glibc's tunables ([`tune_heap`]), giving freed
+//! memory back ([`release_free_memory`]), and a heap of its own for work whose memory should
+//! end with it ([`OwnHeap`], the binary's global allocator, used for the eBPF probes' load).
 //!
 //! An allocator is nothing but unsafe code: this crate allows it at its root, and every
 //! block says why it is sound. It needs no other nodemedic crate.
@@ -15,14 +15,13 @@ pub use own_heap::{OwnHeap, OwnHeapReport};
 ///   RHEL's kernels), khugepaged collapses any 2 MiB of anonymous memory that holds a single
 ///   resident page into a huge page (`max_ptes_none` 511 by default): a heap with a few live
 ///   blocks scattered through freed space grows by up to 2 MiB per collapse, at some time
-///   after start and by a different amount each boot (BENCHMARKS.md, "Huge pages"). A
-///   10 MiB daemon gains nothing from huge pages.
+///   after start and by a different amount each boot (BENCHMARKS.md, "A heap of its own for
+///   the load, and no huge pages"). A 10 MiB daemon gains nothing from huge pages.
 ///
 /// And two for glibc's malloc, in a build from source on a glibc system (the shipped binary,
 /// the image's and the `.deb`'s, is static musl, whose allocator has no arenas and unmaps free
-/// pages itself),
-/// measured with bench/memory.py and tests/memory.rs (BENCHMARKS.md, "Allocators, arenas, the
-/// mmap threshold and LTO"):
+/// pages itself), measured with bench/memory.py and tests/memory.rs (BENCHMARKS.md,
+/// "Allocators, arenas, the mmap threshold and LTO"):
 /// - Two arenas. glibc gives each thread that allocates under contention an arena of its own
 ///   and keeps freed memory there: with no cap a 1024-CPU tree held 53 MiB against 41. One
 ///   arena saves another 1-2 MiB on big trees, but the probes' load then leaves 2.0-2.3 MiB of

@@ -60,6 +60,9 @@ pub struct OwnHeap {
     /// One counter per page of the region: the live allocations that overlap it.
     counts: AtomicPtr<AtomicU32>,
     page: AtomicUsize,
+    /// The current run's bytes handed out and allocations that did not fit (its report).
+    allocated: AtomicUsize,
+    overflowed: AtomicUsize,
 }
 
 /// What a [`OwnHeap::run`] used and what it kept, for a log line.
@@ -95,6 +98,8 @@ impl OwnHeap {
             high: AtomicUsize::new(0),
             counts: AtomicPtr::new(ptr::null_mut()),
             page: AtomicUsize::new(0),
+            allocated: AtomicUsize::new(0),
+            overflowed: AtomicUsize::new(0),
         }
     }
 
@@ -103,35 +108,43 @@ impl OwnHeap {
     /// `run`, or the region cannot be mapped, `f` runs on the C library's allocator; so does
     /// a `run` nested in another.
     pub fn run<R>(&self, f: impl FnOnce() -> R) -> (R, OwnHeapReport) {
-        if run_of() != 0
-            || self
-                .claimed
-                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-                .is_err()
-        {
+        if run_of() != 0 || !self.claim() {
             return (f(), OwnHeapReport::default());
         }
-        if !self.map() {
-            self.claimed.store(false, Ordering::Release);
-            return (f(), OwnHeapReport::default());
-        }
-        STATS.with(|s| s.set(Stats::default()));
+        self.allocated.store(0, Ordering::Relaxed);
+        self.overflowed.store(0, Ordering::Relaxed);
         let result = {
             let _in = InRun::enter(self);
             f()
         };
         self.release_empty_pages();
-        let stats = STATS.with(Cell::get);
         let base = self.base.load(Ordering::Relaxed);
         let report = OwnHeapReport {
             own: true,
-            allocated: stats.allocated,
+            allocated: self.allocated.load(Ordering::Relaxed),
             spanned: self.high.load(Ordering::Relaxed) - base,
             kept: self.live_pages() * self.page.load(Ordering::Relaxed),
-            overflowed: stats.overflowed,
+            overflowed: self.overflowed.load(Ordering::Relaxed),
         };
         self.claimed.store(false, Ordering::Release);
         (result, report)
+    }
+
+    /// Takes the region for this thread's run, mapping it on first use; false if another
+    /// run holds it or it cannot be mapped.
+    fn claim(&self) -> bool {
+        if self
+            .claimed
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        if !self.map() {
+            self.claimed.store(false, Ordering::Release);
+            return false;
+        }
+        true
     }
 
     /// Maps the region and its page counters on first use. Called by the claiming thread only.
@@ -224,13 +237,13 @@ impl OwnHeap {
         let stop = match start.checked_add(layout.size().max(1)) {
             Some(stop) if stop <= self.end.load(Ordering::Relaxed) => stop,
             _ => {
-                STATS.with(|s| s.set(s.get().overflow()));
+                self.overflowed.fetch_add(1, Ordering::Relaxed);
                 return ptr::null_mut();
             }
         };
         self.count(self.pages(start, stop));
         self.advance(stop);
-        STATS.with(|s| s.set(s.get().allocate(stop - start)));
+        self.allocated.fetch_add(stop - start, Ordering::Relaxed);
         start as *mut u8
     }
 
@@ -273,7 +286,8 @@ impl OwnHeap {
         }
         self.count(old_pages.end..new_pages.end);
         self.advance(new_stop);
-        STATS.with(|s| s.set(s.get().allocate(new_stop - old_stop)));
+        self.allocated
+            .fetch_add(new_stop - old_stop, Ordering::Relaxed);
         Some(p)
     }
 
@@ -389,32 +403,6 @@ impl Drop for InRun {
     fn drop(&mut self) {
         let _ = IN_RUN.try_with(|r| r.set(0));
     }
-}
-
-#[derive(Clone, Copy, Default)]
-struct Stats {
-    allocated: usize,
-    overflowed: usize,
-}
-
-impl Stats {
-    fn allocate(self, n: usize) -> Self {
-        Stats {
-            allocated: self.allocated + n,
-            ..self
-        }
-    }
-    fn overflow(self) -> Self {
-        Stats {
-            overflowed: self.overflowed + 1,
-            ..self
-        }
-    }
-}
-
-thread_local! {
-    /// The run's counters, on the run's thread (the only one that bumps).
-    static STATS: Cell<Stats> = const { Cell::new(Stats { allocated: 0, overflowed: 0 }) };
 }
 
 // Each method is one function, called from Rust's allocation shims: inlined into every
