@@ -33,6 +33,32 @@ ensure_rust() {
     fi
 }
 
+# The static binary that both the image and the .deb ship (BENCHMARKS.md, "One binary for the
+# package and the image").
+MUSL_TARGET=x86_64-unknown-linux-musl
+
+# build_static release|debug: builds nodemedic for $MUSL_TARGET (installing what that needs:
+# musl-gcc, clang and libbpf's headers for the probes, the toolchain's target), refuses a
+# dynamically linked result, and prints the binary's path; the build's output goes to stderr.
+build_static() {
+    local profile=$1 bin
+    ensure_packages build-essential musl-tools clang libbpf-dev >&2
+    ensure_rust >&2
+    rustup target list --installed | grep -qx "$MUSL_TARGET" || rustup target add "$MUSL_TARGET" >&2
+    if [ "$profile" = release ]; then
+        cargo build --release --locked --target "$MUSL_TARGET" -p nodemedic >&2
+    else
+        cargo build --locked --target "$MUSL_TARGET" -p nodemedic >&2
+    fi
+    bin=target/$MUSL_TARGET/$profile/nodemedic
+    # Static, or neither the scratch image nor a system with another C library can run it.
+    if readelf -l "$bin" | grep -q INTERP; then
+        echo "$bin is dynamically linked" >&2
+        return 1
+    fi
+    echo "$bin"
+}
+
 # ensure_test_deps: everything the quality gates and the test suite build or run with
 # (clang and libbpf's headers compile the eBPF probes, so even clippy needs them; the tests
 # run kill, which is procps', not in a minimal Debian).

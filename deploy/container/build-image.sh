@@ -20,18 +20,9 @@ elif [ $# -gt 0 ]; then
 fi
 # shellcheck source=deploy/bootstrap.sh
 . deploy/bootstrap.sh
-ensure_packages buildah musl-tools clang libbpf-dev >&2
-ensure_rust >&2
-TARGET=x86_64-unknown-linux-musl
-rustup target list --installed | grep -qx "$TARGET" || rustup target add "$TARGET" >&2
+ensure_packages buildah >&2
 VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
-cargo build --release --locked --target "$TARGET" -p nodemedic >&2
-BIN=target/$TARGET/release/nodemedic
-# Static, or the scratch image cannot run it.
-if readelf -l "$BIN" | grep -q INTERP; then
-    echo "build-image: $BIN is dynamically linked" >&2
-    exit 1
-fi
+BIN=$(build_static release)
 CTX=$(mktemp -d)
 trap 'rm -rf "$CTX"' EXIT
 # Symbols are not needed at run time (panics keep their messages); they are a fifth of the file.

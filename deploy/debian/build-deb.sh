@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds the Debian package with cargo-deb (installed from crates.io into a cache when
 # missing): the binary (the image's: static, musl, so the package needs no C library of a
-# given version; BENCHMARKS.md "One binary for the package and the image" says why), the systemd unit (deploy/systemd), the commented default
-# configuration as a conffile in /etc/nodemedic/, and a man page generated from the clap
-# definitions. Prints the .deb's path on stdout.
+# given version; BENCHMARKS.md "One binary for the package and the image" says why), the
+# systemd unit (deploy/systemd), the commented default configuration as a conffile in
+# /etc/nodemedic/, and a man page generated from the clap definitions. Prints the .deb's path
+# on stdout.
 #   deploy/debian/build-deb.sh            release build
 #   deploy/debian/build-deb.sh --debug    package the debug build
 set -euo pipefail
@@ -15,10 +16,8 @@ profile=release
 # stdout is the package's path only.
 # shellcheck source=deploy/bootstrap.sh
 . deploy/bootstrap.sh
-ensure_packages build-essential pkg-config ca-certificates curl clang libbpf-dev musl-tools >&2
+ensure_packages build-essential pkg-config ca-certificates curl clang libbpf-dev >&2
 ensure_rust >&2
-TARGET=x86_64-unknown-linux-musl
-rustup target list --installed | grep -qx "$TARGET" || rustup target add "$TARGET" >&2
 
 CARGO_DEB_ROOT=${NODEMEDIC_CARGO_DEB_ROOT:-/var/cache/nodemedic-cargo-deb}
 CARGO_DEB_VERSION=3.8.0
@@ -35,20 +34,11 @@ if ! "$CARGO_DEB_ROOT/bin/cargo-deb" --version 2>/dev/null | grep -q "$CARGO_DEB
 fi
 flock -s 9
 
-if [ "$profile" = release ]; then
-    cargo build --release --locked --target "$TARGET" -p nodemedic >&2
-else
-    cargo build --locked --target "$TARGET" -p nodemedic >&2
-fi
-BIN=target/$TARGET/$profile/nodemedic
-if readelf -l "$BIN" | grep -q INTERP; then
-    echo "build-deb: $BIN is dynamically linked" >&2
-    exit 1
-fi
+BIN=$(build_static "$profile")
 mkdir -p target/man
 "$BIN" man | gzip -9n >target/man/nodemedic.1.gz
 
-# cargo-deb takes the binary from target/$TARGET/ for the asset target/release/nodemedic.
-args=(--no-build -p nodemedic --target "$TARGET" --output target/debian/)
+# cargo-deb takes the binary from target/$MUSL_TARGET/ for the asset target/release/nodemedic.
+args=(--no-build -p nodemedic --target "$MUSL_TARGET" --output target/debian/)
 [ "$profile" = debug ] && args+=(--profile dev)
 "$CARGO_DEB_ROOT/bin/cargo-deb" "${args[@]}" | tail -n 1
