@@ -23,8 +23,8 @@ use nodemedic_collect::sources::PressureCollector;
 use nodemedic_collect::{
     process_cpu_seconds, Collector, CommitProbe, CommitProbeConfig, Ctx, Paths, Reader,
 };
-use nodemedic_kernel::snapshot::WAL_FSYNC_BUCKETS;
-use nodemedic_kernel::Snapshot;
+use nodemedic_sample::snapshot::WAL_FSYNC_BUCKETS;
+use nodemedic_sample::Snapshot;
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)

@@ -20,8 +20,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use nodemedic_kernel::snapshot::{CommitBackend, CommitLatency};
-use nodemedic_kernel::Snapshot;
+use nodemedic_sample::snapshot::{CommitBackend, CommitLatency};
+use nodemedic_sample::Snapshot;
 
 use crate::{sys, CollectError, Collected, Collector, Ctx};
 

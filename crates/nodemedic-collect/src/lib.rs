@@ -8,11 +8,9 @@
 
 pub mod commit_probe;
 mod fsread;
-mod names;
 mod reader;
 mod self_stats;
 pub mod sources;
-mod status;
 #[allow(unsafe_code)]
 mod sys;
 pub use sys::process_cpu_seconds;
@@ -24,11 +22,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use commit_probe::{CommitProbe, CommitProbeCollector, CommitProbeConfig};
 pub use fsread::ReadError;
-pub use names::CollectorName;
-use nodemedic_kernel::Snapshot;
-pub use reader::{Backend, Reader, ReaderConfig, ReaderStatus, DEFAULT_MAX_OPEN_FILES};
+pub use reader::{Reader, ReaderConfig, DEFAULT_MAX_OPEN_FILES};
 pub use self_stats::SelfStats;
-pub use status::{CollectorState, CollectorStatus};
+// The sample's types this crate's API speaks in (they live in nodemedic-sample, below
+// every collector, detector and output).
+pub use nodemedic_sample::status::{Backend, ReaderStatus};
+pub use nodemedic_sample::{CollectorName, CollectorState, CollectorStatus, Snapshot};
 
 /// Where the kernel's files are. Every reader resolves paths under these roots so that tests
 /// can point them at fixture trees and a container can point them at the host's mounts.
@@ -123,6 +122,42 @@ pub struct CollectorRun {
     pub name: &'static str,
     pub duration: Duration,
     pub outcome: Result<Collected, CollectError>,
+}
+
+/// Most warnings kept per collector: a corrupt file can produce one per line.
+const MAX_WARNINGS: usize = 20;
+
+impl CollectorRun {
+    /// How the collector fared, for `/status` and metrics.
+    pub fn status(&self) -> CollectorStatus {
+        let (state, warnings) = match &self.outcome {
+            Ok(c) => {
+                let mut w: Vec<String> = c.warnings.iter().take(MAX_WARNINGS).cloned().collect();
+                if c.warnings.len() > MAX_WARNINGS {
+                    w.push(format!("… and {} more", c.warnings.len() - MAX_WARNINGS));
+                }
+                let state = match &c.unavailable {
+                    Some(reason) => CollectorState::Unavailable {
+                        reason: reason.clone(),
+                    },
+                    None => CollectorState::Active,
+                };
+                (state, w)
+            }
+            Err(e) => (
+                CollectorState::Failed {
+                    reason: e.to_string(),
+                },
+                Vec::new(),
+            ),
+        };
+        CollectorStatus {
+            name: self.name.to_string(),
+            state,
+            warnings,
+            last_duration_seconds: self.duration.as_secs_f64(),
+        }
+    }
 }
 
 /// The collectors of a daemon, run in order (later ones may use what earlier ones read),

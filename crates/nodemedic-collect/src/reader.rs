@@ -34,35 +34,9 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use serde::Serialize;
-
 use crate::sys;
 use crate::ReadError;
-
-/// How files are read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum Backend {
-    /// Kept-open fds re-read with `pread`: the fastest on every file kind measured
-    /// (BENCHMARKS.md, "Read layer").
-    #[default]
-    Pread,
-    /// Open, read and close on every read, as before the read layer.
-    Open,
-    /// Kept-open fds; batches go through one io_uring submission of reads on registered
-    /// fds. Falls back to `pread` when io_uring is unavailable.
-    IoUring,
-}
-
-impl Backend {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Backend::Pread => "pread",
-            Backend::Open => "open",
-            Backend::IoUring => "io_uring",
-        }
-    }
-}
+use crate::{Backend, ReaderStatus};
 
 /// How the reader is set up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,22 +61,6 @@ impl Default for ReaderConfig {
             max_open_files: DEFAULT_MAX_OPEN_FILES,
         }
     }
-}
-
-/// What the reader is doing, for `/status` and metrics.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct ReaderStatus {
-    /// The backend in use (`io_uring` falls back to `pread`).
-    pub backend: Backend,
-    /// The configured backend, when it differs from the one in use, and why.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fallback_reason: Option<String>,
-    pub open_files: usize,
-    pub max_open_files: usize,
-    /// Reads done with open + read + close because the bound was reached.
-    pub over_limit_reads_total: u64,
-    /// Kept fds dropped because a read through them failed (a freed IRQ, a removed cgroup).
-    pub dropped_files_total: u64,
 }
 
 struct Kept {

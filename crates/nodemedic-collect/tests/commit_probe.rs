@@ -9,7 +9,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use nodemedic_collect::{CommitProbe, CommitProbeConfig};
-use nodemedic_kernel::snapshot::{CommitBackend, CommitLatency};
+use nodemedic_sample::snapshot::{CommitBackend, CommitLatency};
 
 /// The sysctl test turns io_uring off for the whole machine: no other test here may set up
 /// a ring meanwhile.

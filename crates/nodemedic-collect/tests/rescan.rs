@@ -8,7 +8,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use nodemedic_collect::{CollectorSet, Paths};
-use nodemedic_kernel::{CpuSet, Snapshot};
+use nodemedic_kernel::CpuSet;
+use nodemedic_sample::Snapshot;
 
 fn copy_fixture(name: &str) -> (tempfile::TempDir, PathBuf) {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))

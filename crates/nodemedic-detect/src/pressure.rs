@@ -19,9 +19,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::finding::{Finding, Severity};
 use crate::hysteresis::{ratio as check_ratio, ConfigError, Hysteresis, Latch};
-use nodemedic_kernel::cgroup::{CgroupStats, Cgroups, Qos, Workload};
+use nodemedic_kernel::cgroup::{CgroupStats, Cgroups, Workload};
 use nodemedic_kernel::psi::Psi;
-use nodemedic_kernel::Snapshot;
+use nodemedic_sample::Snapshot;
+
+/// The verdict this detector produces (types of the sample, shared with the outputs).
+pub use nodemedic_sample::verdict::{CgroupRates, Change, PressureVerdict, PsiRatios};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -93,64 +96,6 @@ impl PressureConfig {
     }
 }
 
-/// Share of the interval stalled, from a PSI file's `total=` counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct PsiRatios {
-    pub some: Option<f64>,
-    pub full: Option<f64>,
-}
-
-/// One cgroup over the last interval.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct CgroupRates {
-    /// Path relative to the hierarchy root.
-    pub path: String,
-    #[serde(skip)]
-    pub workload: Workload,
-    /// `pod`, `container` or `service`.
-    pub kind: &'static str,
-    pub pod_uid: Option<String>,
-    pub qos: Option<Qos>,
-    /// `namespace/pod` (plus `/container`) when the pod is known, the unit for a service,
-    /// else `pod <uid>`.
-    pub name: String,
-    pub namespace: Option<String>,
-    pub pod: Option<String>,
-    pub container: Option<String>,
-    pub quota_cores: Option<f64>,
-    /// CPUs used on average over the interval.
-    pub cpu_usage_cores: Option<f64>,
-    /// Throttled periods / periods over the interval (`None` without periods in it).
-    pub throttled_ratio: Option<f64>,
-    pub cpu_some_ratio: Option<f64>,
-    pub memory_some_ratio: Option<f64>,
-    pub io_some_ratio: Option<f64>,
-    pub quota_bound: bool,
-    pub starved: bool,
-}
-
-/// The detector's view after one sample.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PressureVerdict {
-    pub interval_seconds: f64,
-    /// Node PSI by resource over the interval (empty without node PSI).
-    pub node: BTreeMap<String, PsiRatios>,
-    pub node_saturated: bool,
-    /// Which node thresholds this sample passed (`cpu some`, `memory some`, `io full`).
-    pub node_over: Vec<String>,
-    /// Share of the online CPUs' time spent running tasks between the last two cgroup
-    /// readings; `None` before two readings or without the root cgroup's usage.
-    pub node_cpu_busy: Option<f64>,
-    /// Every watched cgroup with rates, by path. Shared with the detector: samples between
-    /// two cgroup readings repeat the same rates without copying 500 pods' worth of them.
-    pub cgroups: Arc<Vec<CgroupRates>>,
-    /// Verdicts that changed with this sample: (path or `node`, what, now active).
-    pub changes: Vec<Change>,
-}
-
-/// A verdict that changed: (cgroup path or `node`, what, now active).
-pub type Change = (String, &'static str, bool);
-
 #[derive(Debug, Clone, Default)]
 struct Previous {
     at: Duration,
@@ -167,7 +112,7 @@ pub struct PressureDetector {
     /// The rates and verdicts of the last fresh reading, repeated until the next one, and
     /// the pod list their names came from (names change when it does, not the rates).
     cgroup_rates: Arc<Vec<CgroupRates>>,
-    named_from: Option<Arc<BTreeMap<String, nodemedic_kernel::snapshot::PodIdentity>>>,
+    named_from: Option<Arc<BTreeMap<String, nodemedic_sample::snapshot::PodIdentity>>>,
     node: Latch,
     /// See [`PressureVerdict::node_cpu_busy`].
     node_cpu_busy: Option<f64>,
@@ -558,6 +503,7 @@ pub fn cgroup_findings(c: &CgroupRates) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+    use nodemedic_kernel::cgroup::Qos;
 
     use nodemedic_kernel::cgroup::{CgroupPressure, CpuMax, CpuStat};
     use nodemedic_kernel::psi::PsiLine;
@@ -632,7 +578,7 @@ mod tests {
     /// `snap` on a node of `cpus` CPUs whose tasks have used `usage_us` of CPU time in all.
     fn busy_snap(secs: u64, node_cpu_us: u64, cpus: u32, usage_us: u64) -> Snapshot {
         let mut s = snap(secs, node_cpu_us, pod(0, 0, 0));
-        s.topology = Some(nodemedic_kernel::snapshot::Topology {
+        s.topology = Some(nodemedic_sample::snapshot::Topology {
             online: nodemedic_kernel::CpuSet::from_cpus(0..cpus),
             ..Default::default()
         });
@@ -736,7 +682,7 @@ mod tests {
         assert!(Arc::ptr_eq(&first, &again), "no copy while nothing changed");
         repeat.pods = Some(Arc::new(BTreeMap::from([(
             "1a2b".to_string(),
-            nodemedic_kernel::snapshot::PodIdentity {
+            nodemedic_sample::snapshot::PodIdentity {
                 namespace: "hpc".into(),
                 name: "solver-0".into(),
                 containers: BTreeMap::new(),

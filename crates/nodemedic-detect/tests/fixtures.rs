@@ -13,7 +13,7 @@ use std::time::Duration;
 use nodemedic_collect::{CollectorSet, Paths};
 use nodemedic_detect::collapse::findings;
 use nodemedic_detect::{CollapseConfig, CollapseDetector, GroupVerdict, HurtingConfig};
-use nodemedic_kernel::Snapshot;
+use nodemedic_sample::Snapshot;
 
 fn snapshot(name: &str, at_secs: u64) -> Snapshot {
     let (snap, runs) = CollectorSet::all().sample(&fixture(name), Duration::from_secs(at_secs));

@@ -17,8 +17,8 @@ use nodemedic_collect::{CollectorRun, CollectorSet};
 use nodemedic_detect::pressure::{findings, CgroupRates};
 use nodemedic_detect::{PressureConfig, PressureDetector, PressureVerdict};
 use nodemedic_kernel::cgroup::{Qos, Workload};
-use nodemedic_kernel::snapshot::PodIdentity;
-use nodemedic_kernel::Snapshot;
+use nodemedic_sample::snapshot::PodIdentity;
+use nodemedic_sample::Snapshot;
 
 const HPC: &str = "8f14e45f-ceea-467f-a0e6-4f1a2b3c4d5e";
 const WEB: &str = "c9f0f895-fb98-4b91-9a7c-2a3b4c5d6e7f";

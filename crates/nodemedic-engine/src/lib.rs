@@ -2,9 +2,6 @@
 //! detectors → findings. It does no output and takes no action; the daemon exports and
 //! remediates from its [`Sample`]s, `check` prints them.
 
-pub mod report;
-pub mod text;
-
 use std::collections::{BTreeSet, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
@@ -15,7 +12,7 @@ use nodemedic_collect::sources::{
 };
 use nodemedic_collect::{
     monotonic_now, panic_message, Collector, CollectorRun, CollectorSet, CollectorState,
-    CollectorStatus, Paths, Reader, ReaderConfig, ReaderStatus, DEFAULT_RESCAN_INTERVAL,
+    CollectorStatus, Paths, Reader, ReaderConfig, DEFAULT_RESCAN_INTERVAL,
 };
 use nodemedic_collect::{CommitProbeCollector, CommitProbeConfig};
 use nodemedic_detect::collapse::findings as collapse_findings;
@@ -24,14 +21,14 @@ use nodemedic_detect::pressure::findings as pressure_findings;
 use nodemedic_detect::tuning::findings as tuning_findings;
 use nodemedic_detect::wakeup_storm::finding as storm_finding;
 use nodemedic_detect::{
-    CollapseConfig, CollapseDetector, Finding, GroupVerdict, HurtingConfig, Severity, StormVerdict,
-    WakeupStormConfig, WakeupStormDetector,
+    CollapseConfig, CollapseDetector, Finding, HurtingConfig, Severity, WakeupStormConfig,
+    WakeupStormDetector,
 };
-use nodemedic_detect::{CommitLatencyConfig, CommitLatencyDetector, CommitVerdict};
-use nodemedic_detect::{PressureConfig, PressureDetector, PressureVerdict};
-use nodemedic_detect::{TuningConfig, TuningDetector, TuningVerdict};
+use nodemedic_detect::{CommitLatencyConfig, CommitLatencyDetector};
+use nodemedic_detect::{PressureConfig, PressureDetector};
+use nodemedic_detect::{TuningConfig, TuningDetector};
 use nodemedic_kernel::counter::Widener;
-use nodemedic_kernel::Snapshot;
+use nodemedic_sample::Sample;
 
 /// Collectors whose failure says something about the kernel or the daemon's privileges, not
 /// about the node's health: the eBPF probes (`nodemedic-probe`) need BTF, kprobes or fentry
@@ -138,28 +135,6 @@ pub struct Engine {
     failing: HashMap<&'static str, String>,
 }
 
-/// Everything one sample produced.
-#[derive(Debug, Clone)]
-pub struct Sample {
-    pub snapshot: Snapshot,
-    pub collectors: Vec<CollectorStatus>,
-    pub verdicts: Vec<GroupVerdict>,
-    /// The disk commit detector's verdict, when the probe is enabled.
-    pub commit: Option<CommitVerdict>,
-    pub findings: Vec<Finding>,
-    /// The perf-event wakeup storm verdict (None while the eBPF probes give no rates).
-    pub storm: Option<StormVerdict>,
-    /// Node and per-cgroup pressure rates and verdicts (None on the first sample, or
-    /// without PSI and cgroups).
-    pub pressure: Option<PressureVerdict>,
-    /// The tuning audit's findings (None with the tuning collector off or failed).
-    pub tuning: Option<TuningVerdict>,
-    pub duration: Duration,
-    pub samples_total: u64,
-    /// The read layer after this sample (backend, kept-open files, fallbacks).
-    pub reader: ReaderStatus,
-}
-
 impl Engine {
     /// An engine over every collector of `nodemedic-collect`.
     pub fn new(config: EngineConfig) -> Self {
@@ -261,8 +236,7 @@ impl Engine {
         if let Some(s) = &mut snapshot.softirqs {
             self.widener.widen_softirqs(s);
         }
-        let mut collectors: Vec<CollectorStatus> =
-            runs.iter().map(CollectorStatus::from_run).collect();
+        let mut collectors: Vec<CollectorStatus> = runs.iter().map(CollectorRun::status).collect();
         self.log_state_changes(&runs);
         collectors.extend(self.disabled.iter().cloned());
         let mut failed = Vec::new();
@@ -362,6 +336,7 @@ fn guarded<T: Default>(name: &str, failed: &mut Vec<Finding>, f: impl FnOnce() -
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::panic)]
+    use nodemedic_sample::Snapshot;
 
     use std::path::PathBuf;
 

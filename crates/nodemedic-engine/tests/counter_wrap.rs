@@ -9,8 +9,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use nodemedic_collect::Paths;
-use nodemedic_engine::{Engine, EngineConfig, Sample};
+use nodemedic_engine::{Engine, EngineConfig};
 use nodemedic_export::{render, ExportInput, Format, MetricsOptions};
+use nodemedic_sample::Sample;
 
 const WRAP: u64 = 1 << 32;
 /// How far below 2^32 the first reading starts: every count under this wraps on the next step.

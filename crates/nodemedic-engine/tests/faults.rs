@@ -24,7 +24,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use nodemedic_collect::{CollectorState, Paths};
-use nodemedic_engine::{Engine, EngineConfig, Sample};
+use nodemedic_engine::{Engine, EngineConfig};
+use nodemedic_sample::Sample;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fault {

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use nodemedic_collect::{CollectorSet, CollectorStatus, Paths};
 use nodemedic_detect::{CollapseConfig, CollapseDetector, GroupVerdict, HurtingConfig};
 use nodemedic_export::{render, ExportInput, Format, MetricsOptions, ProcessStats};
-use nodemedic_kernel::Snapshot;
+use nodemedic_sample::Snapshot;
 use prometheus::proto::{self, MetricFamily, MetricType};
 use prometheus::{CounterVec, GaugeVec, Opts, Registry, TextEncoder};
 
@@ -82,7 +82,7 @@ fn main() {
         let t = Instant::now();
         let verdicts = detector.observe(&snap);
         detect.push(t.elapsed());
-        let statuses: Vec<CollectorStatus> = runs.iter().map(CollectorStatus::from_run).collect();
+        let statuses: Vec<CollectorStatus> = runs.iter().map(|r| r.status()).collect();
         last = Some((snap, statuses, verdicts));
     }
     let Some((snap, statuses, verdicts)) = last else {

@@ -4,10 +4,11 @@
 //! never per IRQ × CPU (a 256-CPU node with 400 IRQs would otherwise expose 100,000 series).
 //! The full matrix is opt-in.
 
-use nodemedic_collect::{CollectorState, CollectorStatus};
-use nodemedic_detect::{GroupVerdict, TuningVerdict};
 use nodemedic_kernel::irqbalance::IrqbalancePackage;
-use nodemedic_kernel::Snapshot;
+use nodemedic_sample::remedy::{Mode, RemedyState};
+use nodemedic_sample::Snapshot;
+use nodemedic_sample::{CollectorState, CollectorStatus};
+use nodemedic_sample::{GroupVerdict, TuningVerdict};
 use serde::{Deserialize, Serialize};
 
 use crate::encoder::{Encoder, Format, Kind};
@@ -33,7 +34,7 @@ impl Default for MetricsOptions {
     }
 }
 
-pub use nodemedic_kernel::snapshot::ProcessStats;
+pub use nodemedic_sample::snapshot::ProcessStats;
 
 /// Everything one exposition is made of.
 pub struct ExportInput<'a> {
@@ -42,22 +43,10 @@ pub struct ExportInput<'a> {
     pub collectors: &'a [CollectorStatus],
     pub samples_total: u64,
     pub process: Option<ProcessStats>,
-    pub remediation: Option<RemediationExport<'a>>,
+    /// The remediator's state after its latest sample (`None`: no remediator in this process).
+    pub remediation: Option<&'a RemedyState>,
     /// The pressure detector's verdicts (quota-bound, starved, node saturated).
-    pub pressure: Option<&'a nodemedic_detect::PressureVerdict>,
-}
-
-/// The remediator's counters, as plain values (the exporter does not know the remediator).
-pub struct RemediationExport<'a> {
-    /// `off`, `dry-run` or `on`.
-    pub mode: &'a str,
-    pub paused: bool,
-    /// Decisions by (action, result).
-    pub decisions: &'a [((&'static str, &'static str), u64)],
-    pub last_action_timestamp: Option<f64>,
-    /// irqbalance's state as systemd last told it (`running`, `stopped`, `not_installed`,
-    /// `unknown`); `None` when the remediator has not asked (mode off).
-    pub irqbalance_state: Option<&'a str>,
+    pub pressure: Option<&'a nodemedic_sample::PressureVerdict>,
 }
 
 pub fn render(input: &ExportInput<'_>, opts: &MetricsOptions, format: Format) -> (String, usize) {
@@ -78,7 +67,7 @@ pub fn render_with_tuning(
     let mut e = Encoder::new(format);
     self_metrics(&mut e, input);
     if let Some(snap) = input.snapshot {
-        node_facts(&mut e, snap, input.remediation.as_ref());
+        node_facts(&mut e, snap, input.remediation);
         topology(&mut e, snap);
         interrupts(&mut e, snap, input.verdicts, opts);
         softirqs(&mut e, snap, opts);
@@ -92,7 +81,7 @@ pub fn render_with_tuning(
     }
     crate::tuning::findings(&mut e, tuning);
     groups(&mut e, input.verdicts);
-    if let Some(r) = &input.remediation {
+    if let Some(r) = input.remediation {
         remediation(&mut e, r);
     }
     let series = e.series();
@@ -419,7 +408,7 @@ fn groups(e: &mut Encoder, verdicts: &[GroupVerdict]) {
 /// What a fleet groups nodes by, node_exporter's `node_uname_info` way: one series of value 1
 /// per family, the facts as labels, `unknown` where a fact could not be read (`/status` says
 /// why).
-fn node_facts(e: &mut Encoder, snap: &Snapshot, remediation: Option<&RemediationExport<'_>>) {
+fn node_facts(e: &mut Encoder, snap: &Snapshot, remediation: Option<&RemedyState>) {
     let settings = snap.tuning.as_ref().map(|t| &t.settings);
     e.family(
         "nodemedic_node",
@@ -441,7 +430,10 @@ fn node_facts(e: &mut Encoder, snap: &Snapshot, remediation: Option<&Remediation
         "irqbalance's state (systemd's, or not_installed per the package database) and its package version; unknown where not known (see /status).",
     );
     let package = snap.irqbalance.as_ref().map(|c| &c.package);
-    let state = match (remediation.and_then(|r| r.irqbalance_state), package) {
+    let asked = remediation
+        .and_then(|r| r.irqbalance.as_ref())
+        .map(|s| s.as_str());
+    let state = match (asked, package) {
         (Some(s), _) if s != "unknown" => s,
         (_, Some(IrqbalancePackage::NotInstalled { .. })) => "not_installed",
         _ => "unknown",
@@ -450,14 +442,17 @@ fn node_facts(e: &mut Encoder, snap: &Snapshot, remediation: Option<&Remediation
     e.sample(&[("state", state), ("version", version)], 1.0);
 }
 
-fn remediation(e: &mut Encoder, r: &RemediationExport<'_>) {
+fn remediation(e: &mut Encoder, r: &RemedyState) {
     e.family(
         "nodemedic_remediation_mode",
         Kind::Gauge,
         "The remediator's mode (1 for the active one): off, dry-run or on; paused is 1 while paused.",
     );
-    for m in ["off", "dry-run", "on"] {
-        e.sample(&[("mode", m)], f64::from(u8::from(r.mode == m)));
+    for m in [Mode::Off, Mode::DryRun, Mode::On] {
+        e.sample(
+            &[("mode", m.as_str())],
+            f64::from(u8::from(r.mode == Some(m))),
+        );
     }
     e.family(
         "nodemedic_remediation_paused",
@@ -470,8 +465,11 @@ fn remediation(e: &mut Encoder, r: &RemediationExport<'_>) {
         Kind::Counter,
         "Remediation decisions by action (irqbalance_restart, native_rebalance, verify, escalate) and result.",
     );
-    for ((action, result), n) in r.decisions {
-        e.sample(&[("action", action), ("result", result)], *n as f64);
+    for ((action, result), n) in &r.counts {
+        e.sample(
+            &[("action", action.as_str()), ("result", result.as_str())],
+            *n as f64,
+        );
     }
     if let Some(ts) = r.last_action_timestamp {
         e.family(
@@ -493,7 +491,7 @@ fn disk_commit(e: &mut Encoder, snap: &Snapshot) {
         "Latency of a 2,300-byte write + fdatasync in the probe's directory (etcd's wal_fsync buckets).",
     );
     let labels = [("directory", c.directory.as_str())];
-    for (bound, n) in nodemedic_kernel::snapshot::WAL_FSYNC_BUCKETS
+    for (bound, n) in nodemedic_sample::snapshot::WAL_FSYNC_BUCKETS
         .iter()
         .zip(c.buckets.iter())
     {

@@ -3,7 +3,7 @@
 //! default 10) and, only when switched on, one per CPU.
 
 use nodemedic_kernel::perf::PerfProbes;
-use nodemedic_kernel::Snapshot;
+use nodemedic_sample::Snapshot;
 
 use crate::encoder::{Encoder, Kind};
 

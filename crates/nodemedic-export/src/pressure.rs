@@ -6,11 +6,11 @@
 //! `pod_uid`, `qos` and `container_id`; systemd services carry `unit`. Cardinality: one set
 //! per pod by default (containers are opt-in), and only the resources the kernel reports.
 
-use nodemedic_detect::pressure::CgroupRates;
-use nodemedic_detect::PressureVerdict;
 use nodemedic_kernel::cgroup::{CgroupStats, Workload};
 use nodemedic_kernel::psi::Psi;
-use nodemedic_kernel::Snapshot;
+use nodemedic_sample::verdict::CgroupRates;
+use nodemedic_sample::PressureVerdict;
+use nodemedic_sample::Snapshot;
 
 use crate::encoder::{Encoder, Kind};
 

@@ -16,13 +16,11 @@ pub mod irqbalance;
 pub mod mounts;
 pub mod perf;
 pub mod psi;
-pub mod snapshot;
 pub mod softirqs;
 pub mod softnet;
 pub mod tuning;
 
 pub use cpuset::{CpuSet, CpuSetError};
-pub use snapshot::Snapshot;
 
 /// A line a tolerant parser could not use, with the reason. Line numbers start at 1.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

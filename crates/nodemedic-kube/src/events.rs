@@ -10,7 +10,7 @@ use kube::api::{Api, PostParams};
 use kube::Client;
 use nodemedic_detect::pressure::CgroupRates;
 use nodemedic_detect::{FindingKind, GroupVerdict};
-use nodemedic_remedy::Decision;
+use nodemedic_sample::remedy::Decision;
 
 pub struct NodeEvent {
     pub type_: &'static str,
@@ -95,7 +95,7 @@ pub fn for_verdict(v: &GroupVerdict) -> NodeEvent {
 }
 
 pub fn for_decision(d: &Decision) -> NodeEvent {
-    use nodemedic_remedy::{DecisionAction as A, DecisionResult as R};
+    use nodemedic_sample::remedy::{DecisionAction as A, DecisionResult as R};
     let ok = matches!(d.result, R::Done | R::Verified | R::DryRun | R::Resumed);
     let reason = match (d.action, d.result) {
         (A::Verify, R::Verified) => "RemediationVerified".to_string(),

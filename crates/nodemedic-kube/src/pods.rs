@@ -11,8 +11,8 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use nodemedic_collect::{CollectError, Collected, Collector, Ctx};
-use nodemedic_kernel::snapshot::PodIdentity;
-use nodemedic_kernel::Snapshot;
+use nodemedic_sample::snapshot::PodIdentity;
+use nodemedic_sample::Snapshot;
 
 use crate::Retry;
 

@@ -12,7 +12,7 @@ use nodemedic_kernel::perf::{
     PerfCounters, PerfHook, PerfOwner, PerfOwnerRate, PerfProbes as PerfSection, PerfProgramStats,
     PerfRates, PerfRing,
 };
-use nodemedic_kernel::Snapshot;
+use nodemedic_sample::Snapshot;
 
 use crate::abi::{CpuCounts, EventKind, OwnerCounts, ProbeEvent};
 use crate::probe::{PerfProbes, ProbeOptions, HOOKS};

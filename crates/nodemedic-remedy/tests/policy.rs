@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use nodemedic_collect::{CollectorSet, Paths};
 use nodemedic_detect::{CollapseConfig, CollapseDetector, GroupVerdict, HurtingConfig};
-use nodemedic_kernel::Snapshot;
 use nodemedic_remedy::config::{ConfigError, NativeStep};
-use nodemedic_remedy::policy::IrqbalanceState;
+use nodemedic_remedy::IrqbalanceState;
 use nodemedic_remedy::{ActionKind, Decision, Mode, Outcome, Policy, RemediationConfig};
+use nodemedic_sample::Snapshot;
 
 fn snapshot(name: &str) -> Snapshot {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

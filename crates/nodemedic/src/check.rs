@@ -1,9 +1,9 @@
 //! `nodemedic check`: a one-shot diagnosis for an SRE at a terminal.
 
-use nodemedic_detect::Severity;
-use nodemedic_engine::report::build_report;
-use nodemedic_engine::text::render_text;
-use nodemedic_engine::{Engine, Sample};
+use nodemedic_engine::Engine;
+use nodemedic_export::report::build_report;
+use nodemedic_export::text::render_text;
+use nodemedic_sample::{Sample, Severity};
 
 use crate::cli::{CheckArgs, OutputFormat};
 use crate::config::Config;

@@ -1,13 +1,16 @@
 //! `nodemedic run`: sample on an interval, detect, serve.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use nodemedic_engine::{Engine, Sample};
-use nodemedic_kube::{KubeStatus, SharedKube};
-use nodemedic_remedy::{Pause, PauseFlag, RealActuators, RemedyState, SharedRemedy};
-use nodemedic_web::{Endpoint, EndpointConfig, Limits, Listener, WebConfigWatch};
+use nodemedic_engine::Engine;
+use nodemedic_export::{Endpoint, EndpointConfig};
+use nodemedic_remedy::RealActuators;
+use nodemedic_sample::kube::KubeStatus;
+use nodemedic_sample::remedy::{Pause, PauseFlag, RemedyState};
+use nodemedic_sample::Sample;
+use nodemedic_web::{Limits, Listener, WebConfigWatch};
 
 use crate::config::Config;
 
@@ -88,18 +91,24 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
         interval = %humantime::format_duration(config.sample_interval),
         "nodemedic started"
     );
-    let remedy: SharedRemedy = Arc::new(Mutex::new(RemedyState::default()));
+    // The outputs never call each other: the sample goes to each on one channel, the
+    // remediator's decisions to the Kubernetes reporter on another, and what the remediator
+    // and the reporter publish reaches the endpoint on channels of their own.
+    let (remedy_tx, remedy_rx) = tokio::sync::watch::channel(RemedyState {
+        mode: Some(config.remediation.mode),
+        ..RemedyState::default()
+    });
     let pause = PauseFlag::new(Pause::Unknown);
     let (tx, rx) = tokio::sync::watch::channel(None);
     let (events_tx, events_rx) = tokio::sync::mpsc::channel(256);
-    let kube: SharedKube = Arc::new(Mutex::new(KubeStatus::default()));
+    let (kube_tx, kube_rx) = tokio::sync::watch::channel(KubeStatus::default());
     let remediator = tokio::spawn({
         let faults = faults.clone();
         let task = nodemedic_remedy::task::run(
             config.remediation.clone(),
             RealActuators::new(&config.remediation, engine.paths()),
             rx,
-            remedy.clone(),
+            remedy_tx,
             pause.clone(),
             events_tx,
         );
@@ -112,7 +121,7 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
             tx.subscribe(),
             events_rx,
             pause.clone(),
-            kube.clone(),
+            kube_tx,
         );
         async move { with_fault("kubernetes", &faults, task).await }
     });
@@ -122,10 +131,9 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
             sample_interval: config.sample_interval,
             request_timeout: config.web.request_timeout,
             metrics: config.metrics.clone(),
-            remediation_mode: config.remediation.mode,
         },
-        remedy,
-        kube,
+        remedy_rx,
+        kube_rx,
         security.clone(),
     ));
     let serving = format!("serving on {}", listening.join(", "));

@@ -672,7 +672,7 @@ fn exposition_perf_probes() {
             storms: 2,
         },
     };
-    let snapshot = nodemedic_kernel::Snapshot {
+    let snapshot = nodemedic_sample::Snapshot {
         timestamp: 1_735_689_600.0,
         perf: Some(perf),
         ..Default::default()

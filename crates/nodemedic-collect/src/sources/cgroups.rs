@@ -10,7 +10,8 @@ use nodemedic_kernel::cgroup::{
     CgroupStats, Cgroups, Workload,
 };
 use nodemedic_kernel::mounts::{cgroup_mounts_under, CgroupMounts};
-use nodemedic_kernel::{psi, Snapshot};
+use nodemedic_kernel::psi;
+use nodemedic_sample::Snapshot;
 
 use super::pressure::EOPNOTSUPP;
 use super::RescanCache;

@@ -1,6 +1,7 @@
 use std::sync::Arc;
 
-use nodemedic_kernel::{interrupts, Snapshot};
+use nodemedic_kernel::interrupts;
+use nodemedic_sample::Snapshot;
 
 use super::skipped_warnings;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};

@@ -2,8 +2,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use nodemedic_kernel::snapshot::IrqAffinity;
-use nodemedic_kernel::{CpuSet, Snapshot};
+use nodemedic_kernel::CpuSet;
+use nodemedic_sample::snapshot::IrqAffinity;
+use nodemedic_sample::Snapshot;
 
 use super::complete;
 use crate::fsread::read_dir;

@@ -2,9 +2,10 @@ use std::os::unix::fs::MetadataExt;
 use std::sync::Mutex;
 use std::time::SystemTime;
 
+use nodemedic_kernel::irqbalance;
 use nodemedic_kernel::irqbalance::IrqbalancePackage;
-use nodemedic_kernel::snapshot::IrqbalanceConfig;
-use nodemedic_kernel::{irqbalance, Snapshot};
+use nodemedic_sample::snapshot::IrqbalanceConfig;
+use nodemedic_sample::Snapshot;
 
 use super::{skipped_warnings, RescanCache};
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};

@@ -1,6 +1,7 @@
 use std::collections::BTreeMap;
 
-use nodemedic_kernel::{psi, Snapshot};
+use nodemedic_kernel::psi;
+use nodemedic_sample::Snapshot;
 
 use super::RescanCache;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};

@@ -1,4 +1,5 @@
-use nodemedic_kernel::{softirqs, Snapshot};
+use nodemedic_kernel::softirqs;
+use nodemedic_sample::Snapshot;
 
 use super::skipped_warnings;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};

@@ -11,7 +11,8 @@ use nodemedic_kernel::tuning::{
     self, Channels, CpuIdle, CpufreqPolicy, IdleState, IommuGroup, NetCore, NicSettings, NicStats,
     Queried, QueueName, Rings, Tuning, TuningSettings,
 };
-use nodemedic_kernel::{CpuSet, Snapshot};
+use nodemedic_kernel::CpuSet;
+use nodemedic_sample::Snapshot;
 
 use super::RescanCache;
 use crate::fsread::read_dir;

@@ -4,18 +4,14 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use nodemedic_collect::{CollectorName, CollectorState, CollectorStatus};
-use nodemedic_detect::collapse::Evidence;
-use nodemedic_detect::pressure::{CgroupRates, PsiRatios};
-use nodemedic_detect::TuningFinding;
-use nodemedic_detect::{Finding, GroupVerdict, Severity};
 use nodemedic_kernel::counter;
 use nodemedic_kernel::interrupts::Interrupts;
 use nodemedic_kernel::mounts::CgroupMounts;
 use nodemedic_kernel::tuning::TuningSettings;
+use nodemedic_sample::verdict::{CgroupRates, Evidence, PsiRatios, TuningFinding};
+use nodemedic_sample::{CollectorName, CollectorState, CollectorStatus};
+use nodemedic_sample::{Finding, GroupVerdict, Sample, Severity};
 use serde::Serialize;
-
-use crate::Sample;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct GroupReport {

@@ -2,10 +2,9 @@
 
 use std::fmt::Write;
 
-use nodemedic_detect::collapse::ShareBasis;
-use nodemedic_detect::pressure::CgroupRates;
-use nodemedic_detect::FindingKind;
 use nodemedic_kernel::tuning::{Queried, TuningSettings};
+use nodemedic_sample::verdict::{CgroupRates, ShareBasis};
+use nodemedic_sample::FindingKind;
 
 use crate::report::{CheckReport, CpuInterrupts, PressureReport, TuningReport};
 
