@@ -4,10 +4,10 @@ use std::fmt::Write;
 
 use nodemedic_detect::collapse::ShareBasis;
 use nodemedic_detect::pressure::CgroupRates;
-use nodemedic_detect::FindingKind;
+use nodemedic_detect::{Finding, FindingKind};
 use nodemedic_kernel::tuning::{Queried, TuningSettings};
 
-use crate::report::{CheckReport, CpuInterrupts, PressureReport, TuningReport};
+use crate::report::{CheckReport, CpuInterrupts, GroupReport, PressureReport, TuningReport};
 
 const BAR_WIDTH: usize = 40;
 /// Above this many CPUs the distribution shows the busiest ones only.
@@ -29,11 +29,20 @@ pub fn render_text(r: &CheckReport) -> String {
         or_none(&r.cpus.nohz_full),
         or_none(&r.cpus.irqbalance_banned)
     );
-    let by_rate = r
-        .irq
-        .per_cpu
-        .iter()
-        .any(|c| c.device_interrupts_per_second > 0.0);
+    cpu_bars_text(&mut o, &r.irq.per_cpu);
+    groups_text(&mut o, &r.irq.groups);
+    if let Some(p) = &r.perf {
+        perf_text(&mut o, p);
+    }
+    pressure_text(&mut o, &r.pressure);
+    tuning_text(&mut o, &r.tuning);
+    findings_text(&mut o, &r.findings);
+    o
+}
+
+/// A bar per CPU of its device interrupts, by rate when there were any during the interval.
+fn cpu_bars_text(o: &mut String, per_cpu: &[CpuInterrupts]) {
+    let by_rate = per_cpu.iter().any(|c| c.device_interrupts_per_second > 0.0);
     let value = |c: &CpuInterrupts| {
         if by_rate {
             c.device_interrupts_per_second
@@ -50,15 +59,15 @@ pub fn render_text(r: &CheckReport) -> String {
             "since boot; none during the interval"
         }
     );
-    let mut rows: Vec<&CpuInterrupts> = r.irq.per_cpu.iter().collect();
+    let mut rows: Vec<&CpuInterrupts> = per_cpu.iter().collect();
     let hidden = rows.len().saturating_sub(MAX_CPU_ROWS);
     if hidden > 0 {
         rows.sort_by(|a, b| value(b).total_cmp(&value(a)));
         rows.truncate(MAX_CPU_ROWS);
         rows.sort_by_key(|c| c.cpu);
     }
-    let max = r.irq.per_cpu.iter().map(value).fold(0.0, f64::max);
-    let total: f64 = r.irq.per_cpu.iter().map(value).sum();
+    let max = per_cpu.iter().map(value).fold(0.0, f64::max);
+    let total: f64 = per_cpu.iter().map(value).sum();
     for c in rows {
         let v = value(c);
         let len = if max > 0.0 {
@@ -87,8 +96,12 @@ pub fn render_text(r: &CheckReport) -> String {
     if hidden > 0 {
         let _ = writeln!(o, "  … {hidden} quieter CPUs not shown");
     }
+}
+
+/// Each device group: what it is, its verdict, where its IRQs go.
+fn groups_text(o: &mut String, groups: &[GroupReport]) {
     let _ = writeln!(o, "\nDevice groups:");
-    for g in &r.irq.groups {
+    for g in groups {
         let verdict = match (g.collapsed, g.hurting) {
             (true, true) => "COLLAPSED, HURTING",
             (true, false) => "COLLAPSED",
@@ -127,16 +140,15 @@ pub fn render_text(r: &CheckReport) -> String {
             let _ = writeln!(o, "      hottest CPU {cpu}: {:.0}%{rate}", share * 100.0);
         }
     }
-    if let Some(p) = &r.perf {
-        perf_text(&mut o, p);
-    }
-    pressure_text(&mut o, &r.pressure);
-    tuning_text(&mut o, &r.tuning);
-    if r.findings.is_empty() {
+}
+
+/// Findings, one line each.
+fn findings_text(o: &mut String, findings: &[Finding]) {
+    if findings.is_empty() {
         let _ = writeln!(o, "\nNo findings.");
     } else {
         let _ = writeln!(o, "\nFindings:");
-        for f in &r.findings {
+        for f in findings {
             // Said in full under Tuning above: here one line each.
             if let FindingKind::Tuning(rule) = f.kind {
                 let _ = writeln!(
@@ -157,7 +169,6 @@ pub fn render_text(r: &CheckReport) -> String {
             );
         }
     }
-    o
 }
 
 fn perf_text(o: &mut String, p: &nodemedic_kernel::perf::PerfProbes) {
@@ -418,5 +429,56 @@ fn human(v: f64) -> String {
         format!("{:.1}k", v / 1e3)
     } else {
         format!("{v:.0}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cpu(cpu: u32, since_boot: u64, per_second: f64) -> CpuInterrupts {
+        CpuInterrupts {
+            cpu,
+            device_interrupts: since_boot,
+            device_interrupts_per_second: per_second,
+            net_rx_per_second: None,
+            softnet_dropped: None,
+            softnet_squeezed: None,
+        }
+    }
+
+    fn rows(text: &str) -> Vec<&str> {
+        text.lines()
+            .filter(|l| l.trim_start().starts_with("CPU"))
+            .collect()
+    }
+
+    #[test]
+    fn a_large_node_shows_its_busiest_cpus_in_cpu_order() {
+        // CPU n takes n interrupts a second: the 6 quietest are left out.
+        let per_cpu: Vec<CpuInterrupts> = (0..70).map(|n| cpu(n, 1, n as f64)).collect();
+        let mut o = String::new();
+        cpu_bars_text(&mut o, &per_cpu);
+        let shown = rows(&o);
+        assert_eq!(shown.len(), MAX_CPU_ROWS, "{o}");
+        assert!(shown[0].trim_start().starts_with("CPU6 "), "{o}");
+        assert!(shown[63].trim_start().starts_with("CPU69 "), "{o}");
+        assert_eq!(shown[63].matches('█').count(), BAR_WIDTH, "{o}");
+        assert!(o.contains("per second over the interval"), "{o}");
+        assert!(o.ends_with("  … 6 quieter CPUs not shown\n"), "{o}");
+    }
+
+    #[test]
+    fn a_quiet_interval_shows_counts_since_boot() {
+        let per_cpu = [cpu(0, 300, 0.0), cpu(1, 100, 0.0)];
+        let mut o = String::new();
+        cpu_bars_text(&mut o, &per_cpu);
+        assert!(o.contains("since boot; none during the interval"), "{o}");
+        let shown = rows(&o);
+        assert_eq!(shown.len(), 2, "{o}");
+        assert_eq!(shown[0].matches('█').count(), BAR_WIDTH, "{o}");
+        assert!(shown[0].ends_with(" 75.0%"), "{o}");
+        assert_eq!(shown[1].matches('█').count(), 13, "{o}");
+        assert!(!o.contains("quieter CPUs"), "{o}");
     }
 }
