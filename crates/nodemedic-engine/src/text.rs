@@ -5,6 +5,7 @@ use std::fmt::Write;
 use nodemedic_detect::collapse::ShareBasis;
 use nodemedic_detect::pressure::CgroupRates;
 use nodemedic_detect::{Finding, FindingKind};
+use nodemedic_kernel::mounts::CgroupMounts;
 use nodemedic_kernel::tuning::{Queried, TuningSettings};
 
 use crate::report::{CheckReport, CpuInterrupts, GroupReport, PressureReport, TuningReport};
@@ -242,57 +243,16 @@ fn pressure_text(o: &mut String, p: &PressureReport) {
         }
     }
     if let Some(m) = &p.cgroup_mounts {
-        let mut parts = Vec::new();
-        if let Some(c) = &m.cpu {
-            parts.push(format!("cgroup v1 cpu at {}", c.display()));
-        }
-        if let Some(u) = &m.unified {
-            parts.push(format!("cgroup v2 at {}", u.display()));
-        }
-        let how = if p.cgroup_mounts_from_mountinfo == Some(true) {
-            "from mountinfo"
-        } else {
-            "by the directory layout"
-        };
-        let _ = writeln!(o, "  cgroups: {} ({how})", parts.join(", "));
-        if !m.writable.is_empty() {
-            let list: Vec<String> = m.writable.iter().map(|p| p.display().to_string()).collect();
-            let _ = writeln!(
-                o,
-                "  WARNING: the host's cgroup tree is writable from this container at {}: \
-                 mount each hierarchy read-only (the chart's cgroupV1Hierarchies)",
-                list.join(", ")
-            );
-        }
+        cgroup_mounts_text(o, m, p.cgroup_mounts_from_mountinfo == Some(true));
     }
     let cgroups = p.cgroups.as_deref().unwrap_or(&[]);
     if cgroups.is_empty() {
         let _ = writeln!(o, "  no pods or services found in the cgroup hierarchy");
         return;
     }
-    let row = |o: &mut String, c: &CgroupRates| {
-        let quota = c
-            .quota_cores
-            .map_or_else(|| "none".into(), |q| format!("{q:.2}"));
-        let used = c
-            .cpu_usage_cores
-            .map_or_else(|| "-".into(), |u| format!("{u:.2}"));
-        let _ = writeln!(
-            o,
-            "    {:<48} cpu wait {:>6} mem wait {:>6} throttled {:>6} quota {:>6} used {:>5}{}{}",
-            c.name,
-            pct(c.cpu_some_ratio),
-            pct(c.memory_some_ratio),
-            pct(c.throttled_ratio),
-            quota,
-            used,
-            if c.quota_bound { "  QUOTA-BOUND" } else { "" },
-            if c.starved { "  STARVED" } else { "" },
-        );
-    };
     let _ = writeln!(o, "  most pressured cgroups (CPU wait):");
     for c in cgroups.iter().take(p.top) {
-        row(o, c);
+        cgroup_row(o, c);
     }
     let mut throttled: Vec<&CgroupRates> = cgroups
         .iter()
@@ -311,9 +271,58 @@ fn pressure_text(o: &mut String, p: &PressureReport) {
     } else {
         let _ = writeln!(o, "  most throttled cgroups (share of CFS periods):");
         for c in throttled.into_iter().take(p.top) {
-            row(o, c);
+            cgroup_row(o, c);
         }
     }
+}
+
+/// Where the cgroup hierarchies are, how that was found, and a warning when the container
+/// can write to them.
+fn cgroup_mounts_text(o: &mut String, m: &CgroupMounts, from_mountinfo: bool) {
+    let mut parts = Vec::new();
+    if let Some(c) = &m.cpu {
+        parts.push(format!("cgroup v1 cpu at {}", c.display()));
+    }
+    if let Some(u) = &m.unified {
+        parts.push(format!("cgroup v2 at {}", u.display()));
+    }
+    let how = if from_mountinfo {
+        "from mountinfo"
+    } else {
+        "by the directory layout"
+    };
+    let _ = writeln!(o, "  cgroups: {} ({how})", parts.join(", "));
+    if !m.writable.is_empty() {
+        let list: Vec<String> = m.writable.iter().map(|p| p.display().to_string()).collect();
+        let _ = writeln!(
+            o,
+            "  WARNING: the host's cgroup tree is writable from this container at {}: \
+             mount each hierarchy read-only (the chart's cgroupV1Hierarchies)",
+            list.join(", ")
+        );
+    }
+}
+
+/// One cgroup's line: its waits, throttling, quota and use.
+fn cgroup_row(o: &mut String, c: &CgroupRates) {
+    let quota = c
+        .quota_cores
+        .map_or_else(|| "none".into(), |q| format!("{q:.2}"));
+    let used = c
+        .cpu_usage_cores
+        .map_or_else(|| "-".into(), |u| format!("{u:.2}"));
+    let _ = writeln!(
+        o,
+        "    {:<48} cpu wait {:>6} mem wait {:>6} throttled {:>6} quota {:>6} used {:>5}{}{}",
+        c.name,
+        pct(c.cpu_some_ratio),
+        pct(c.memory_some_ratio),
+        pct(c.throttled_ratio),
+        quota,
+        used,
+        if c.quota_bound { "  QUOTA-BOUND" } else { "" },
+        if c.starved { "  STARVED" } else { "" },
+    );
 }
 
 fn tuning_text(o: &mut String, t: &TuningReport) {
@@ -480,5 +489,34 @@ mod tests {
         assert!(shown[0].ends_with(" 75.0%"), "{o}");
         assert_eq!(shown[1].matches('█').count(), 13, "{o}");
         assert!(!o.contains("quieter CPUs"), "{o}");
+    }
+
+    #[test]
+    fn the_cgroup_mounts_say_how_they_were_found_and_warn_when_writable() {
+        let mut m = CgroupMounts {
+            cpu: Some("/host/sys/fs/cgroup/cpu,cpuacct".into()),
+            unified: Some("/host/sys/fs/cgroup/unified".into()),
+            ..CgroupMounts::default()
+        };
+        let mut o = String::new();
+        cgroup_mounts_text(&mut o, &m, true);
+        assert_eq!(
+            o,
+            "  cgroups: cgroup v1 cpu at /host/sys/fs/cgroup/cpu,cpuacct, \
+             cgroup v2 at /host/sys/fs/cgroup/unified (from mountinfo)\n"
+        );
+        m.writable = vec!["/host/sys/fs/cgroup/cpu,cpuacct".into()];
+        let mut o = String::new();
+        cgroup_mounts_text(&mut o, &m, false);
+        let lines: Vec<&str> = o.lines().collect();
+        assert_eq!(lines.len(), 2, "{o}");
+        assert!(lines[0].ends_with("(by the directory layout)"), "{o}");
+        assert!(
+            lines[1].starts_with(
+                "  WARNING: the host's cgroup tree is writable from this container at \
+                 /host/sys/fs/cgroup/cpu,cpuacct: mount each hierarchy read-only"
+            ),
+            "{o}"
+        );
     }
 }
