@@ -29,7 +29,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -327,6 +327,40 @@ struct State {
     watches: Watches,
 }
 
+impl State {
+    /// Reads `fds` through the ring, one buffer each, in one submission where the ring's size
+    /// allows: the byte count or the error of each. `None` when the batch failed as a whole;
+    /// a failure that abandons the ring also ends io_uring for the life of the reader.
+    fn read_kept(&mut self, fds: &[RawFd]) -> Option<Vec<io::Result<usize>>> {
+        let ring = self.ring.as_mut()?;
+        let batch = ring.register(fds).and_then(|()| {
+            self.batch_bufs.resize_with(fds.len(), Vec::new);
+            for b in self.batch_bufs.iter_mut() {
+                if b.len() < MIN_READ {
+                    b.resize(MIN_READ, 0);
+                }
+            }
+            ring.read_registered(&mut self.batch_bufs)
+        });
+        match batch {
+            Ok(r) => Some(r),
+            Err(e) if e.abandons_ring() => {
+                // The ring leaked the buffers it may still write into; it goes, and so does
+                // io_uring for the life of this reader.
+                tracing::warn!(error = %e, "io_uring failed: reading with pread from now on");
+                self.ring = None;
+                self.backend = Backend::Pread;
+                self.fallback_reason = Some(e.to_string());
+                None
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "io_uring batch failed; reading one by one");
+                None
+            }
+        }
+    }
+}
+
 /// Reads kernel files by path. Shared by all collectors of a [`crate::CollectorSet`].
 pub struct Reader {
     max_open: usize,
@@ -522,67 +556,9 @@ impl Reader {
         each: &mut impl FnMut(usize, Result<&str, ReadError>),
     ) -> Option<()> {
         let mut st = self.state();
-        // Make sure every file that may be kept is open; the others are read one by one.
-        let mut kept: Vec<usize> = Vec::with_capacity(paths.len());
-        let mut fds = Vec::with_capacity(paths.len());
-        let mut opened_errors: HashMap<usize, ReadError> = HashMap::new();
-        for (i, p) in paths.iter().enumerate() {
-            let p = p.as_ref();
-            let sample = st.sample;
-            if let Some(k) = st.files.get_mut(p.as_os_str()) {
-                if k.kernel {
-                    k.last_used = sample;
-                    kept.push(i);
-                    fds.push(k.file.as_raw_fd());
-                }
-                continue;
-            }
-            if st.files.len() >= self.max_open {
-                continue;
-            }
-            match sys::open_read(p) {
-                Ok(file) => {
-                    let kernel = sys::is_kernel_generated(&file);
-                    if kernel {
-                        fds.push(file.as_raw_fd());
-                        kept.push(i);
-                    }
-                    if let Some(k) = Kept::new(&mut st.watches, p, file, kernel, sample) {
-                        st.files.insert(p.as_os_str(), k);
-                    }
-                }
-                Err(e) => {
-                    opened_errors.insert(i, ReadError::from_io(p, e));
-                }
-            }
-        }
+        let (kept, fds, mut opened_errors) = self.open_batch(&mut st, paths);
         let inner = &mut *st;
-        let ring = inner.ring.as_mut()?;
-        let batch = ring.register(&fds).and_then(|()| {
-            inner.batch_bufs.resize_with(kept.len(), Vec::new);
-            for b in inner.batch_bufs.iter_mut() {
-                if b.len() < MIN_READ {
-                    b.resize(MIN_READ, 0);
-                }
-            }
-            ring.read_registered(&mut inner.batch_bufs)
-        });
-        let results = match batch {
-            Ok(r) => r,
-            Err(e) if e.abandons_ring() => {
-                // The ring leaked the buffers it may still write into; it goes, and so does
-                // io_uring for the life of this reader.
-                tracing::warn!(error = %e, "io_uring failed: reading with pread from now on");
-                inner.ring = None;
-                inner.backend = Backend::Pread;
-                inner.fallback_reason = Some(e.to_string());
-                return None;
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "io_uring batch failed; reading one by one");
-                return None;
-            }
-        };
+        let results = inner.read_kept(&fds)?;
         // Index of each path's slot in the batch, if it had one.
         let mut slot_of = vec![usize::MAX; paths.len()];
         for (slot, &i) in kept.iter().enumerate() {
@@ -624,6 +600,50 @@ impl Reader {
         }
         self.state().batch_bufs = bufs;
         Some(())
+    }
+
+    /// Makes sure every file of `paths` that may be kept is open. Returns the index in
+    /// `paths` and the fd of each kept kernel file, which go to io_uring (the others are read
+    /// one by one), and the error of each path that failed to open.
+    fn open_batch<P: AsRef<Path>>(
+        &self,
+        st: &mut State,
+        paths: &[P],
+    ) -> (Vec<usize>, Vec<RawFd>, HashMap<usize, ReadError>) {
+        let mut kept: Vec<usize> = Vec::with_capacity(paths.len());
+        let mut fds = Vec::with_capacity(paths.len());
+        let mut opened_errors: HashMap<usize, ReadError> = HashMap::new();
+        for (i, p) in paths.iter().enumerate() {
+            let p = p.as_ref();
+            let sample = st.sample;
+            if let Some(k) = st.files.get_mut(p.as_os_str()) {
+                if k.kernel {
+                    k.last_used = sample;
+                    kept.push(i);
+                    fds.push(k.file.as_raw_fd());
+                }
+                continue;
+            }
+            if st.files.len() >= self.max_open {
+                continue;
+            }
+            match sys::open_read(p) {
+                Ok(file) => {
+                    let kernel = sys::is_kernel_generated(&file);
+                    if kernel {
+                        fds.push(file.as_raw_fd());
+                        kept.push(i);
+                    }
+                    if let Some(k) = Kept::new(&mut st.watches, p, file, kernel, sample) {
+                        st.files.insert(p.as_os_str(), k);
+                    }
+                }
+                Err(e) => {
+                    opened_errors.insert(i, ReadError::from_io(p, e));
+                }
+            }
+        }
+        (kept, fds, opened_errors)
     }
 
     /// Reads `path` a chunk at a time and calls `each(line, complete)` for every line, without

@@ -587,47 +587,11 @@ impl Audit<'_> {
 
     fn iommu(&mut self, s: &TuningSettings) {
         if !s.iommu_groups_present {
-            let mut evidence =
-                "/sys/kernel/iommu_groups is empty: no device is behind an IOMMU this kernel manages."
-                    .to_string();
-            let owner = if s.hypervisor == Some(false) {
-                " DMA is not translated (the IOMMU is off in the firmware or the kernel): no \
-                 isolation, and no IOMMU cost."
-            } else {
-                " On a virtual machine DMA remapping belongs to the hypervisor, not to this guest."
-            };
-            evidence.push_str(owner);
-            if s.hypervisor == Some(true) {
-                evidence.push_str(" This node is a virtual machine (cpuinfo: hypervisor).");
-            }
-            self.push(
-                TuningRule::IommuAbsent,
-                false,
-                "iommu",
-                evidence,
-                "none on this node.",
-                "nothing to change in the guest; on the host, the IOMMU mode is the hypervisor's \
-                 kernel argument (iommu.strict=0 or iommu=pt)."
-                    .into(),
-            );
+            self.iommu_absent(s);
             return;
         }
         let rule = TuningRule::IommuStrict;
-        // The devices nodemedic knows that move the most DMA: NICs and NVMe drives.
-        let mut devices: BTreeMap<String, String> = BTreeMap::new();
-        for (netdev, pci) in &self.snap.netdevs {
-            devices.insert(pci.clone(), netdev.clone());
-        }
-        for (pci, d) in &self.snap.pci_devices {
-            if d.driver.as_deref() == Some("nvme") {
-                let name = self
-                    .irq
-                    .iter()
-                    .find(|v| v.group.pci.as_deref() == Some(pci))
-                    .map_or_else(|| format!("nvme {pci}"), |v| v.group.name.clone());
-                devices.entry(pci.clone()).or_insert(name);
-            }
-        }
+        let devices = self.dma_devices();
         let requested = s
             .cmdline
             .as_ref()
@@ -681,6 +645,53 @@ impl Audit<'_> {
                     .into(),
             );
         }
+    }
+
+    /// No IOMMU groups: a note of who owns DMA remapping here, the firmware or the hypervisor.
+    fn iommu_absent(&mut self, s: &TuningSettings) {
+        let mut evidence =
+            "/sys/kernel/iommu_groups is empty: no device is behind an IOMMU this kernel manages."
+                .to_string();
+        let owner = if s.hypervisor == Some(false) {
+            " DMA is not translated (the IOMMU is off in the firmware or the kernel): no \
+             isolation, and no IOMMU cost."
+        } else {
+            " On a virtual machine DMA remapping belongs to the hypervisor, not to this guest."
+        };
+        evidence.push_str(owner);
+        if s.hypervisor == Some(true) {
+            evidence.push_str(" This node is a virtual machine (cpuinfo: hypervisor).");
+        }
+        self.push(
+            TuningRule::IommuAbsent,
+            false,
+            "iommu",
+            evidence,
+            "none on this node.",
+            "nothing to change in the guest; on the host, the IOMMU mode is the hypervisor's \
+             kernel argument (iommu.strict=0 or iommu=pt)."
+                .into(),
+        );
+    }
+
+    /// The devices nodemedic knows that move the most DMA, NICs and NVMe drives: by PCI
+    /// address, each with its name.
+    fn dma_devices(&self) -> BTreeMap<String, String> {
+        let mut devices: BTreeMap<String, String> = BTreeMap::new();
+        for (netdev, pci) in &self.snap.netdevs {
+            devices.insert(pci.clone(), netdev.clone());
+        }
+        for (pci, d) in &self.snap.pci_devices {
+            if d.driver.as_deref() == Some("nvme") {
+                let name = self
+                    .irq
+                    .iter()
+                    .find(|v| v.group.pci.as_deref() == Some(pci))
+                    .map_or_else(|| format!("nvme {pci}"), |v| v.group.name.clone());
+                devices.entry(pci.clone()).or_insert(name);
+            }
+        }
+        devices
     }
 
     fn srso(&mut self, s: &TuningSettings) {

@@ -4,6 +4,7 @@
 //! never per IRQ × CPU (a 256-CPU node with 400 IRQs would otherwise expose 100,000 series).
 //! The full matrix is opt-in.
 
+use nodemedic_kernel::interrupts::Interrupts;
 use nodemedic_kernel::irqbalance::IrqbalancePackage;
 use nodemedic_sample::remedy::{Mode, RemedyState};
 use nodemedic_sample::Snapshot;
@@ -201,22 +202,7 @@ fn interrupts(e: &mut Encoder, snap: &Snapshot, verdicts: &[GroupVerdict], opts:
     let Some(ints) = &snap.interrupts else {
         return;
     };
-    let group_by_irq: std::collections::HashMap<u32, &str> = verdicts
-        .iter()
-        .flat_map(|v| {
-            v.group
-                .irqs
-                .iter()
-                .chain(&v.group.other_irqs)
-                .map(move |irq| (*irq, v.group.name.as_str()))
-        })
-        .collect();
-    let group_of = |irq: u32| -> &str { group_by_irq.get(&irq).copied().unwrap_or("") };
-    let labels: Vec<(String, &str, String)> = ints
-        .irqs
-        .iter()
-        .map(|l| (l.irq.to_string(), group_of(l.irq), l.actions.join(",")))
-        .collect();
+    let labels = irq_labels(ints, verdicts);
     e.family(
         "nodemedic_irq_interrupts",
         Kind::Counter,
@@ -228,62 +214,9 @@ fn interrupts(e: &mut Encoder, snap: &Snapshot, verdicts: &[GroupVerdict], opts:
             line.total() as f64,
         );
     }
-    e.family(
-        "nodemedic_irq_effective_cpu",
-        Kind::Gauge,
-        "Lowest CPU the IRQ is delivered to (effective_affinity, else smp_affinity).",
-    );
-    for (irq, group, _) in &labels {
-        let cpu = irq
-            .parse()
-            .ok()
-            .and_then(|n: u32| snap.affinity.get(&n))
-            .and_then(|a| a.delivery_cpus())
-            .and_then(|c| c.first());
-        if let Some(cpu) = cpu {
-            e.sample(&[("irq", irq), ("group", group)], f64::from(cpu));
-        }
-    }
-    e.family(
-        "nodemedic_irq_affinity_cpus",
-        Kind::Gauge,
-        "Number of CPUs in the IRQ's smp_affinity (where it may be delivered).",
-    );
-    for (irq, group, _) in &labels {
-        if let Some(smp) = irq
-            .parse()
-            .ok()
-            .and_then(|n: u32| snap.affinity.get(&n)?.smp.as_ref())
-        {
-            e.sample(&[("irq", irq), ("group", group)], smp.len() as f64);
-        }
-    }
-    e.family(
-        "nodemedic_irq_effective_affinity_cpus",
-        Kind::Gauge,
-        "Number of CPUs in the IRQ's effective_affinity (where it is delivered).",
-    );
-    for (irq, group, _) in &labels {
-        if let Some(eff) = irq
-            .parse()
-            .ok()
-            .and_then(|n: u32| snap.affinity.get(&n)?.effective.as_ref())
-        {
-            e.sample(&[("irq", irq), ("group", group)], eff.len() as f64);
-        }
-    }
+    irq_placement(e, snap, &labels);
     let cpu_names: Vec<String> = ints.cpus.iter().map(u32::to_string).collect();
-    // Plus the IRQs that went away while nodemedic watched, so a freed IRQ does not make
-    // the per-CPU counter go backwards.
-    let mut per_cpu = vec![0u64; ints.cpus.len()];
-    for (i, r) in ints.retired.iter().enumerate().take(per_cpu.len()) {
-        per_cpu[i] = *r;
-    }
-    for line in &ints.irqs {
-        for (i, c) in line.counts.iter().enumerate() {
-            per_cpu[i] = per_cpu[i].saturating_add(*c);
-        }
-    }
+    let per_cpu = device_interrupts_per_cpu(ints);
     e.family(
         "nodemedic_cpu_device_interrupts",
         Kind::Counter,
@@ -319,6 +252,92 @@ fn interrupts(e: &mut Encoder, snap: &Snapshot, verdicts: &[GroupVerdict], opts:
             }
         }
     }
+}
+
+/// Each IRQ's labels: its number, its device group (empty when in none) and its handlers.
+fn irq_labels<'v>(
+    ints: &Interrupts,
+    verdicts: &'v [GroupVerdict],
+) -> Vec<(String, &'v str, String)> {
+    let group_by_irq: std::collections::HashMap<u32, &str> = verdicts
+        .iter()
+        .flat_map(|v| {
+            v.group
+                .irqs
+                .iter()
+                .chain(&v.group.other_irqs)
+                .map(move |irq| (*irq, v.group.name.as_str()))
+        })
+        .collect();
+    let group_of = |irq: u32| -> &str { group_by_irq.get(&irq).copied().unwrap_or("") };
+    ints.irqs
+        .iter()
+        .map(|l| (l.irq.to_string(), group_of(l.irq), l.actions.join(",")))
+        .collect()
+}
+
+/// Where each IRQ may go and goes: its lowest delivery CPU and the sizes of its affinities.
+fn irq_placement(e: &mut Encoder, snap: &Snapshot, labels: &[(String, &str, String)]) {
+    e.family(
+        "nodemedic_irq_effective_cpu",
+        Kind::Gauge,
+        "Lowest CPU the IRQ is delivered to (effective_affinity, else smp_affinity).",
+    );
+    for (irq, group, _) in labels {
+        let cpu = irq
+            .parse()
+            .ok()
+            .and_then(|n: u32| snap.affinity.get(&n))
+            .and_then(|a| a.delivery_cpus())
+            .and_then(|c| c.first());
+        if let Some(cpu) = cpu {
+            e.sample(&[("irq", irq), ("group", group)], f64::from(cpu));
+        }
+    }
+    e.family(
+        "nodemedic_irq_affinity_cpus",
+        Kind::Gauge,
+        "Number of CPUs in the IRQ's smp_affinity (where it may be delivered).",
+    );
+    for (irq, group, _) in labels {
+        if let Some(smp) = irq
+            .parse()
+            .ok()
+            .and_then(|n: u32| snap.affinity.get(&n)?.smp.as_ref())
+        {
+            e.sample(&[("irq", irq), ("group", group)], smp.len() as f64);
+        }
+    }
+    e.family(
+        "nodemedic_irq_effective_affinity_cpus",
+        Kind::Gauge,
+        "Number of CPUs in the IRQ's effective_affinity (where it is delivered).",
+    );
+    for (irq, group, _) in labels {
+        if let Some(eff) = irq
+            .parse()
+            .ok()
+            .and_then(|n: u32| snap.affinity.get(&n)?.effective.as_ref())
+        {
+            e.sample(&[("irq", irq), ("group", group)], eff.len() as f64);
+        }
+    }
+}
+
+/// Device interrupts per CPU (aligned with `ints.cpus`), summed over IRQs, plus the IRQs
+/// that went away while nodemedic watched, so a freed IRQ does not make the per-CPU counter
+/// go backwards.
+fn device_interrupts_per_cpu(ints: &Interrupts) -> Vec<u64> {
+    let mut per_cpu = vec![0u64; ints.cpus.len()];
+    for (i, r) in ints.retired.iter().enumerate().take(per_cpu.len()) {
+        per_cpu[i] = *r;
+    }
+    for line in &ints.irqs {
+        for (i, c) in line.counts.iter().enumerate() {
+            per_cpu[i] = per_cpu[i].saturating_add(*c);
+        }
+    }
+    per_cpu
 }
 
 fn softirqs(e: &mut Encoder, snap: &Snapshot, opts: &MetricsOptions) {
@@ -507,4 +526,26 @@ fn disk_commit(e: &mut Encoder, snap: &Snapshot) {
         "Probe writes or fdatasyncs that failed (see /status for the last error).",
     );
     e.sample(&labels, c.errors as f64);
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// Per CPU: every IRQ's count, a short row included, plus what IRQs that went away had.
+    #[test]
+    fn device_interrupts_per_cpu_keep_what_freed_irqs_had() {
+        let mut ints = nodemedic_kernel::interrupts::parse(
+            "           CPU0       CPU1       CPU2\n\
+             \x20 24:         10          0          5   PCI-MSI 1-edge      virtio0-input.0\n\
+             \x20 25:          1          2\n\
+             NMI:          7          7          7   Non-maskable interrupts\n",
+        )
+        .unwrap();
+        assert_eq!(device_interrupts_per_cpu(&ints), vec![11, 2, 5]);
+        ints.retired = vec![100, 200, 300, 400];
+        assert_eq!(device_interrupts_per_cpu(&ints), vec![111, 202, 305]);
+    }
 }

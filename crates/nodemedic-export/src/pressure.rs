@@ -136,46 +136,39 @@ pub(crate) fn cgroups(e: &mut Encoder, snap: &Snapshot) {
     );
     e.sample(&[], c.mounts.writable.len() as f64);
 
-    let family = |e: &mut Encoder,
-                  name: &str,
-                  kind: Kind,
-                  help: &str,
-                  value: &dyn Fn(&CgroupStats) -> Option<f64>| {
-        let values: Vec<(&Labels, f64)> = groups
-            .iter()
-            .filter_map(|(l, g)| Some((l, value(g)?)))
-            .collect();
-        if values.is_empty() {
-            return;
-        }
-        e.family(name, kind, help);
-        for (l, v) in values {
-            e.sample(&l.get(), v);
-        }
-    };
-    family(
+    cpu_families(e, &groups);
+    pressure_families(e, &groups);
+}
+
+/// The cgroups' CFS quota, CPU use and throttling.
+fn cpu_families(e: &mut Encoder, groups: &[(Labels, &CgroupStats)]) {
+    cgroup_family(
         e,
+        groups,
         "nodemedic_cgroup_cpu_quota_cores",
         Kind::Gauge,
         "The cgroup's CFS CPU quota in CPUs (cpu.max or cpu.cfs_quota_us / period); absent when unlimited (max).",
         &|g| g.cpu_max.and_then(|m| m.cores()),
     );
-    family(
+    cgroup_family(
         e,
+        groups,
         "nodemedic_cgroup_cpu_period_seconds",
         Kind::Gauge,
         "The cgroup's CFS period: the quota is enforced per period.",
         &|g| g.cpu_max.map(|m| m.period_us as f64 / 1e6),
     );
-    family(
+    cgroup_family(
         e,
+        groups,
         "nodemedic_cgroup_cpu_usage_seconds",
         Kind::Counter,
         "CPU time used by the cgroup's tasks (cpu.stat usage_usec, or v1 cpuacct.usage).",
         &|g| g.cpu_stat.and_then(|s| s.usage_us).map(|u| u as f64 / 1e6),
     );
-    family(
+    cgroup_family(
         e,
+        groups,
         "nodemedic_cgroup_cpu_periods",
         Kind::Counter,
         "CFS enforcement periods in which the cgroup had runnable tasks (cpu.stat nr_periods).",
@@ -185,8 +178,9 @@ pub(crate) fn cgroups(e: &mut Encoder, snap: &Snapshot) {
                 .map(|s| s.nr_periods as f64)
         },
     );
-    family(
+    cgroup_family(
         e,
+        groups,
         "nodemedic_cgroup_cpu_throttled_periods",
         Kind::Counter,
         "Periods in which the cgroup used up its quota and was throttled (cpu.stat nr_throttled).",
@@ -196,8 +190,9 @@ pub(crate) fn cgroups(e: &mut Encoder, snap: &Snapshot) {
                 .map(|s| s.nr_throttled as f64)
         },
     );
-    family(
+    cgroup_family(
         e,
+        groups,
         "nodemedic_cgroup_cpu_throttled_seconds",
         Kind::Counter,
         "Time the cgroup's tasks were held off the CPU by its quota (cpu.stat throttled_usec / throttled_time).",
@@ -207,25 +202,32 @@ pub(crate) fn cgroups(e: &mut Encoder, snap: &Snapshot) {
         .iter()
         .any(|(_, g)| g.cpu_stat.is_some_and(|s| s.nr_bursts.is_some()))
     {
-        family(
+        cgroup_family(
             e,
+            groups,
             "nodemedic_cgroup_cpu_bursts",
             Kind::Counter,
             "Periods in which the cgroup used burst capacity beyond its quota (cpu.stat nr_bursts, Linux 5.14+).",
             &|g| g.cpu_stat.and_then(|s| s.nr_bursts).map(|n| n as f64),
         );
-        family(
+        cgroup_family(
             e,
+            groups,
             "nodemedic_cgroup_cpu_burst_seconds",
             Kind::Counter,
             "CPU time used beyond the quota from burst capacity (cpu.stat burst_usec).",
             &|g| g.cpu_stat.and_then(|s| s.burst_us).map(|n| n as f64 / 1e6),
         );
     }
+}
+
+/// The cgroups' PSI, per resource.
+fn pressure_families(e: &mut Encoder, groups: &[(Labels, &CgroupStats)]) {
     for resource in ["cpu", "memory", "io"] {
         let psi = |g: &CgroupStats| -> Option<Psi> { g.pressure.get(resource).copied() };
-        family(
+        cgroup_family(
             e,
+            groups,
             &format!("nodemedic_cgroup_pressure_{resource}_waiting_seconds"),
             Kind::Counter,
             &format!(
@@ -234,13 +236,36 @@ pub(crate) fn cgroups(e: &mut Encoder, snap: &Snapshot) {
             ),
             &|g| psi(g).and_then(|p| p.some).map(|l| l.total_seconds()),
         );
-        family(
+        cgroup_family(
             e,
+            groups,
             &format!("nodemedic_cgroup_pressure_{resource}_stalled_seconds"),
             Kind::Counter,
             &format!("Time in which all of the cgroup's non-idle tasks waited for {} at once (PSI full).", what(resource)),
             &|g| psi(g).and_then(|p| p.full).map(|l| l.total_seconds()),
         );
+    }
+}
+
+/// A family with a sample for each cgroup that has a `value`; none without any.
+fn cgroup_family(
+    e: &mut Encoder,
+    groups: &[(Labels, &CgroupStats)],
+    name: &str,
+    kind: Kind,
+    help: &str,
+    value: &dyn Fn(&CgroupStats) -> Option<f64>,
+) {
+    let values: Vec<(&Labels, f64)> = groups
+        .iter()
+        .filter_map(|(l, g)| Some((l, value(g)?)))
+        .collect();
+    if values.is_empty() {
+        return;
+    }
+    e.family(name, kind, help);
+    for (l, v) in values {
+        e.sample(&l.get(), v);
     }
 }
 

@@ -64,7 +64,10 @@ fn outputs_are_siblings() {
         for other in OUTPUTS.iter().chain(&["nodemedic-engine", "nodemedic"]) {
             assert!(!deps.contains(*other), "{out} imports {other}: {deps:?}");
         }
-        assert!(deps.contains("nodemedic-sample"), "{out} reads the sample: {deps:?}");
+        assert!(
+            deps.contains("nodemedic-sample"),
+            "{out} reads the sample: {deps:?}"
+        );
     }
     // Only the binary wires the engine to the outputs.
     let users: Vec<&String> = g
@@ -88,7 +91,10 @@ fn toolkits_and_parsers_stand_alone() {
     );
     for below_outputs in ["nodemedic-collect", "nodemedic-detect"] {
         for out in OUTPUTS {
-            assert!(!g[below_outputs].contains(out), "{below_outputs} imports {out}");
+            assert!(
+                !g[below_outputs].contains(out),
+                "{below_outputs} imports {out}"
+            );
         }
     }
 }
