@@ -101,8 +101,9 @@ fn cpu_bars_text(o: &mut String, per_cpu: &[CpuInterrupts]) {
 /// Each device group: what it is, its verdict, where its IRQs go.
 fn groups_text(o: &mut String, groups: &[GroupReport]) {
     let _ = writeln!(o, "\nDevice groups:");
-    for g in groups {
-        let verdict = match (g.collapsed, g.hurting) {
+    for GroupReport(v) in groups {
+        let g = &v.group;
+        let verdict = match (v.collapsed, v.hurting) {
             (true, true) => "COLLAPSED, HURTING",
             (true, false) => "COLLAPSED",
             _ => "ok",
@@ -121,19 +122,18 @@ fn groups_text(o: &mut String, groups: &[GroupReport]) {
             ident.push(format!("node {n}"));
         }
         let _ = writeln!(o, "  {} [{}]  {verdict}", g.name, ident.join(", "));
-        let cpus = nodemedic_kernel::CpuSet::from_cpus(g.effective_cpus.iter().copied());
         let _ = writeln!(
             o,
             "      {} IRQs ({}) on CPUs {} — {} of {} eligible ({})",
             g.irqs.len(),
             list(&g.irqs),
-            or_none(&cpus.to_list_string()),
+            or_none(&g.effective_cpus.to_list_string()),
             g.effective_cpus.len(),
-            g.eligible_cpus,
-            or_none(&g.eligible_cpu_list)
+            g.eligible_cpus.len(),
+            or_none(&g.eligible_cpus.to_list_string())
         );
-        if let (Some(cpu), Some(share)) = (g.evidence.hottest_cpu, g.evidence.hottest_share) {
-            let rate = match (g.evidence.share_basis, g.evidence.irq_rate) {
+        if let (Some(cpu), Some(share)) = (v.evidence.hottest_cpu, v.evidence.hottest_share) {
+            let rate = match (v.evidence.share_basis, v.evidence.irq_rate) {
                 (Some(ShareBasis::Rate), Some(r)) => format!(" of {}/s", human(r)),
                 _ => " of its interrupts since boot".to_string(),
             };
