@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::finding::{Finding, Severity};
 use crate::hysteresis::{ratio, ConfigError, Hysteresis, Latch};
-use nodemedic_kernel::perf::PerfRates;
+use nodemedic_sample::perf::PerfRates;
 use nodemedic_sample::Snapshot;
 
 /// The verdict this detector produces (a type of the sample, shared with the outputs).
@@ -139,7 +139,7 @@ pub fn finding(v: &StormVerdict) -> Option<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodemedic_kernel::perf::{PerfOwnerRate, PerfProbes};
+    use nodemedic_sample::perf::{PerfOwnerRate, PerfProbes};
 
     fn snap(t: f64, wakeups: f64, ratio: f64) -> Snapshot {
         Snapshot {

@@ -286,7 +286,7 @@ struct StatusBody<'a> {
     findings: Vec<nodemedic_sample::Finding>,
     /// The eBPF probes: attach method, each hook up or down with the reason, rates, top
     /// owners, ring buffer counts (absent when switched off).
-    perf_probes: Option<&'a nodemedic_kernel::perf::PerfProbes>,
+    perf_probes: Option<&'a nodemedic_sample::perf::PerfProbes>,
     wakeup_storm: Option<&'a nodemedic_sample::StormVerdict>,
     /// Node PSI over the last interval, where the cgroup hierarchies were found, and which
     /// cgroups are quota-bound or starved.

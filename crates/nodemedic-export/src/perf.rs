@@ -2,7 +2,7 @@
 //! totals, one series per hooked function, the top-N owners (bounded by configuration,
 //! default 10) and, only when switched on, one per CPU.
 
-use nodemedic_kernel::perf::PerfProbes;
+use nodemedic_sample::perf::PerfProbes;
 use nodemedic_sample::Snapshot;
 
 use crate::encoder::{Encoder, Kind};

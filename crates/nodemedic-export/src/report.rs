@@ -69,7 +69,7 @@ pub struct CheckReport {
     pub collectors: Vec<CollectorStatus>,
     /// perf-event outputs and wakeups from the eBPF probes, with rates over the interval and
     /// the busiest owners (absent when the probes are switched off).
-    pub perf: Option<nodemedic_kernel::perf::PerfProbes>,
+    pub perf: Option<nodemedic_sample::perf::PerfProbes>,
     pub pressure: PressureReport,
     pub tuning: TuningReport,
 }

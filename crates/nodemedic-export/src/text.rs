@@ -171,7 +171,7 @@ fn findings_text(o: &mut String, findings: &[Finding]) {
     }
 }
 
-fn perf_text(o: &mut String, p: &nodemedic_kernel::perf::PerfProbes) {
+fn perf_text(o: &mut String, p: &nodemedic_sample::perf::PerfProbes) {
     let _ = writeln!(o, "\nperf-event outputs and wakeups (eBPF probes):");
     if p.down_reason.is_some() {
         // The reason is in the findings below: said once.

@@ -14,7 +14,6 @@ pub mod fuzz_logic;
 pub mod interrupts;
 pub mod irqbalance;
 pub mod mounts;
-pub mod perf;
 pub mod psi;
 pub mod softirqs;
 pub mod softnet;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use aya::maps::{MapData, RingBuf};
 use nodemedic_collect::{CollectError, Collected, Collector, Ctx};
-use nodemedic_kernel::perf::{
+use nodemedic_sample::perf::{
     PerfCounters, PerfHook, PerfOwner, PerfOwnerRate, PerfProbes as PerfSection, PerfProgramStats,
     PerfRates, PerfRing,
 };

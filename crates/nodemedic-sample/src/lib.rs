@@ -17,6 +17,7 @@
 pub mod finding;
 pub mod kube;
 pub mod names;
+pub mod perf;
 pub mod remedy;
 pub mod snapshot;
 pub mod status;

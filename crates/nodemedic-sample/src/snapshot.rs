@@ -43,7 +43,7 @@ pub struct Snapshot {
     pub disk_commit: Option<CommitLatency>,
     /// perf-event outputs and wakeups from nodemedic's eBPF probes; `None` when the probes
     /// are switched off (or not part of this binary's collectors).
-    pub perf: Option<nodemedic_kernel::perf::PerfProbes>,
+    pub perf: Option<crate::perf::PerfProbes>,
     /// Node-wide Pressure Stall Information by resource (`cpu`, `memory`, `io`, `irq`): only
     /// the resources this kernel reports. `None` when PSI is off or absent.
     pub pressure: Option<BTreeMap<String, Psi>>,

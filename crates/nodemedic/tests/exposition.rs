@@ -587,7 +587,7 @@ fn disk_commit_probe_histogram() {
 #[test]
 fn exposition_perf_probes() {
     use nodemedic_export::{render, ExportInput, Format, MetricsOptions};
-    use nodemedic_kernel::perf::{
+    use nodemedic_sample::perf::{
         PerfCounters, PerfHook, PerfOwner, PerfOwnerRate, PerfProbes, PerfProgramStats, PerfRates,
         PerfRing,
     };
