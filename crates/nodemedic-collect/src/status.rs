@@ -1,6 +1,6 @@
 use serde::Serialize;
 
-use crate::CollectorRun;
+use crate::{CollectorName, CollectorRun};
 
 /// What a collector is doing, as shown on `/status` and in metrics.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -22,7 +22,7 @@ pub enum CollectorState {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct CollectorStatus {
-    pub name: String,
+    pub name: CollectorName,
     #[serde(flatten)]
     pub state: CollectorState,
     pub warnings: Vec<String>,
@@ -33,9 +33,9 @@ pub struct CollectorStatus {
 const MAX_WARNINGS: usize = 20;
 
 impl CollectorStatus {
-    pub fn disabled(name: &str, reason: &str) -> Self {
+    pub fn disabled(name: CollectorName, reason: &str) -> Self {
         Self {
-            name: name.to_string(),
+            name,
             state: CollectorState::Disabled {
                 reason: reason.to_string(),
             },
@@ -67,7 +67,7 @@ impl CollectorStatus {
             ),
         };
         Self {
-            name: run.name.to_string(),
+            name: run.name,
             state,
             warnings,
             last_duration_seconds: run.duration.as_secs_f64(),

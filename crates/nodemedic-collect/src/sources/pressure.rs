@@ -26,8 +26,8 @@ pub struct PressureCollector {
 }
 
 impl Collector for PressureCollector {
-    fn name(&self) -> &'static str {
-        crate::CollectorName::Pressure.as_str()
+    fn name(&self) -> crate::CollectorName {
+        crate::CollectorName::Pressure
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
