@@ -101,7 +101,11 @@ fn close(a: Option<f64>, b: f64) -> bool {
 /// the web pod healthy, node PSI at the generator's 12% CPU.
 fn common(v: &PressureVerdict) {
     assert!((v.interval_seconds - 10.0).abs() < 1e-9);
-    assert!(close(v.node["cpu"].some, 0.12), "{:?}", v.node);
+    assert!(
+        close(v.node[&nodemedic_kernel::psi::PsiResource::Cpu].some, 0.12),
+        "{:?}",
+        v.node
+    );
     assert!(!v.node_saturated);
 
     let hpc = by_uid(v, HPC);

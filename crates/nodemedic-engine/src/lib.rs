@@ -261,8 +261,8 @@ impl Engine {
         findings.extend(storm.as_ref().and_then(storm_finding));
         let pressure = guarded("pressure", &mut failed, || self.pressure.observe(&snapshot));
         if let Some(v) = &pressure {
-            for (subject, what, active) in &v.changes {
-                tracing::warn!(subject = %subject, verdict = *what, active = *active, "pressure verdict changed");
+            for c in &v.changes {
+                tracing::warn!(subject = %c.scope, verdict = c.verdict.as_str(), active = c.active, "pressure verdict changed");
             }
             findings.extend(pressure_findings(v));
         }

@@ -12,6 +12,7 @@ use nodemedic_detect::{Finding, GroupVerdict, Severity};
 use nodemedic_kernel::counter;
 use nodemedic_kernel::interrupts::Interrupts;
 use nodemedic_kernel::mounts::CgroupMounts;
+use nodemedic_kernel::psi::PsiResource;
 use nodemedic_kernel::tuning::TuningSettings;
 use serde::Serialize;
 
@@ -99,7 +100,7 @@ pub struct CheckReport {
 pub struct PressureReport {
     /// Share of the interval stalled, by resource (`cpu`, `memory`, `io`, `irq`); absent
     /// without PSI (see `node_unavailable`).
-    pub node: Option<BTreeMap<String, PsiRatios>>,
+    pub node: Option<BTreeMap<PsiResource, PsiRatios>>,
     /// Why there is no node PSI (kernel without PSI, or PSI switched off).
     pub node_unavailable: Option<String>,
     /// The node's CPUs are busy and work waits for them (absent before two samples).
