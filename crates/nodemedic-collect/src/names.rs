@@ -98,12 +98,6 @@ impl serde::Serialize for CollectorName {
     }
 }
 
-impl PartialEq<CollectorName> for String {
-    fn eq(&self, other: &CollectorName) -> bool {
-        self == other.as_str()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

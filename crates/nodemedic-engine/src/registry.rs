@@ -143,3 +143,44 @@ fn tuning(config: &EngineConfig) -> TuningCollector {
     }
     .with_settings_interval(config.tuning.settings_interval)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every collector has one entry, the probes alone are optional, and a collector switched
+    /// off is listed as disabled and never built.
+    #[test]
+    fn every_collector_once_and_only_the_probes_optional() {
+        let names: Vec<CollectorName> = Registry::new().entries.iter().map(|e| e.name).collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        sorted.dedup();
+        let mut all = CollectorName::ALL.to_vec();
+        all.sort();
+        assert_eq!(sorted, all, "{names:?}");
+        assert_eq!(sorted.len(), names.len(), "{names:?}");
+
+        let config = EngineConfig {
+            disabled_collectors: [CollectorName::Softnet, CollectorName::PerfProbes].into(),
+            ..Default::default()
+        };
+        let built = Registry::new()
+            .build_with(CollectorName::PerfProbes, |_| {
+                panic!("built while disabled")
+            })
+            .build(&config);
+        assert_eq!(built.optional, [CollectorName::PerfProbes]);
+        assert_eq!(
+            built.disabled,
+            [CollectorName::Softnet, CollectorName::PerfProbes]
+        );
+        let running: Vec<CollectorName> = built.collectors.iter().map(|c| c.name()).collect();
+        assert!(!running.contains(&CollectorName::Softnet), "{running:?}");
+        // Without a build from the binary, the pod names are left out; without a disk probe
+        // configured, so is its collector.
+        assert!(!running.contains(&CollectorName::KubePods), "{running:?}");
+        assert!(!running.contains(&CollectorName::DiskCommit), "{running:?}");
+        assert_eq!(running.len(), CollectorName::ALL.len() - 4, "{running:?}");
+    }
+}
