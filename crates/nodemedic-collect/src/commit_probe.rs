@@ -239,8 +239,8 @@ impl CommitProbeCollector {
 }
 
 impl Collector for CommitProbeCollector {
-    fn name(&self) -> &'static str {
-        crate::CollectorName::DiskCommit.as_str()
+    fn name(&self) -> crate::CollectorName {
+        crate::CollectorName::DiskCommit
     }
 
     fn collect(&self, _ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

@@ -109,7 +109,7 @@ pub struct Ctx<'a> {
 /// One source of kernel data.
 pub trait Collector: Send + Sync {
     /// Stable name, used in metrics labels, config and status.
-    fn name(&self) -> &'static str;
+    fn name(&self) -> CollectorName;
     fn collect(&self, ctx: &Ctx<'_>, snapshot: &mut Snapshot) -> Result<Collected, CollectError>;
 }
 
@@ -119,7 +119,7 @@ pub const DEFAULT_RESCAN_INTERVAL: Duration = Duration::from_secs(60);
 /// One collector's outcome in one sample.
 #[derive(Debug)]
 pub struct CollectorRun {
-    pub name: &'static str,
+    pub name: CollectorName,
     pub duration: Duration,
     pub outcome: Result<Collected, CollectError>,
 }
@@ -152,7 +152,7 @@ impl CollectorRun {
             ),
         };
         CollectorStatus {
-            name: self.name.to_string(),
+            name: self.name,
             state,
             warnings,
             last_duration_seconds: self.duration.as_secs_f64(),
@@ -207,12 +207,12 @@ impl CollectorSet {
     }
 
     /// Keeps only the collectors for which `enabled(name)` is true.
-    pub fn filtered(mut self, enabled: impl Fn(&str) -> bool) -> Self {
+    pub fn filtered(mut self, enabled: impl Fn(CollectorName) -> bool) -> Self {
         self.collectors.retain(|c| enabled(c.name()));
         self
     }
 
-    pub fn names(&self) -> Vec<&'static str> {
+    pub fn names(&self) -> Vec<CollectorName> {
         self.collectors.iter().map(|c| c.name()).collect()
     }
 

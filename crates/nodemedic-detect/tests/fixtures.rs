@@ -10,7 +10,7 @@ use common::fixture;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use nodemedic_collect::{CollectorSet, Paths};
+use nodemedic_collect::{CollectorName, CollectorSet, Paths};
 use nodemedic_detect::collapse::findings;
 use nodemedic_detect::{CollapseConfig, CollapseDetector, GroupVerdict, HurtingConfig};
 use nodemedic_sample::Snapshot;
@@ -313,21 +313,21 @@ fn aarch64_layouts() {
 fn damaged_trees_degrade_without_losing_the_rest() {
     let paths = fixture("truncated");
     let (snap, runs) = CollectorSet::all().sample(&paths, Duration::ZERO);
-    let run = |n: &str| runs.iter().find(|r| r.name == n).unwrap();
-    let ints = run("interrupts").outcome.as_ref().unwrap();
+    let run = |n: CollectorName| runs.iter().find(|r| r.name == n).unwrap();
+    let ints = run(CollectorName::Interrupts).outcome.as_ref().unwrap();
     assert!(
         ints.warnings.iter().any(|w| w.contains("cut short")),
         "{:?}",
         ints.warnings
     );
-    let softnet = run("softnet").outcome.as_ref().unwrap();
+    let softnet = run(CollectorName::Softnet).outcome.as_ref().unwrap();
     assert!(!softnet.warnings.is_empty());
     assert_eq!(
         snap.softnet.as_ref().unwrap().len(),
         7,
         "the cut row is dropped, the rest kept"
     );
-    let aff = run("irq_affinity").outcome.as_ref().unwrap();
+    let aff = run(CollectorName::IrqAffinity).outcome.as_ref().unwrap();
     assert!(aff.warnings.is_empty(), "{:?}", aff.warnings);
     assert!(!snap.affinity.contains_key(&29), "IRQ 29 has no directory");
     let a27 = &snap.affinity[&27];
@@ -340,20 +340,29 @@ fn damaged_trees_degrade_without_losing_the_rest() {
 
     for name in ["empty", "missing"] {
         let (snap, runs) = CollectorSet::all().sample(&fixture(name), Duration::ZERO);
-        let failed: Vec<&str> = runs
+        let failed: Vec<CollectorName> = runs
             .iter()
             .filter(|r| r.outcome.is_err())
             .map(|r| r.name)
             .collect();
-        assert!(failed.contains(&"interrupts"), "{name}: {failed:?}");
-        assert!(failed.contains(&"softirqs"), "{name}: {failed:?}");
-        let topo = runs.iter().find(|r| r.name == "topology").unwrap();
+        assert!(
+            failed.contains(&CollectorName::Interrupts),
+            "{name}: {failed:?}"
+        );
+        assert!(
+            failed.contains(&CollectorName::Softirqs),
+            "{name}: {failed:?}"
+        );
+        let topo = runs
+            .iter()
+            .find(|r| r.name == CollectorName::Topology)
+            .unwrap();
         assert!(topo.outcome.is_ok(), "{name}: sysfs is intact");
         assert!(snap.topology.is_some());
         assert!(immediate().observe(&snap).is_empty());
         let err = runs
             .iter()
-            .find(|r| r.name == "interrupts")
+            .find(|r| r.name == CollectorName::Interrupts)
             .unwrap()
             .outcome
             .as_ref()
@@ -440,7 +449,7 @@ fn a_corrupt_affinity_file_loses_only_its_own_irq_mask() {
     let (snap, runs) = CollectorSet::all().sample(&paths, Duration::ZERO);
     let aff = runs
         .iter()
-        .find(|r| r.name == "irq_affinity")
+        .find(|r| r.name == CollectorName::IrqAffinity)
         .unwrap()
         .outcome
         .as_ref()

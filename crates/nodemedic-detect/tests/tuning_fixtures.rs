@@ -13,7 +13,7 @@ use std::time::Duration;
 use nodemedic_collect::sources::{
     netlink_sees_host, NicLimitsFiles, NicLimitsSource, NicLimitsUnavailable, TuningCollector,
 };
-use nodemedic_collect::{CollectorSet, Paths};
+use nodemedic_collect::{CollectorName, CollectorSet, Paths};
 use nodemedic_detect::tuning::{findings, TuningFinding};
 use nodemedic_detect::{
     CollapseConfig, CollapseDetector, HurtingConfig, Severity, TuningConfig, TuningDetector,
@@ -54,7 +54,7 @@ fn audit_with(
                     .outcome
                     .as_ref()
                     .unwrap_or_else(|e| panic!("{name}: {} failed: {e}", r.name));
-                if r.name == "tuning" {
+                if r.name == CollectorName::Tuning {
                     assert!(c.warnings.is_empty(), "{name}: {:?}", c.warnings);
                 }
             }

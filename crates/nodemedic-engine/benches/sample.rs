@@ -126,7 +126,7 @@ fn run_with(name: &str, paths: Paths, samples: usize, cgroups_interval: Duration
         .collectors
         .iter()
         .filter(|c| !c.is_success())
-        .map(|c| c.name.clone())
+        .map(|c| c.name.to_string())
         .collect();
     if !failed.is_empty() {
         eprintln!("note: {name}: collectors not succeeding: {failed:?}");

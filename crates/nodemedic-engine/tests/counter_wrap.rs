@@ -119,7 +119,7 @@ fn counts_crossing_2_pow_32_give_the_true_rate_and_monotonic_totals() {
         let sample = engine.sample();
         for c in &sample.collectors {
             assert!(
-                c.warnings.is_empty() || c.name != "interrupts",
+                c.warnings.is_empty() || c.name != nodemedic_collect::CollectorName::Interrupts,
                 "{}: {:?}",
                 c.name,
                 c.warnings

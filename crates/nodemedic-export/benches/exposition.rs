@@ -77,7 +77,10 @@ fn main() {
         let (snap, runs) = set.sample(&paths, at);
         collect.push(t.elapsed());
         for r in &runs {
-            per_collector.entry(r.name).or_default().push(r.duration);
+            per_collector
+                .entry(r.name.as_str())
+                .or_default()
+                .push(r.duration);
         }
         let t = Instant::now();
         let verdicts = detector.observe(&snap);

@@ -110,7 +110,7 @@ fn self_metrics(e: &mut Encoder, input: &ExportInput<'_>) {
     );
     for c in &running {
         e.sample(
-            &[("collector", &c.name)],
+            &[("collector", c.name.as_str())],
             f64::from(u8::from(c.is_success())),
         );
     }
@@ -120,7 +120,7 @@ fn self_metrics(e: &mut Encoder, input: &ExportInput<'_>) {
         "How long the collector took in the last sample.",
     );
     for c in &running {
-        e.sample(&[("collector", &c.name)], c.last_duration_seconds);
+        e.sample(&[("collector", c.name.as_str())], c.last_duration_seconds);
     }
     e.family(
         "nodemedic_scrape_collector_warnings",
@@ -128,7 +128,7 @@ fn self_metrics(e: &mut Encoder, input: &ExportInput<'_>) {
         "Problems the collector worked around in the last sample (skipped lines, vanished IRQs); see /status.",
     );
     for c in &running {
-        e.sample(&[("collector", &c.name)], c.warnings.len() as f64);
+        e.sample(&[("collector", c.name.as_str())], c.warnings.len() as f64);
     }
     e.family(
         "nodemedic_samples",

@@ -7,21 +7,19 @@
 //! per pod by default (containers are opt-in), and only the resources the kernel reports.
 
 use nodemedic_kernel::cgroup::{CgroupStats, Workload};
-use nodemedic_kernel::psi::Psi;
+use nodemedic_kernel::psi::{Psi, PsiResource};
 use nodemedic_sample::verdict::CgroupRates;
 use nodemedic_sample::PressureVerdict;
 use nodemedic_sample::Snapshot;
 
 use crate::encoder::{Encoder, Kind};
 
-const RESOURCES: [&str; 4] = ["cpu", "memory", "io", "irq"];
-
 pub(crate) fn node(e: &mut Encoder, snap: &Snapshot) {
     let Some(p) = &snap.pressure else {
         return;
     };
-    for resource in RESOURCES {
-        let Some(psi) = p.get(resource) else {
+    for resource in PsiResource::ALL {
+        let Some(psi) = p.get(&resource) else {
             continue;
         };
         if let Some(some) = psi.some {
@@ -37,7 +35,7 @@ pub(crate) fn node(e: &mut Encoder, snap: &Snapshot) {
         }
         // The system-level cpu `full` line is always zero (some CPU is always running), so
         // it is not exported: a series that cannot move misleads.
-        if let Some(full) = psi.full.filter(|_| resource != "cpu") {
+        if let Some(full) = psi.full.filter(|_| resource != PsiResource::Cpu) {
             e.family(
                 &format!("nodemedic_pressure_{resource}_stalled_seconds"),
                 Kind::Counter,
@@ -51,18 +49,22 @@ pub(crate) fn node(e: &mut Encoder, snap: &Snapshot) {
         Kind::Gauge,
         "The kernel's running averages of PSI (share of wall time stalled) over 10 s, 60 s and 300 s, by resource and kind (some, full).",
     );
-    for resource in RESOURCES {
-        let Some(psi) = p.get(resource) else {
+    for resource in PsiResource::ALL {
+        let Some(psi) = p.get(&resource) else {
             continue;
         };
         for (kind, line) in [("some", psi.some), ("full", psi.full)] {
             let Some(l) = line else { continue };
-            if resource == "cpu" && kind == "full" {
+            if resource == PsiResource::Cpu && kind == "full" {
                 continue;
             }
             for (window, v) in [("10s", l.avg10), ("60s", l.avg60), ("300s", l.avg300)] {
                 e.sample(
-                    &[("resource", resource), ("kind", kind), ("window", window)],
+                    &[
+                        ("resource", resource.as_str()),
+                        ("kind", kind),
+                        ("window", window),
+                    ],
                     // The kernel prints percent with two decimals; keep exactly those digits.
                     (v * 100.0).round() / 10_000.0,
                 );
@@ -71,12 +73,12 @@ pub(crate) fn node(e: &mut Encoder, snap: &Snapshot) {
     }
 }
 
-fn what(resource: &str) -> &'static str {
+fn what(resource: PsiResource) -> &'static str {
     match resource {
-        "cpu" => "a CPU",
-        "memory" => "memory (reclaim, refaults, swap-in)",
-        "io" => "I/O",
-        _ => "IRQ/softirq processing",
+        PsiResource::Cpu => "a CPU",
+        PsiResource::Memory => "memory (reclaim, refaults, swap-in)",
+        PsiResource::Io => "I/O",
+        PsiResource::Irq => "IRQ/softirq processing",
     }
 }
 
@@ -223,7 +225,7 @@ fn cpu_families(e: &mut Encoder, groups: &[(Labels, &CgroupStats)]) {
 
 /// The cgroups' PSI, per resource.
 fn pressure_families(e: &mut Encoder, groups: &[(Labels, &CgroupStats)]) {
-    for resource in ["cpu", "memory", "io"] {
+    for resource in [PsiResource::Cpu, PsiResource::Memory, PsiResource::Io] {
         let psi = |g: &CgroupStats| -> Option<Psi> { g.pressure.get(resource).copied() };
         cgroup_family(
             e,
@@ -305,7 +307,7 @@ pub(crate) fn verdicts(e: &mut Encoder, snap: &Snapshot, verdict: Option<&Pressu
         (
             "nodemedic_cgroup_starved",
             "Whether the pod or service is judged starved: its tasks wait for CPU or memory above the thresholds (with hysteresis). Containers share their pod's verdict.",
-            |r| (r.kind != "container").then_some(r.starved),
+            |r| (!matches!(r.workload, Workload::Container { .. })).then_some(r.starved),
         ),
     ];
     for (name, help, pick) in families {

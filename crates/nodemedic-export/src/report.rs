@@ -7,6 +7,7 @@ use std::sync::Arc;
 use nodemedic_kernel::counter;
 use nodemedic_kernel::interrupts::Interrupts;
 use nodemedic_kernel::mounts::CgroupMounts;
+use nodemedic_kernel::psi::PsiResource;
 use nodemedic_kernel::tuning::TuningSettings;
 use nodemedic_sample::verdict::{CgroupRates, PsiRatios, TuningFinding};
 use nodemedic_sample::{CollectorName, CollectorState, CollectorStatus};
@@ -81,7 +82,7 @@ pub struct CheckReport {
 pub struct PressureReport {
     /// Share of the interval stalled, by resource (`cpu`, `memory`, `io`, `irq`); absent
     /// without PSI (see `node_unavailable`).
-    pub node: Option<BTreeMap<String, PsiRatios>>,
+    pub node: Option<BTreeMap<PsiResource, PsiRatios>>,
     /// Why there is no node PSI (kernel without PSI, or PSI switched off).
     pub node_unavailable: Option<String>,
     /// The node's CPUs are busy and work waits for them (absent before two samples).

@@ -3,6 +3,7 @@
 use std::fmt::Write;
 
 use nodemedic_kernel::mounts::CgroupMounts;
+use nodemedic_kernel::psi::PsiResource;
 use nodemedic_kernel::tuning::{Queried, TuningSettings};
 use nodemedic_sample::verdict::{CgroupRates, ShareBasis};
 use nodemedic_sample::{Finding, FindingKind};
@@ -221,12 +222,12 @@ fn pressure_text(o: &mut String, p: &PressureReport) {
     );
     match (&p.node, &p.node_unavailable) {
         (Some(node), _) => {
-            let parts: Vec<String> = ["cpu", "memory", "io", "irq"]
+            let parts: Vec<String> = PsiResource::ALL
                 .iter()
                 .filter_map(|r| {
-                    let n = node.get(*r)?;
+                    let n = node.get(r)?;
                     let mut s = format!("{r} some {}", pct(n.some));
-                    if *r != "cpu" {
+                    if *r != PsiResource::Cpu {
                         let _ = write!(s, " full {}", pct(n.full));
                     }
                     Some(s)

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::mounts::CgroupMounts;
-use crate::psi::Psi;
+use crate::psi::{Psi, PsiResource};
 use crate::{body, whole_lines, SkipReason};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -235,6 +235,19 @@ pub enum Workload {
     Other,
 }
 
+impl Workload {
+    /// What the cgroup holds, as `/status` and `check` name it: the `kind` of its serialized
+    /// form.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Pod { .. } => "pod",
+            Self::Container { .. } => "container",
+            Self::Service { .. } => "service",
+            Self::Other => "other",
+        }
+    }
+}
+
 /// Classifies a cgroup path such as
 /// `kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1a2b_3c.slice/cri-containerd-abc.scope`
 /// (systemd driver) or `kubepods/burstable/pod1a2b-3c/abc` (cgroupfs driver).
@@ -346,13 +359,13 @@ pub struct CgroupPressure {
 }
 
 impl CgroupPressure {
-    /// The pressure of `resource` (`cpu`, `memory` or `io`).
-    pub fn get(&self, resource: &str) -> Option<&Psi> {
+    /// The pressure of `resource` (cgroups have no `irq.pressure`).
+    pub fn get(&self, resource: PsiResource) -> Option<&Psi> {
         match resource {
-            "cpu" => self.cpu.as_ref(),
-            "memory" => self.memory.as_ref(),
-            "io" => self.io.as_ref(),
-            _ => None,
+            PsiResource::Cpu => self.cpu.as_ref(),
+            PsiResource::Memory => self.memory.as_ref(),
+            PsiResource::Io => self.io.as_ref(),
+            PsiResource::Irq => None,
         }
     }
 }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aya::maps::{MapData, RingBuf};
-use nodemedic_collect::{CollectError, Collected, Collector, Ctx};
+use nodemedic_collect::{CollectError, Collected, Collector, CollectorName, Ctx};
 use nodemedic_sample::perf::{
     PerfCounters, PerfHook, PerfOwner, PerfOwnerRate, PerfProbes as PerfSection, PerfProgramStats,
     PerfRates, PerfRing,
@@ -17,8 +17,6 @@ use nodemedic_sample::Snapshot;
 
 use crate::abi::{CpuCounts, EventKind, OwnerCounts, ProbeEvent};
 use crate::probe::{PerfProbes, ProbeOptions, HOOKS};
-
-pub const COLLECTOR_NAME: &str = "perf_probes";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CollectorOptions {
@@ -66,11 +64,6 @@ enum State {
 #[error("eBPF probes down: {0}")]
 pub struct ProbesDown(DownReason);
 
-/// The state of a collector that never loaded the probes (switched off).
-#[derive(Debug, thiserror::Error)]
-#[error("not loaded")]
-struct NotLoaded;
-
 struct Inner {
     state: State,
     previous: Option<Previous>,
@@ -112,20 +105,6 @@ impl PerfProbeCollector {
                 previous: None,
             }),
             ring: Mutex::new(ring),
-            counters: Arc::new(RingCounters::default()),
-            opts,
-        }
-    }
-
-    /// A collector that never loaded anything, for a configuration that switches the probes
-    /// off: the engine lists it as disabled and never runs it.
-    pub fn not_loaded(opts: CollectorOptions) -> Self {
-        Self {
-            inner: Mutex::new(Inner {
-                state: State::Down(Arc::new(NotLoaded)),
-                previous: None,
-            }),
-            ring: Mutex::new(None),
             counters: Arc::new(RingCounters::default()),
             opts,
         }
@@ -334,8 +313,8 @@ fn counters(c: &CpuCounts) -> PerfCounters {
 }
 
 impl Collector for PerfProbeCollector {
-    fn name(&self) -> &'static str {
-        COLLECTOR_NAME
+    fn name(&self) -> CollectorName {
+        CollectorName::PerfProbes
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snapshot: &mut Snapshot) -> Result<Collected, CollectError> {

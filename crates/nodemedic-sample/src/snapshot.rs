@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use nodemedic_kernel::interrupts::Interrupts;
-use nodemedic_kernel::psi::Psi;
+use nodemedic_kernel::psi::{Psi, PsiResource};
 use nodemedic_kernel::softirqs::Softirqs;
 use nodemedic_kernel::softnet::SoftnetRow;
 use nodemedic_kernel::CpuSet;
@@ -46,7 +46,7 @@ pub struct Snapshot {
     pub perf: Option<crate::perf::PerfProbes>,
     /// Node-wide Pressure Stall Information by resource (`cpu`, `memory`, `io`, `irq`): only
     /// the resources this kernel reports. `None` when PSI is off or absent.
-    pub pressure: Option<BTreeMap<String, Psi>>,
+    pub pressure: Option<BTreeMap<PsiResource, Psi>>,
     /// Per-cgroup CPU quota, throttling and pressure; `None` when the cgroups collector is off
     /// or found no hierarchy. Shared, not copied: the collector reads cgroups on its own
     /// interval (`cgroups.interval`) and samples in between carry the same reading, which is

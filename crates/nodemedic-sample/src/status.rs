@@ -1,5 +1,7 @@
 use serde::Serialize;
 
+use crate::CollectorName;
+
 /// What a collector is doing, as shown on `/status` and in metrics.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
@@ -20,7 +22,7 @@ pub enum CollectorState {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct CollectorStatus {
-    pub name: String,
+    pub name: CollectorName,
     #[serde(flatten)]
     pub state: CollectorState,
     pub warnings: Vec<String>,
@@ -28,9 +30,9 @@ pub struct CollectorStatus {
 }
 
 impl CollectorStatus {
-    pub fn disabled(name: &str, reason: &str) -> Self {
+    pub fn disabled(name: CollectorName, reason: &str) -> Self {
         Self {
-            name: name.to_string(),
+            name,
             state: CollectorState::Disabled {
                 reason: reason.to_string(),
             },

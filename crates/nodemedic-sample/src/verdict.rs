@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use nodemedic_kernel::cgroup::{Qos, Workload};
+use nodemedic_kernel::psi::PsiResource;
 use nodemedic_kernel::CpuSet;
 use serde::{Deserialize, Serialize};
 
@@ -164,10 +165,9 @@ pub struct PsiRatios {
 pub struct CgroupRates {
     /// Path relative to the hierarchy root.
     pub path: String,
-    #[serde(skip)]
+    /// What the cgroup holds, shown as its kind (`pod`, `container`, `service`).
+    #[serde(rename = "kind", serialize_with = "workload_kind")]
     pub workload: Workload,
-    /// `pod`, `container` or `service`.
-    pub kind: &'static str,
     pub pod_uid: Option<String>,
     pub qos: Option<Qos>,
     /// `namespace/pod` (plus `/container`) when the pod is known, the unit for a service,
@@ -193,7 +193,7 @@ pub struct CgroupRates {
 pub struct PressureVerdict {
     pub interval_seconds: f64,
     /// Node PSI by resource over the interval (empty without node PSI).
-    pub node: BTreeMap<String, PsiRatios>,
+    pub node: BTreeMap<PsiResource, PsiRatios>,
     pub node_saturated: bool,
     /// Which node thresholds this sample passed (`cpu some`, `memory some`, `io full`).
     pub node_over: Vec<String>,
@@ -203,12 +203,69 @@ pub struct PressureVerdict {
     /// Every watched cgroup with rates, by path. Shared with the detector: samples between
     /// two cgroup readings repeat the same rates without copying 500 pods' worth of them.
     pub cgroups: Arc<Vec<CgroupRates>>,
-    /// Verdicts that changed with this sample: (path or `node`, what, now active).
+    /// Verdicts that changed with this sample.
     pub changes: Vec<Change>,
 }
 
-/// A verdict that changed: (cgroup path or `node`, what, now active).
-pub type Change = (String, &'static str, bool);
+fn workload_kind<S: serde::Serializer>(w: &Workload, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(w.kind())
+}
+
+/// A verdict that changed with a sample.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Change {
+    pub scope: Scope,
+    pub verdict: PressureVerdictKind,
+    /// Whether the verdict now holds.
+    pub active: bool,
+}
+
+/// Whom a pressure verdict is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    Node,
+    /// A cgroup, by its path relative to the hierarchy root.
+    Cgroup(String),
+}
+
+impl std::fmt::Display for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Node => f.write_str("node"),
+            Self::Cgroup(path) => f.write_str(path),
+        }
+    }
+}
+
+impl Serialize for Scope {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// One of the three pressure verdicts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PressureVerdictKind {
+    NodeSaturated,
+    QuotaBound,
+    Starved,
+}
+
+impl PressureVerdictKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NodeSaturated => "node_saturated",
+            Self::QuotaBound => "quota_bound",
+            Self::Starved => "starved",
+        }
+    }
+}
+
+impl Serialize for PressureVerdictKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
 
 // The tuning audit.
 

@@ -26,7 +26,8 @@ pub fn run(config: &Config, args: &CheckArgs) -> anyhow::Result<u8> {
     (c.tuning.audit.raise_after, c.tuning.audit.clear_after) = (1, 1);
     // Both samples read the cgroups, however far apart they are.
     c.cgroups_interval = std::time::Duration::ZERO;
-    let mut engine = Engine::with_extra(engine_config, extra_sources(config));
+    let registry = crate::collectors::registry(config, crate::collectors::For::Check);
+    let mut engine = Engine::with_registry(engine_config, registry);
     let first = engine.sample();
     if let Some(reason) = fatal(&first) {
         eprintln!("nodemedic check: cannot run: {reason}");
@@ -55,28 +56,6 @@ pub fn run(config: &Config, args: &CheckArgs) -> anyhow::Result<u8> {
             EXIT_HEALTHY
         },
     )
-}
-
-/// The probes, and in a pod this node's pod names from one list of the API (check cannot
-/// wait for a watch): `kubectl exec … nodemedic check` names pods as `/metrics` does.
-fn extra_sources(config: &Config) -> Vec<Box<dyn nodemedic_collect::Collector>> {
-    let mut extra = crate::probes::sources(config, false);
-    let Ok(Some(node)) = config.kubernetes.resolve() else {
-        return extra;
-    };
-    if !config.kubernetes.pod_names {
-        return extra;
-    }
-    let dir = nodemedic_kube::PodDirectory::new();
-    match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt.block_on(nodemedic_kube::list_pods(&node, &dir)),
-        Err(e) => tracing::warn!(error = %e, "no runtime for the pod list"),
-    }
-    extra.push(Box::new(nodemedic_kube::PodNamesCollector::new(dir)));
-    extra
 }
 
 /// Without `/proc/interrupts` there is nothing to diagnose.

@@ -78,9 +78,8 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
         );
     }
     let listening: Vec<String> = listeners.iter().map(Listener::local).collect();
-    let mut extra = kube_sources(&config);
-    extra.extend(crate::probes::sources(&config, true));
-    let engine = Engine::with_extra(config.engine_config(), extra);
+    let registry = crate::collectors::registry(&config, crate::collectors::For::Daemon);
+    let engine = Engine::with_registry(config.engine_config(), registry);
     tracing::info!(
         listen = %listening.join(","),
         tls = security.current().tls.is_some(),
@@ -265,20 +264,6 @@ fn ended(r: Result<(), tokio::task::JoinError>) -> String {
         ),
         Err(e) => format!("was cancelled: {e}"),
     }
-}
-
-/// Collectors fed from the Kubernetes API, when nodemedic runs in Kubernetes: this node's
-/// pod names, from one watch started here.
-fn kube_sources(config: &Config) -> Vec<Box<dyn nodemedic_collect::Collector>> {
-    let Ok(Some(node)) = config.kubernetes.resolve() else {
-        return Vec::new();
-    };
-    if !config.kubernetes.pod_names {
-        return Vec::new();
-    }
-    let dir = nodemedic_kube::PodDirectory::new();
-    tokio::spawn(nodemedic_kube::watch_pods(node, dir.clone()));
-    vec![Box::new(nodemedic_kube::PodNamesCollector::new(dir))]
 }
 
 async fn shutdown_signal() {

@@ -2,6 +2,7 @@
 
 mod check;
 mod cli;
+mod collectors;
 mod config;
 mod daemon;
 mod probes;

@@ -182,8 +182,8 @@ impl CgroupsCollector {
 }
 
 impl Collector for CgroupsCollector {
-    fn name(&self) -> &'static str {
-        crate::CollectorName::Cgroups.as_str()
+    fn name(&self) -> crate::CollectorName {
+        crate::CollectorName::Cgroups
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
@@ -903,8 +903,8 @@ mod tests {
         let collector = Arc::new(CgroupsCollector::new(CgroupSelection::default()));
         struct Shared(Arc<CgroupsCollector>);
         impl Collector for Shared {
-            fn name(&self) -> &'static str {
-                crate::CollectorName::Cgroups.as_str()
+            fn name(&self) -> crate::CollectorName {
+                crate::CollectorName::Cgroups
             }
             fn collect(
                 &self,

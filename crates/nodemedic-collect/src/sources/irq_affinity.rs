@@ -29,8 +29,8 @@ pub struct IrqAffinityCollector {
 }
 
 impl Collector for IrqAffinityCollector {
-    fn name(&self) -> &'static str {
-        crate::CollectorName::IrqAffinity.as_str()
+    fn name(&self) -> crate::CollectorName {
+        crate::CollectorName::IrqAffinity
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

@@ -31,8 +31,8 @@ struct DatabaseStamp {
 }
 
 impl Collector for IrqbalanceConfigCollector {
-    fn name(&self) -> &'static str {
-        crate::CollectorName::IrqbalanceConfig.as_str()
+    fn name(&self) -> crate::CollectorName {
+        crate::CollectorName::IrqbalanceConfig
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

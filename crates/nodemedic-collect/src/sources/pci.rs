@@ -38,8 +38,8 @@ struct PciRead {
 }
 
 impl Collector for PciDevicesCollector {
-    fn name(&self) -> &'static str {
-        crate::CollectorName::PciDevices.as_str()
+    fn name(&self) -> crate::CollectorName {
+        crate::CollectorName::PciDevices
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

@@ -17,8 +17,8 @@ pub struct TopologyCollector {
 }
 
 impl Collector for TopologyCollector {
-    fn name(&self) -> &'static str {
-        crate::CollectorName::Topology.as_str()
+    fn name(&self) -> crate::CollectorName {
+        crate::CollectorName::Topology
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

@@ -465,8 +465,8 @@ impl TuningCollector {
 }
 
 impl Collector for TuningCollector {
-    fn name(&self) -> &'static str {
-        crate::CollectorName::Tuning.as_str()
+    fn name(&self) -> crate::CollectorName {
+        crate::CollectorName::Tuning
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
