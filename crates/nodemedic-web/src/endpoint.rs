@@ -19,8 +19,8 @@ use nodemedic_kube::{KubeStatus, SharedKube};
 use nodemedic_remedy::{Mode, SharedRemedy};
 use serde::Serialize;
 
-use crate::security::{WebConfigStatus, WebConfigWatch};
-use crate::server::{web_stats, SharedWebStats, WebStats};
+use nodemedic_webkit::server::{web_stats, SharedWebStats, WebStats};
+use nodemedic_webkit::{WebConfigStatus, WebConfigWatch};
 
 /// What the endpoint needs of the configuration.
 #[derive(Debug, Clone)]
@@ -74,7 +74,7 @@ impl Endpoint {
         }
     }
 
-    /// The connection counters [`crate::serve`] keeps.
+    /// The connection counters [`nodemedic_webkit::serve`] keeps.
     pub fn web_stats(&self) -> SharedWebStats {
         self.web.clone()
     }

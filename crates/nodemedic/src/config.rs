@@ -15,7 +15,7 @@ use nodemedic_kube::KubeConfig;
 use nodemedic_remedy::RemediationConfig;
 use serde::{Deserialize, Serialize};
 
-use nodemedic_web::{ListenAddr, ListenAddrs};
+use nodemedic_webkit::{ListenAddr, ListenAddrs};
 
 use crate::cli::GlobalArgs;
 

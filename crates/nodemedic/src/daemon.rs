@@ -7,7 +7,8 @@ use anyhow::Context;
 use nodemedic_engine::{Engine, Sample};
 use nodemedic_kube::{KubeStatus, SharedKube};
 use nodemedic_remedy::{Pause, PauseFlag, RealActuators, RemedyState, SharedRemedy};
-use nodemedic_web::{Endpoint, EndpointConfig, Limits, Listener, WebConfigWatch};
+use nodemedic_web::{Endpoint, EndpointConfig};
+use nodemedic_webkit::{Limits, Listener, WebConfigWatch};
 
 use crate::config::Config;
 
@@ -52,11 +53,11 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
             .context("loading --web.config.file")?,
     );
     tokio::spawn(security.clone().watch());
-    let (nofile, nofile_hard) = nodemedic_web::raise_nofile();
+    let (nofile, nofile_hard) = nodemedic_webkit::raise_nofile();
     let limits = Limits {
         header_read_timeout: config.web.header_read_timeout,
         request_timeout: config.web.request_timeout,
-        max_connections: nodemedic_web::connection_cap(config.web.max_connections, nofile),
+        max_connections: nodemedic_webkit::connection_cap(config.web.max_connections, nofile),
         max_requests: config.web.max_requests,
     };
     tracing::info!(
@@ -140,13 +141,13 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
     let mut kube_task = kube_task;
     let web_stats = endpoint.web_stats();
     // The request limits outermost: a flood of bad credentials is bounded like any other.
-    let app = nodemedic_web::harden(
-        nodemedic_web::secured(endpoint.router(), security.clone()),
+    let app = nodemedic_webkit::harden(
+        nodemedic_webkit::secured(endpoint.router(), security.clone()),
         &limits,
     );
     crate::systemd::check_watchdog(interval);
     let server = async {
-        nodemedic_web::serve(
+        nodemedic_webkit::serve(
             listeners,
             app,
             limits,

@@ -8,9 +8,7 @@
 //!   has waited longest without sending a request is closed to make room, so a flood of
 //!   half-sent requests cannot lock a real scraper out;
 //! - at most `max_requests` requests are served at once (node_exporter's
-//!   `--web.max-requests`, default 40); the excess gets 503 at once;
-//! - `/metrics` is gzip-compressed when the client asks for it (Prometheus does), once per
-//!   sample like its rendering (`crate::endpoint`).
+//!   `--web.max-requests`, default 40); the excess gets 503 at once.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
