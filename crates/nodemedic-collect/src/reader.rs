@@ -70,21 +70,22 @@ pub struct ReaderConfig {
     pub backend: Backend,
     /// Most fds kept open at once. Further files are read with open + read + close.
     pub max_open_files: usize,
+    /// The kept-open files' share of `RLIMIT_NOFILE`, which the binary raises and shares
+    /// out once for the process (`nodemedic_webkit::FileLimit`); the bound is the lower of
+    /// the two. `None`: `max_open_files` alone.
+    pub file_limit_share: Option<u64>,
 }
 
 /// Default bound on kept-open files: a 256-CPU node with ~500 IRQs (2 files each) and
 /// 500 pods (5 files each) needs about 3,500.
 pub const DEFAULT_MAX_OPEN_FILES: usize = 8192;
 
-/// Files the process keeps for everything else (sockets, logs, the probe) when the bound
-/// is derived from `RLIMIT_NOFILE`.
-const RESERVED_FDS: u64 = 256;
-
 impl Default for ReaderConfig {
     fn default() -> Self {
         Self {
             backend: Backend::default(),
             max_open_files: DEFAULT_MAX_OPEN_FILES,
+            file_limit_share: None,
         }
     }
 }
@@ -418,22 +419,17 @@ impl Reader {
         } else {
             config.max_open_files
         };
-        // Never let kept files starve the process of fds: stay under RLIMIT_NOFILE (raised
-        // to its hard limit first).
-        if max_open > 0 {
-            match sys::raise_nofile_limit() {
-                Ok(limit) => {
-                    let room = usize::try_from(limit.saturating_sub(RESERVED_FDS)).unwrap_or(0);
-                    if room < max_open {
-                        tracing::warn!(
-                            configured = max_open,
-                            limit,
-                            "RLIMIT_NOFILE allows only {room} kept-open files"
-                        );
-                        max_open = room;
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "cannot read RLIMIT_NOFILE"),
+        // Never let kept files starve the process of fds: stay within their share of
+        // RLIMIT_NOFILE.
+        if let Some(limit) = config.file_limit_share {
+            let room = usize::try_from(limit).unwrap_or(usize::MAX);
+            if max_open > 0 && room < max_open {
+                tracing::warn!(
+                    configured = max_open,
+                    limit,
+                    "RLIMIT_NOFILE allows only {room} kept-open files"
+                );
+                max_open = room;
             }
         }
         Self {
@@ -896,6 +892,22 @@ mod tests {
 
     use super::*;
 
+    #[test]
+    fn kept_open_files_stay_within_their_share_of_the_file_limit() {
+        let bound = |max_open_files, file_limit_share| {
+            Reader::with_config(ReaderConfig {
+                backend: Backend::Pread,
+                max_open_files,
+                file_limit_share,
+            })
+            .status()
+            .max_open_files
+        };
+        assert_eq!(bound(64, Some(3)), 3);
+        assert_eq!(bound(64, Some(1000)), 64);
+        assert_eq!(bound(64, None), 64);
+    }
+
     fn kept(file: &File) -> Kept {
         Kept {
             file: Arc::new(file.try_clone().unwrap()),
@@ -913,6 +925,7 @@ mod tests {
         let r = Reader::with_config(ReaderConfig {
             backend: Backend::IoUring,
             max_open_files: 64,
+            file_limit_share: None,
         });
         assert_eq!(r.backend(), Backend::IoUring, "{:?}", r.status());
         let paths = [

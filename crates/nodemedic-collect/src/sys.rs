@@ -1,5 +1,5 @@
 //! The few system interfaces std does not wrap: the filesystem type of an open file and
-//! inotify (through rustix), the open-file limit (rlimit) and io_uring.
+//! inotify (through rustix) and io_uring.
 //! This is the only module of the crate allowed to use `unsafe` (io_uring
 //! submissions); every block says why it is sound.
 
@@ -60,13 +60,6 @@ pub fn is_kernel_generated(file: &File) -> bool {
 pub fn process_cpu_seconds() -> f64 {
     let ts = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
-}
-
-/// Raises the soft `RLIMIT_NOFILE` to the hard limit and returns the new soft limit.
-/// systemd starts services with a soft limit of 1024 and a hard one of 524288; a 256-CPU
-/// node with 500 pods needs a few thousand kept-open files.
-pub fn raise_nofile_limit() -> io::Result<u64> {
-    rlimit::increase_nofile_limit(u64::MAX)
 }
 
 /// Why io_uring cannot be set up here.

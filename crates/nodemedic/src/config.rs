@@ -15,7 +15,7 @@ use nodemedic_kube::KubeConfig;
 use nodemedic_remedy::RemediationConfig;
 use serde::{Deserialize, Serialize};
 
-use nodemedic_webkit::{ListenAddr, ListenAddrs};
+use nodemedic_webkit::{FileLimit, ListenAddr, ListenAddrs};
 
 use crate::cli::GlobalArgs;
 
@@ -545,8 +545,9 @@ impl Config {
         }
     }
 
-    /// What the sampling pipeline needs from this configuration.
-    pub fn engine_config(&self) -> EngineConfig {
+    /// What the sampling pipeline needs from this configuration; the read layer keeps its
+    /// files within its share of `files`.
+    pub fn engine_config(&self, files: &FileLimit) -> EngineConfig {
         EngineConfig {
             paths: self.resolved_paths(),
             disabled_collectors: {
@@ -562,6 +563,7 @@ impl Config {
             reader: nodemedic_collect::ReaderConfig {
                 backend: self.reader.backend,
                 max_open_files: self.reader.max_open_files,
+                file_limit_share: Some(files.kept_open_files()),
             },
             commit_probe: self
                 .disk_probe

@@ -8,7 +8,7 @@ use nodemedic_engine::{Engine, Sample};
 use nodemedic_kube::{KubeStatus, SharedKube};
 use nodemedic_remedy::{Pause, PauseFlag, RealActuators, RemedyState, SharedRemedy};
 use nodemedic_web::{Endpoint, EndpointConfig};
-use nodemedic_webkit::{Limits, Listener, WebConfigWatch};
+use nodemedic_webkit::{FileLimit, Limits, Listener, WebConfigWatch};
 
 use crate::config::Config;
 
@@ -37,32 +37,33 @@ async fn with_fault(
     task.await
 }
 
-pub fn run(config: Config, faults: Faults) -> anyhow::Result<()> {
+/// `files`: the process's file limit, raised once; the read layer and the server each get
+/// their share of it.
+pub fn run(config: Config, faults: Faults, files: FileLimit) -> anyhow::Result<()> {
     nodemedic_heap::tune_heap();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .max_blocking_threads(2)
         .build()
         .context("starting the tokio runtime")?;
-    runtime.block_on(serve(config, faults))
+    runtime.block_on(serve(config, faults, files))
 }
 
-async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
+async fn serve(config: Config, faults: Faults, files: FileLimit) -> anyhow::Result<()> {
     let security = Arc::new(
         WebConfigWatch::new(config.web.config_file.as_deref())
             .context("loading --web.config.file")?,
     );
     tokio::spawn(security.clone().watch());
-    let (nofile, nofile_hard) = nodemedic_webkit::raise_nofile();
     let limits = Limits {
         header_read_timeout: config.web.header_read_timeout,
         request_timeout: config.web.request_timeout,
-        max_connections: nodemedic_webkit::connection_cap(config.web.max_connections, nofile),
+        max_connections: nodemedic_webkit::connection_cap(config.web.max_connections, &files),
         max_requests: config.web.max_requests,
     };
     tracing::info!(
-        nofile,
-        nofile_hard,
+        nofile = files.soft,
+        nofile_hard = files.hard,
         max_connections = limits.max_connections,
         max_requests = limits.max_requests,
         "endpoint limits"
@@ -78,7 +79,7 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
     let listening: Vec<String> = listeners.iter().map(Listener::local).collect();
     let mut extra = kube_sources(&config);
     extra.extend(crate::probes::sources(&config, true));
-    let engine = Engine::with_extra(config.engine_config(), extra);
+    let engine = Engine::with_extra(config.engine_config(&files), extra);
     tracing::info!(
         listen = %listening.join(","),
         tls = security.current().tls.is_some(),
