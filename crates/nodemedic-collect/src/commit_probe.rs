@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 use nodemedic_kernel::snapshot::{CommitBackend, CommitLatency};
 use nodemedic_kernel::Snapshot;
 
-use crate::{sys, CollectError, Collected, Collector, Ctx};
+use crate::uring::Ring;
+use crate::{CollectError, Collected, Collector, Ctx};
 
 /// An etcd WAL entry's typical size.
 pub const DEFAULT_BLOCK_BYTES: usize = 2300;
@@ -79,7 +80,7 @@ fn file_name() -> String {
 
 /// How commits are written.
 enum Writer {
-    Uring(Box<sys::Ring>),
+    Uring(Box<Ring>),
     Syscalls,
 }
 
@@ -88,7 +89,7 @@ impl Writer {
         if !io_uring {
             return (Writer::Syscalls, None);
         }
-        match sys::Ring::new() {
+        match Ring::new() {
             Ok(r) => (Writer::Uring(Box::new(r)), None),
             Err(reason) => (Writer::Syscalls, Some(reason.to_string())),
         }

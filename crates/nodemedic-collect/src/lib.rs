@@ -7,15 +7,18 @@
 //! `effective_affinity`, no `nohz_full`, no irqbalance config) is "no data", not a failure.
 
 pub mod commit_probe;
+mod cpu_time;
+mod dir_watch;
 mod fsread;
 mod names;
+mod open_file;
 mod reader;
 mod self_stats;
 pub mod sources;
 mod status;
 #[allow(unsafe_code)]
-mod sys;
-pub use sys::process_cpu_seconds;
+mod uring;
+pub use cpu_time::process_cpu_seconds;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;

@@ -36,7 +36,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::Serialize;
 
-use crate::sys;
+use crate::dir_watch::{DirEvents, DirWatch};
+use crate::open_file::{is_kernel_generated, open_read};
+use crate::uring::Ring;
 use crate::ReadError;
 
 /// How files are read.
@@ -127,7 +129,7 @@ struct Watched {
 #[derive(Default)]
 struct Watches {
     /// `None` until the first regular file is kept; `Some(None)` when inotify is unavailable.
-    inotify: Option<Option<sys::DirWatch>>,
+    inotify: Option<Option<DirWatch>>,
     /// Events seen per watch descriptor.
     dir_gen: HashMap<i32, u64>,
     /// Bumped when the event queue overflowed: every watched file is checked again.
@@ -142,20 +144,20 @@ impl Watches {
             return;
         };
         match w.drain() {
-            sys::DirEvents::None => {}
-            sys::DirEvents::Some(wds) => {
+            DirEvents::None => {}
+            DirEvents::Some(wds) => {
                 for wd in wds {
                     *self.dir_gen.entry(wd).or_insert(0) += 1;
                 }
             }
-            sys::DirEvents::All => self.all_gen += 1,
+            DirEvents::All => self.all_gen += 1,
         }
     }
 
     /// Starts watching `path`'s directory; `None` if that is not possible.
     fn watch(&mut self, path: &Path) -> Option<Watched> {
         let dir = path.parent()?;
-        let inotify = self.inotify.get_or_insert_with(|| match sys::DirWatch::new() {
+        let inotify = self.inotify.get_or_insert_with(|| match DirWatch::new() {
             Ok(w) => Some(w),
             Err(e) => {
                 tracing::debug!(error = %e, "inotify unavailable: kept regular files are checked with fstat before each read");
@@ -356,7 +358,7 @@ struct State {
     over_limit_reads: u64,
     dropped: u64,
     bound_warned: bool,
-    ring: Option<sys::Ring>,
+    ring: Option<Ring>,
     /// The backend in use: the configured one, or `pread` after io_uring was found
     /// unavailable or its ring was abandoned.
     backend: Backend,
@@ -405,7 +407,7 @@ impl Reader {
         let mut fallback_reason = None;
         let mut ring = None;
         if backend == Backend::IoUring {
-            match sys::Ring::new() {
+            match Ring::new() {
                 Ok(r) => ring = Some(r),
                 Err(reason) => {
                     tracing::warn!(%reason, "io_uring unavailable: reading with pread instead");
@@ -578,9 +580,9 @@ impl Reader {
             if st.files.len() >= self.max_open {
                 continue;
             }
-            match sys::open_read(p) {
+            match open_read(p) {
                 Ok(file) => {
-                    let kernel = sys::is_kernel_generated(&file);
+                    let kernel = is_kernel_generated(&file);
                     if kernel {
                         fds.push(file.as_raw_fd());
                         kept.push(i);
@@ -719,7 +721,7 @@ impl Reader {
                 Err((e, _)) => return Err(ReadError::from_io(path, e)),
             }
         }
-        let file = sys::open_read(path).map_err(|e| ReadError::from_io(path, e))?;
+        let file = open_read(path).map_err(|e| ReadError::from_io(path, e))?;
         stream_lines(&file, chunk, &mut each).map_err(|(e, _)| ReadError::from_io(path, e))?;
         self.keep(&mut self.state(), path, file);
         Ok(())
@@ -743,7 +745,7 @@ impl Reader {
             }
             return;
         }
-        let kernel = sys::is_kernel_generated(&file);
+        let kernel = is_kernel_generated(&file);
         let sample = st.sample;
         if let Some(k) = Kept::new(&mut st.watches, path, file, kernel, sample) {
             st.files.insert(path.as_os_str(), k);
@@ -765,7 +767,7 @@ impl Reader {
             st.files.remove(path.as_os_str());
             st.dropped += 1;
         }
-        let file = sys::open_read(path).map_err(|e| ReadError::from_io(path, e))?;
+        let file = open_read(path).map_err(|e| ReadError::from_io(path, e))?;
         pread_all(&file, bytes).map_err(|e| ReadError::from_io(path, e))?;
         self.keep(st, path, file);
         Ok(())
