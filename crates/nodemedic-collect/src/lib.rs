@@ -6,7 +6,7 @@
 //! the others still run. A kernel feature that does not exist on this machine (no
 //! `effective_affinity`, no `nohz_full`, no irqbalance config) is "no data", not a failure.
 
-pub mod commit_probe;
+pub mod commit_timer;
 mod cpu_time;
 mod dir_watch;
 mod fsread;
@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-pub use commit_probe::{CommitProbe, CommitProbeCollector, CommitProbeConfig};
+pub use commit_timer::{CommitTimer, CommitTimerCollector, CommitTimerConfig};
 pub use fsread::ReadError;
 pub use names::CollectorName;
 use nodemedic_kernel::Snapshot;

@@ -17,7 +17,7 @@ use nodemedic_collect::{
     monotonic_now, panic_message, Collector, CollectorRun, CollectorSet, CollectorState,
     CollectorStatus, Paths, Reader, ReaderConfig, ReaderStatus, DEFAULT_RESCAN_INTERVAL,
 };
-use nodemedic_collect::{CommitProbeCollector, CommitProbeConfig};
+use nodemedic_collect::{CommitTimerCollector, CommitTimerConfig};
 use nodemedic_detect::collapse::findings as collapse_findings;
 use nodemedic_detect::commit_latency::findings as commit_findings;
 use nodemedic_detect::pressure::findings as pressure_findings;
@@ -51,8 +51,8 @@ pub struct EngineConfig {
     pub reader: ReaderConfig,
     pub collapse: CollapseConfig,
     pub hurting: HurtingConfig,
-    /// The disk commit latency probe (off when `None`) and its detector.
-    pub commit_probe: Option<CommitProbeConfig>,
+    /// The disk commit latency timer (off when `None`) and its detector.
+    pub commit_timer: Option<CommitTimerConfig>,
     pub commit_latency: CommitLatencyConfig,
     pub wakeup_storm: WakeupStormConfig,
     /// Which cgroups the cgroups collector watches.
@@ -110,7 +110,7 @@ impl Default for EngineConfig {
             reader: ReaderConfig::default(),
             collapse: CollapseConfig::default(),
             hurting: HurtingConfig::default(),
-            commit_probe: None,
+            commit_timer: None,
             commit_latency: CommitLatencyConfig::default(),
             wakeup_storm: WakeupStormConfig::default(),
             cgroups: CgroupSelection::default(),
@@ -198,8 +198,8 @@ impl Engine {
             .map(|n| CollectorStatus::disabled(n, "disabled in configuration"))
             .collect();
         let off = config.disabled_collectors;
-        let all = match &config.commit_probe {
-            Some(probe) => all.with(Box::new(CommitProbeCollector::start(probe))),
+        let all = match &config.commit_timer {
+            Some(timer) => all.with(Box::new(CommitTimerCollector::start(timer))),
             None => all,
         };
         Self {
