@@ -101,6 +101,7 @@ fn run(files: &[PathBuf], backend: Backend, rounds: usize) -> Option<Result> {
     let reader = Reader::with_config(ReaderConfig {
         backend,
         max_open_files: 1 << 20,
+        file_limit_share: None,
     });
     if reader.backend() != backend {
         eprintln!(

@@ -6,21 +6,24 @@
 //! the others still run. A kernel feature that does not exist on this machine (no
 //! `effective_affinity`, no `nohz_full`, no irqbalance config) is "no data", not a failure.
 
-pub mod commit_probe;
+pub mod commit_timer;
+mod cpu_time;
+mod dir_watch;
 mod fsread;
+mod open_file;
 mod reader;
 mod self_stats;
 pub mod sources;
 #[allow(unsafe_code)]
-mod sys;
-pub use sys::process_cpu_seconds;
+mod uring;
+pub use cpu_time::process_cpu_seconds;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-pub use commit_probe::{CommitProbe, CommitProbeCollector, CommitProbeConfig};
+pub use commit_timer::{CommitTimer, CommitTimerCollector, CommitTimerConfig};
 pub use fsread::ReadError;
 pub use reader::{Reader, ReaderConfig, DEFAULT_MAX_OPEN_FILES};
 pub use self_stats::SelfStats;

@@ -34,7 +34,9 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::sys;
+use crate::dir_watch::{DirEvents, DirWatch};
+use crate::open_file::{is_kernel_generated, open_read};
+use crate::uring::Ring;
 use crate::ReadError;
 use crate::{Backend, ReaderStatus};
 
@@ -44,21 +46,22 @@ pub struct ReaderConfig {
     pub backend: Backend,
     /// Most fds kept open at once. Further files are read with open + read + close.
     pub max_open_files: usize,
+    /// The kept-open files' share of `RLIMIT_NOFILE`, which the binary raises and shares
+    /// out once for the process (`nodemedic_webkit::FileLimit`); the bound is the lower of
+    /// the two. `None`: `max_open_files` alone.
+    pub file_limit_share: Option<u64>,
 }
 
 /// Default bound on kept-open files: a 256-CPU node with ~500 IRQs (2 files each) and
 /// 500 pods (5 files each) needs about 3,500.
 pub const DEFAULT_MAX_OPEN_FILES: usize = 8192;
 
-/// Files the process keeps for everything else (sockets, logs, the probe) when the bound
-/// is derived from `RLIMIT_NOFILE`.
-const RESERVED_FDS: u64 = 256;
-
 impl Default for ReaderConfig {
     fn default() -> Self {
         Self {
             backend: Backend::default(),
             max_open_files: DEFAULT_MAX_OPEN_FILES,
+            file_limit_share: None,
         }
     }
 }
@@ -84,7 +87,7 @@ struct Watched {
 #[derive(Default)]
 struct Watches {
     /// `None` until the first regular file is kept; `Some(None)` when inotify is unavailable.
-    inotify: Option<Option<sys::DirWatch>>,
+    inotify: Option<Option<DirWatch>>,
     /// Events seen per watch descriptor.
     dir_gen: HashMap<i32, u64>,
     /// Bumped when the event queue overflowed: every watched file is checked again.
@@ -99,20 +102,20 @@ impl Watches {
             return;
         };
         match w.drain() {
-            sys::DirEvents::None => {}
-            sys::DirEvents::Some(wds) => {
+            DirEvents::None => {}
+            DirEvents::Some(wds) => {
                 for wd in wds {
                     *self.dir_gen.entry(wd).or_insert(0) += 1;
                 }
             }
-            sys::DirEvents::All => self.all_gen += 1,
+            DirEvents::All => self.all_gen += 1,
         }
     }
 
     /// Starts watching `path`'s directory; `None` if that is not possible.
     fn watch(&mut self, path: &Path) -> Option<Watched> {
         let dir = path.parent()?;
-        let inotify = self.inotify.get_or_insert_with(|| match sys::DirWatch::new() {
+        let inotify = self.inotify.get_or_insert_with(|| match DirWatch::new() {
             Ok(w) => Some(w),
             Err(e) => {
                 tracing::debug!(error = %e, "inotify unavailable: kept regular files are checked with fstat before each read");
@@ -313,7 +316,7 @@ struct State {
     over_limit_reads: u64,
     dropped: u64,
     bound_warned: bool,
-    ring: Option<sys::Ring>,
+    ring: Option<Ring>,
     /// The backend in use: the configured one, or `pread` after io_uring was found
     /// unavailable or its ring was abandoned.
     backend: Backend,
@@ -396,7 +399,7 @@ impl Reader {
         let mut fallback_reason = None;
         let mut ring = None;
         if backend == Backend::IoUring {
-            match sys::Ring::new() {
+            match Ring::new() {
                 Ok(r) => ring = Some(r),
                 Err(reason) => {
                     tracing::warn!(%reason, "io_uring unavailable: reading with pread instead");
@@ -410,22 +413,17 @@ impl Reader {
         } else {
             config.max_open_files
         };
-        // Never let kept files starve the process of fds: stay under RLIMIT_NOFILE (raised
-        // to its hard limit first).
-        if max_open > 0 {
-            match sys::raise_nofile_limit() {
-                Ok(limit) => {
-                    let room = usize::try_from(limit.saturating_sub(RESERVED_FDS)).unwrap_or(0);
-                    if room < max_open {
-                        tracing::warn!(
-                            configured = max_open,
-                            limit,
-                            "RLIMIT_NOFILE allows only {room} kept-open files"
-                        );
-                        max_open = room;
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "cannot read RLIMIT_NOFILE"),
+        // Never let kept files starve the process of fds: stay within their share of
+        // RLIMIT_NOFILE.
+        if let Some(limit) = config.file_limit_share {
+            let room = usize::try_from(limit).unwrap_or(usize::MAX);
+            if max_open > 0 && room < max_open {
+                tracing::warn!(
+                    configured = max_open,
+                    limit,
+                    "RLIMIT_NOFILE allows only {room} kept-open files"
+                );
+                max_open = room;
             }
         }
         Self {
@@ -627,9 +625,9 @@ impl Reader {
             if st.files.len() >= self.max_open {
                 continue;
             }
-            match sys::open_read(p) {
+            match open_read(p) {
                 Ok(file) => {
-                    let kernel = sys::is_kernel_generated(&file);
+                    let kernel = is_kernel_generated(&file);
                     if kernel {
                         fds.push(file.as_raw_fd());
                         kept.push(i);
@@ -701,7 +699,7 @@ impl Reader {
                 Err((e, _)) => return Err(ReadError::from_io(path, e)),
             }
         }
-        let file = sys::open_read(path).map_err(|e| ReadError::from_io(path, e))?;
+        let file = open_read(path).map_err(|e| ReadError::from_io(path, e))?;
         stream_lines(&file, chunk, &mut each).map_err(|(e, _)| ReadError::from_io(path, e))?;
         self.keep(&mut self.state(), path, file);
         Ok(())
@@ -725,7 +723,7 @@ impl Reader {
             }
             return;
         }
-        let kernel = sys::is_kernel_generated(&file);
+        let kernel = is_kernel_generated(&file);
         let sample = st.sample;
         if let Some(k) = Kept::new(&mut st.watches, path, file, kernel, sample) {
             st.files.insert(path.as_os_str(), k);
@@ -747,7 +745,7 @@ impl Reader {
             st.files.remove(path.as_os_str());
             st.dropped += 1;
         }
-        let file = sys::open_read(path).map_err(|e| ReadError::from_io(path, e))?;
+        let file = open_read(path).map_err(|e| ReadError::from_io(path, e))?;
         pread_all(&file, bytes).map_err(|e| ReadError::from_io(path, e))?;
         self.keep(st, path, file);
         Ok(())
@@ -874,6 +872,22 @@ mod tests {
 
     use super::*;
 
+    #[test]
+    fn kept_open_files_stay_within_their_share_of_the_file_limit() {
+        let bound = |max_open_files, file_limit_share| {
+            Reader::with_config(ReaderConfig {
+                backend: Backend::Pread,
+                max_open_files,
+                file_limit_share,
+            })
+            .status()
+            .max_open_files
+        };
+        assert_eq!(bound(64, Some(3)), 3);
+        assert_eq!(bound(64, Some(1000)), 64);
+        assert_eq!(bound(64, None), 64);
+    }
+
     fn kept(file: &File) -> Kept {
         Kept {
             file: Arc::new(file.try_clone().unwrap()),
@@ -891,6 +905,7 @@ mod tests {
         let r = Reader::with_config(ReaderConfig {
             backend: Backend::IoUring,
             max_open_files: 64,
+            file_limit_share: None,
         });
         assert_eq!(r.backend(), Backend::IoUring, "{:?}", r.status());
         let paths = [

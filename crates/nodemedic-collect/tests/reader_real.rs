@@ -21,6 +21,7 @@ fn reader(backend: Backend, max_open_files: usize) -> Reader {
     Reader::with_config(ReaderConfig {
         backend,
         max_open_files,
+        file_limit_share: None,
     })
 }
 

@@ -9,7 +9,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
 use nodemedic_collect::sources::CgroupSelection;
-use nodemedic_collect::CommitProbeConfig;
+use nodemedic_collect::CommitTimerConfig;
 use nodemedic_collect::{
     monotonic_now, panic_message, CollectorName, CollectorRun, CollectorSet, CollectorState,
     CollectorStatus, Paths, Reader, ReaderConfig, DEFAULT_RESCAN_INTERVAL,
@@ -42,8 +42,8 @@ pub struct EngineConfig {
     pub reader: ReaderConfig,
     pub collapse: CollapseConfig,
     pub hurting: HurtingConfig,
-    /// The disk commit latency probe (off when `None`) and its detector.
-    pub commit_probe: Option<CommitProbeConfig>,
+    /// The disk commit latency timer (off when `None`) and its detector.
+    pub commit_timer: Option<CommitTimerConfig>,
     pub commit_latency: CommitLatencyConfig,
     pub wakeup_storm: WakeupStormConfig,
     /// Which cgroups the cgroups collector watches.
@@ -101,7 +101,7 @@ impl Default for EngineConfig {
             reader: ReaderConfig::default(),
             collapse: CollapseConfig::default(),
             hurting: HurtingConfig::default(),
-            commit_probe: None,
+            commit_timer: None,
             commit_latency: CommitLatencyConfig::default(),
             wakeup_storm: WakeupStormConfig::default(),
             cgroups: CgroupSelection::default(),

@@ -12,7 +12,7 @@ use nodemedic_collect::sources::{
     self, netlink_sees_host, CgroupsCollector, NicLimitsFiles, NicLimitsUnavailable,
     TuningCollector,
 };
-use nodemedic_collect::{Collector, CollectorName, CommitProbeCollector};
+use nodemedic_collect::{Collector, CollectorName, CommitTimerCollector};
 
 use crate::{EngineConfig, NicLimitsFrom};
 
@@ -84,8 +84,8 @@ impl<'a> Registry<'a> {
                 name: CollectorName::DiskCommit,
                 optional: false,
                 build: Box::new(|config| {
-                    let probe = config.commit_probe.as_ref()?;
-                    Some(Box::new(CommitProbeCollector::start(probe)))
+                    let timer = config.commit_timer.as_ref()?;
+                    Some(Box::new(CommitTimerCollector::start(timer)))
                 }),
             },
         ]);

@@ -13,9 +13,11 @@ use axum::Router;
 use nodemedic_sample::kube::KubeStatus;
 use nodemedic_sample::remedy::RemedyState;
 use nodemedic_sample::Sample;
-use nodemedic_web::{web_stats, SharedWebStats, WebConfigStatus, WebConfigWatch, WebStats};
 use serde::Serialize;
 use tokio::sync::watch;
+
+use nodemedic_webkit::server::{web_stats, SharedWebStats, WebStats};
+use nodemedic_webkit::{WebConfigStatus, WebConfigWatch};
 
 use crate::report::{shown_groups, GroupReport, PressureReport, TuningReport};
 use crate::{render_with_tuning, ExportInput, Format, MetricsOptions, ProcessStats};
@@ -73,7 +75,7 @@ impl Endpoint {
         }
     }
 
-    /// The connection counters [`nodemedic_web::serve`] keeps.
+    /// The connection counters [`nodemedic_webkit::serve`] keeps.
     pub fn web_stats(&self) -> SharedWebStats {
         self.web.clone()
     }

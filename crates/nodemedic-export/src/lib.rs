@@ -5,7 +5,7 @@
 //! - [`encoder`] and the `metrics` modules: the Prometheus exposition of a sample;
 //! - [`report`]: the report shapes of `/status` and `check --format json`;
 //! - [`text`]: `check`'s text report;
-//! - [`endpoint`]: the routes, served by the toolkit in `nodemedic-web`.
+//! - [`endpoint`]: the routes, served by the toolkit in `nodemedic-webkit`.
 
 pub mod encoder;
 pub mod endpoint;

@@ -183,8 +183,9 @@ pub fn parse_cpu_stat(text: &str) -> Result<CpuStat, CgroupFileError> {
 
 /// The kernel's own `key value` line: a printable ASCII key, one space, decimal digits. The
 /// same two words as splitting at whitespace gives, without decoding the line as Unicode
-/// (500 pods make 500 `cpu.stat` files per reading); `None` for any other line.
-pub(crate) fn key_value(line: &str) -> Option<(&str, &str)> {
+/// (500 pods make 500 `cpu.stat` files per reading); `None` for any other line. Public for
+/// the fuzz targets (`fuzz/logic`), which check that claim.
+pub fn key_value(line: &str) -> Option<(&str, &str)> {
     let (key, value) = line.split_once(' ')?;
     let plain = !key.is_empty()
         && !value.is_empty()

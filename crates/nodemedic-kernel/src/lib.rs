@@ -2,15 +2,14 @@
 //!
 //! Every parser takes `&str` and returns a typed value or a typed error. None of them does
 //! I/O and none of them panics on any input: they are fuzzed (see `fuzz/` at the repository
-//! root, which calls [`fuzz_logic`]). Lines that cannot be understood are not silently
-//! dropped: parsers that tolerate a bad line report it as a [`SkippedLine`] so the caller can
-//! surface it.
+//! root: its targets and its corpus replay test call `fuzz/logic`). Lines that cannot be
+//! understood are not silently dropped: parsers that tolerate a bad line report it as a
+//! [`SkippedLine`] so the caller can surface it.
 
 pub mod cgroup;
 pub mod counter;
 pub mod cpuset;
 pub mod device;
-pub mod fuzz_logic;
 pub mod interrupts;
 pub mod irqbalance;
 pub mod mounts;

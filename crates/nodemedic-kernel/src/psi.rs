@@ -111,8 +111,9 @@ pub fn parse(text: &str) -> Result<Psi, PsiError> {
     }
 }
 
-/// [`parse`] line by line, for whatever [`parse_exact`] does not take.
-pub(crate) fn parse_lines(text: &str) -> Result<Psi, PsiError> {
+/// [`parse`] line by line, for whatever [`parse_exact`] does not take. Public for the fuzz
+/// targets (`fuzz/logic`), which check that both readers agree.
+pub fn parse_lines(text: &str) -> Result<Psi, PsiError> {
     // A PSI file is one read; a cut line means the copy is damaged, not that the kernel
     // added something.
     let lines = crate::whole_lines(text).map_err(|line| PsiError::BadLine {
@@ -189,8 +190,9 @@ fn parse_line(
 /// avg60=%lu.%02lu avg300=%lu.%02lu total=%llu` and a newline, each kind at most once.
 /// `None` for anything else, which [`parse`] then reads (or rejects) line by line. Whatever
 /// this accepts, the line parser reads to the same values (see the tests); it is three
-/// times cheaper, and 500 pods make 1,500 of these files per reading.
-pub(crate) fn parse_exact(text: &[u8]) -> Option<Psi> {
+/// times cheaper, and 500 pods make 1,500 of these files per reading. Public for the fuzz
+/// targets (`fuzz/logic`), which check that claim.
+pub fn parse_exact(text: &[u8]) -> Option<Psi> {
     let mut psi = Psi::default();
     let mut rest = text;
     while !rest.is_empty() {

@@ -4,6 +4,7 @@ use nodemedic_engine::Engine;
 use nodemedic_export::report::build_report;
 use nodemedic_export::text::render_text;
 use nodemedic_sample::{Sample, Severity};
+use nodemedic_webkit::FileLimit;
 
 use crate::cli::{CheckArgs, OutputFormat};
 use crate::config::Config;
@@ -12,9 +13,9 @@ pub const EXIT_HEALTHY: u8 = 0;
 pub const EXIT_FINDINGS: u8 = 1;
 pub const EXIT_COULD_NOT_RUN: u8 = 2;
 
-/// Runs the check; returns the exit status.
-pub fn run(config: &Config, args: &CheckArgs) -> anyhow::Result<u8> {
-    let mut engine_config = config.engine_config();
+/// Runs the check; returns the exit status. `files`: the process's file limit, raised once.
+pub fn run(config: &Config, args: &CheckArgs, files: FileLimit) -> anyhow::Result<u8> {
+    let mut engine_config = config.engine_config(&files);
     let c = &mut engine_config;
     // Two samples: collapsed means "in both", hurting is judged on the rate between them.
     (c.collapse.raise_after, c.collapse.clear_after) = (2, 1);

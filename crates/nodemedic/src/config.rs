@@ -15,7 +15,7 @@ use nodemedic_kube::KubeConfig;
 use nodemedic_remedy::RemediationConfig;
 use serde::{Deserialize, Serialize};
 
-use nodemedic_web::{ListenAddr, ListenAddrs};
+use nodemedic_webkit::{FileLimit, ListenAddr, ListenAddrs};
 
 use crate::cli::GlobalArgs;
 
@@ -179,7 +179,7 @@ pub struct DiskProbeSection {
 
 impl Default for DiskProbeSection {
     fn default() -> Self {
-        let d = nodemedic_collect::CommitProbeConfig::default();
+        let d = nodemedic_collect::CommitTimerConfig::default();
         Self {
             enabled: false,
             directory: d.directory,
@@ -473,7 +473,7 @@ impl Config {
                 humantime::format_duration(self.disk_probe.interval)
             );
         }
-        let block = nodemedic_collect::commit_probe::DEFAULT_BLOCK_BYTES as u64;
+        let block = nodemedic_collect::commit_timer::DEFAULT_BLOCK_BYTES as u64;
         if self.disk_probe.max_file_bytes < block {
             bail!("disk_probe.max_file_bytes must be at least {block} (one block)");
         }
@@ -545,8 +545,9 @@ impl Config {
         }
     }
 
-    /// What the sampling pipeline needs from this configuration.
-    pub fn engine_config(&self) -> EngineConfig {
+    /// What the sampling pipeline needs from this configuration; the read layer keeps its
+    /// files within its share of `files`.
+    pub fn engine_config(&self, files: &FileLimit) -> EngineConfig {
         EngineConfig {
             paths: self.resolved_paths(),
             disabled_collectors: {
@@ -562,14 +563,15 @@ impl Config {
             reader: nodemedic_collect::ReaderConfig {
                 backend: self.reader.backend,
                 max_open_files: self.reader.max_open_files,
+                file_limit_share: Some(files.kept_open_files()),
             },
-            commit_probe: self
+            commit_timer: self
                 .disk_probe
                 .enabled
-                .then(|| nodemedic_collect::CommitProbeConfig {
+                .then(|| nodemedic_collect::CommitTimerConfig {
                     directory: self.disk_probe.directory.clone(),
                     interval: self.disk_probe.interval,
-                    block_bytes: nodemedic_collect::commit_probe::DEFAULT_BLOCK_BYTES,
+                    block_bytes: nodemedic_collect::commit_timer::DEFAULT_BLOCK_BYTES,
                     max_file_bytes: self.disk_probe.max_file_bytes,
                     io_uring: self.disk_probe.io_uring,
                 }),

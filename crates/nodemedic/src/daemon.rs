@@ -10,7 +10,7 @@ use nodemedic_remedy::RealActuators;
 use nodemedic_sample::kube::KubeStatus;
 use nodemedic_sample::remedy::{Pause, PauseFlag, RemedyState};
 use nodemedic_sample::Sample;
-use nodemedic_web::{Limits, Listener, WebConfigWatch};
+use nodemedic_webkit::{FileLimit, Limits, Listener, WebConfigWatch};
 
 use crate::config::Config;
 
@@ -39,32 +39,33 @@ async fn with_fault(
     task.await
 }
 
-pub fn run(config: Config, faults: Faults) -> anyhow::Result<()> {
+/// `files`: the process's file limit, raised once; the read layer and the server each get
+/// their share of it.
+pub fn run(config: Config, faults: Faults, files: FileLimit) -> anyhow::Result<()> {
     nodemedic_heap::tune_heap();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .max_blocking_threads(2)
         .build()
         .context("starting the tokio runtime")?;
-    runtime.block_on(serve(config, faults))
+    runtime.block_on(serve(config, faults, files))
 }
 
-async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
+async fn serve(config: Config, faults: Faults, files: FileLimit) -> anyhow::Result<()> {
     let security = Arc::new(
         WebConfigWatch::new(config.web.config_file.as_deref())
             .context("loading --web.config.file")?,
     );
     tokio::spawn(security.clone().watch());
-    let (nofile, nofile_hard) = nodemedic_web::raise_nofile();
     let limits = Limits {
         header_read_timeout: config.web.header_read_timeout,
         request_timeout: config.web.request_timeout,
-        max_connections: nodemedic_web::connection_cap(config.web.max_connections, nofile),
+        max_connections: nodemedic_webkit::connection_cap(config.web.max_connections, &files),
         max_requests: config.web.max_requests,
     };
     tracing::info!(
-        nofile,
-        nofile_hard,
+        nofile = files.soft,
+        nofile_hard = files.hard,
         max_connections = limits.max_connections,
         max_requests = limits.max_requests,
         "endpoint limits"
@@ -79,7 +80,7 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
     }
     let listening: Vec<String> = listeners.iter().map(Listener::local).collect();
     let registry = crate::collectors::registry(&config, crate::collectors::For::Daemon);
-    let engine = Engine::with_registry(config.engine_config(), registry);
+    let engine = Engine::with_registry(config.engine_config(&files), registry);
     tracing::info!(
         listen = %listening.join(","),
         tls = security.current().tls.is_some(),
@@ -147,13 +148,13 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
     let mut kube_task = kube_task;
     let web_stats = endpoint.web_stats();
     // The request limits outermost: a flood of bad credentials is bounded like any other.
-    let app = nodemedic_web::harden(
-        nodemedic_web::secured(endpoint.router(), security.clone()),
+    let app = nodemedic_webkit::harden(
+        nodemedic_webkit::secured(endpoint.router(), security.clone()),
         &limits,
     );
     crate::systemd::check_watchdog(interval);
     let server = async {
-        nodemedic_web::serve(
+        nodemedic_webkit::serve(
             listeners,
             app,
             limits,

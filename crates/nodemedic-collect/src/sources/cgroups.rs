@@ -15,7 +15,8 @@ use nodemedic_sample::Snapshot;
 
 use super::pressure::EOPNOTSUPP;
 use super::RescanCache;
-use crate::{sys, CollectError, Collected, Collector, Ctx, ReadError, Reader};
+use crate::dir_watch::{DirEvents, DirWatch};
+use crate::{CollectError, Collected, Collector, Ctx, ReadError, Reader};
 
 /// Which cgroups are watched. Pods are always watched; containers multiply the series by the
 /// containers per pod, so they are opt-in.
@@ -92,7 +93,7 @@ struct Listing {
     found: Vec<(String, Workload)>,
     warnings: Vec<String>,
     /// `None`: not every listed directory is watched.
-    watch: Option<sys::DirWatch>,
+    watch: Option<DirWatch>,
 }
 
 /// One reading of the cgroups and where and when it was taken.
@@ -132,7 +133,7 @@ impl CgroupsCollector {
         let mut listing = self.listing.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(l) = listing.as_mut().filter(|l| !rescan && l.root == walk_root) {
             if let Some(w) = l.watch.as_mut() {
-                if matches!(w.drain(), sys::DirEvents::None) {
+                if matches!(w.drain(), DirEvents::None) {
                     warnings.extend(l.warnings.iter().cloned());
                     return Ok(l.found.clone());
                 }
@@ -140,7 +141,7 @@ impl CgroupsCollector {
         }
         // Watch before listing: a cgroup made after a directory's watch was added is an
         // event, one made before it is in the listing.
-        let mut watch = sys::DirWatch::new()
+        let mut watch = DirWatch::new()
             .map_err(|e| tracing::debug!(error = %e, "inotify unavailable: cgroups are walked at every reading"))
             .ok();
         let mut found = Vec::new();
