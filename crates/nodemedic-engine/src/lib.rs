@@ -363,8 +363,6 @@ fn guarded<T: Default>(name: &str, failed: &mut Vec<Finding>, f: impl FnOnce() -
 mod tests {
     #![allow(clippy::unwrap_used, clippy::panic)]
 
-    use std::path::PathBuf;
-
     use nodemedic_collect::{CollectError, Collected, Ctx};
 
     use super::*;
@@ -405,10 +403,8 @@ mod tests {
 
     #[test]
     fn a_panicking_collector_costs_only_itself_sample_after_sample() {
-        let root =
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/8cpu-collapsed");
         let config = EngineConfig {
-            paths: Paths::under(root),
+            paths: Paths::under(nodemedic_testkit::fixture("8cpu-collapsed")),
             collapse: CollapseConfig {
                 raise_after: 2,
                 ..Default::default()
