@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use nodemedic_collect::{CommitTimer, CommitTimerConfig};
 use nodemedic_sample::snapshot::{CommitBackend, CommitLatency};
+use nodemedic_testkit::poll_until;
 
 /// The sysctl test turns io_uring off for the whole machine: no other test here may set up
 /// a ring meanwhile.
@@ -31,13 +32,14 @@ fn config(dir: &Path, io_uring: bool) -> CommitTimerConfig {
 /// Waits (up to a minute: the disk may be busy) until the timer has `n` commits.
 fn wait_for(timer: &CommitTimer, n: u64) -> CommitLatency {
     let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    poll_until(deadline, &format!("{n} commits"), || {
         let l = timer.latest();
-        if l.count >= n || Instant::now() > deadline {
-            return l;
+        if l.count >= n {
+            Ok(l)
+        } else {
+            Err(format!("{l:?}"))
         }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    })
 }
 
 fn check_histogram(l: &CommitLatency) {

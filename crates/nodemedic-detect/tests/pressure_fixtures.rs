@@ -4,10 +4,6 @@
 
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
 
-mod common;
-
-use common::fixture;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +15,7 @@ use nodemedic_detect::{PressureConfig, PressureDetector, PressureVerdict};
 use nodemedic_kernel::cgroup::{Qos, Workload};
 use nodemedic_sample::snapshot::PodIdentity;
 use nodemedic_sample::Snapshot;
+use nodemedic_testkit::fixture_paths;
 
 const HPC: &str = "8f14e45f-ceea-467f-a0e6-4f1a2b3c4d5e";
 const WEB: &str = "c9f0f895-fb98-4b91-9a7c-2a3b4c5d6e7f";
@@ -35,7 +32,7 @@ fn set(selection: CgroupSelection) -> CollectorSet {
 }
 
 fn sample(set: &mut CollectorSet, tree: &str, at: u64) -> (Snapshot, Vec<CollectorRun>) {
-    let (snap, runs) = set.sample(&fixture(tree), Duration::from_secs(at));
+    let (snap, runs) = set.sample(&fixture_paths(tree), Duration::from_secs(at));
     for r in &runs {
         if let Err(e) = &r.outcome {
             panic!("{tree}: collector {} failed: {e}", r.name);

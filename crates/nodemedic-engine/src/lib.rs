@@ -305,8 +305,6 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::panic)]
     use nodemedic_sample::Snapshot;
 
-    use std::path::PathBuf;
-
     use nodemedic_collect::{CollectError, Collected, Collector, Ctx};
 
     use super::*;
@@ -347,10 +345,8 @@ mod tests {
 
     #[test]
     fn a_panicking_collector_costs_only_itself_sample_after_sample() {
-        let root =
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/8cpu-collapsed");
         let config = EngineConfig {
-            paths: Paths::under(root),
+            paths: Paths::under(nodemedic_testkit::fixture("8cpu-collapsed")),
             collapse: CollapseConfig {
                 raise_after: 2,
                 ..Default::default()

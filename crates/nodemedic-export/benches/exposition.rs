@@ -26,7 +26,6 @@
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use nodemedic_collect::{CollectorSet, CollectorStatus, Paths};
@@ -44,9 +43,7 @@ fn main() {
         .unwrap_or(200);
     let fixture =
         std::env::var("NODEMEDIC_BENCH_FIXTURE").unwrap_or_else(|_| "256cpu-collapsed".into());
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures")
-        .join(&fixture);
+    let root = nodemedic_testkit::fixtures_dir().join(&fixture);
     let root = root.canonicalize().unwrap_or_else(|e| {
         eprintln!("fixture {}: {e}", root.display());
         std::process::exit(2)

@@ -313,13 +313,8 @@ mod tests {
     /// on valid files and on files damaged in every way a generator can think of.
     #[test]
     fn matches_the_model() {
-        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut rng = nodemedic_testkit::XorShift64::new(0x9e37_79b9_7f4a_7c15);
+        let mut next = move |n: u64| rng.below(n);
         let pieces = [
             "some",
             "full",

@@ -190,16 +190,14 @@ mod tests {
     //! verification windows run in milliseconds, with a recording actuator (systemd cannot be
     //! driven here; the real actuators are tested on this machine's IRQs and in a VM).
 
-    use std::path::PathBuf;
     use std::time::Duration;
 
     use crate::config::NativeStep;
     use std::sync::Mutex;
 
     use crate::{ActionKind, DecisionAction};
-    use nodemedic_collect::CollectorSet;
     use nodemedic_detect::{CollapseConfig, CollapseDetector, HurtingConfig};
-    use nodemedic_sample::Snapshot;
+    use nodemedic_testkit::fixture_snapshot;
 
     use super::*;
 
@@ -224,15 +222,6 @@ mod tests {
         }
     }
 
-    fn snapshot(name: &str) -> Snapshot {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../tests/fixtures")
-            .join(name);
-        CollectorSet::all()
-            .sample(&Paths::under(root), Duration::ZERO)
-            .0
-    }
-
     /// Feeds `samples` samples 5 s apart (collapsed when `pattern(i)`), returns the actuator
     /// calls and the audit trail.
     async fn drive(
@@ -250,8 +239,8 @@ mod tests {
         pattern: impl Fn(u64) -> bool,
         pause_at: impl Fn(u64) -> Pause,
     ) -> (Vec<(Duration, ActionKind)>, Vec<Decision>) {
-        let collapsed = snapshot("8cpu-collapsed");
-        let balanced = snapshot("8cpu-balanced");
+        let collapsed = fixture_snapshot("8cpu-collapsed", Duration::ZERO);
+        let balanced = fixture_snapshot("8cpu-balanced", Duration::ZERO);
         let rec = Arc::new(Recording {
             calls: Mutex::new(Vec::new()),
             epoch: tokio::time::Instant::now(),
