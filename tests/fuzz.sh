@@ -7,7 +7,7 @@
 # Needs the nightly toolchain: installs it with rustup when it is missing, and cargo-fuzz
 # (--locked); fails (exit 1) when it cannot, so a machine without nightly never passes
 # without fuzzing. (`cargo test` also replays fuzz/corpus and runs a bounded mutation loop on
-# stable: crates/nodemedic-kernel/tests/fuzz_corpus.rs.)
+# stable: fuzz/logic/tests/corpus.rs.)
 #
 #   FUZZ_TARGETS="psi cgroup_cpu" tests/fuzz.sh    # only these targets
 #   FUZZ_RUNS=10000000 FUZZ_SECONDS=36000 tests/fuzz.sh   # stop each target at 10 M inputs

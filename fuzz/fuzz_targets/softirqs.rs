@@ -1,3 +1,3 @@
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| nodemedic_kernel::fuzz_logic::softirqs(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| nodemedic_fuzz_logic::softirqs(data));

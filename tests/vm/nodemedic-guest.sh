@@ -50,6 +50,15 @@ wait_for() { # seconds description command...
     done
     echo "after $(($(date +%s) - start))s: $what"
 }
+samples_total() { # -> nodemedic_samples_total in /metrics now, 0 before the first sample
+    http_get /metrics | awk '$1 == "nodemedic_samples_total" { v = $2 } END { printf "%.0f\n", v + 0 }'
+}
+wait_samples() { # n description -> once nodemedic has completed n more samples (30 s at most)
+    local want
+    want=$(($(samples_total) + $1))
+    wait_for 30 "$2 (nodemedic_samples_total >= $want in /metrics)" \
+        bash -c "$(declare -f http_get samples_total); [ \$(samples_total) -ge $want ]"
+}
 audit_count() { # action result -> number of audit log lines
     journalctl -u nodemedic -o cat --no-pager | grep 'remediation decision' |
         grep -c "action=$1 .*result=$2"
@@ -118,7 +127,11 @@ check collapse_cleared wait_for 30 "the collapsed verdict to clear" \
 # Still inside the 60 s cooldown: collapse it again and make sure nothing is done about it.
 systemctl kill -s STOP irqbalance
 for irq in "${IRQS[@]}"; do echo 1 >"/proc/irq/$irq/smp_affinity"; done
-sleep 8
+# The policy decides on the sample that raises the verdict; three more give an action it
+# should not have taken the time to be carried out and logged.
+check collapsed_in_cooldown wait_for 60 "nodemedic_irq_collapsed{group=\"$vdev\"} 1 again" \
+    bash -c "$(declare -f http_get); http_get /metrics | grep -q 'nodemedic_irq_collapsed{group=\"$vdev\"} 1'"
+check sampled_in_cooldown wait_samples 3 "samples after the second collapse"
 check one_action_in_cooldown [ "$(audit_count irqbalance_restart done)" -eq 1 ]
 check metrics_count bash -c "$(declare -f http_get); http_get /metrics | grep -q 'nodemedic_remediation_actions_total{action=\"irqbalance_restart\",result=\"done\"} 1'"
 systemctl kill -s CONT irqbalance || true

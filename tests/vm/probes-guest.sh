@@ -1,8 +1,8 @@
-# Guest side of the eBPF probe test, sourced by nodemedic-guest.sh (uses its check, wait_for
-# and http_get). nodemedic runs as the installed, hardened service; perfgen (tests/vm/perfgen.c,
-# built static on the host) makes perf-event traffic of a known size from known pids; Debian's
-# bpftrace counts the same kernel functions by kprobe in the same window, the way the incident
-# was found. Tolerances:
+# Guest side of the eBPF probe test, sourced by nodemedic-guest.sh (uses its check, wait_for,
+# wait_samples and http_get). nodemedic runs as the installed, hardened service; perfgen
+# (tests/vm/perfgen.c, built static on the host) makes perf-event traffic of a known size
+# from known pids; Debian's bpftrace counts the same kernel functions by kprobe in the same
+# window, the way the incident was found. Tolerances:
 #   - nodemedic's BPF outputs vs what perfgen emitted: 2% + 20 (other BPF programs in the
 #     guest are idle; the slack covers nothing but stray system activity);
 #   - nodemedic vs bpftrace, outputs and wakeups: 5% + 50 (bpftrace's window opens before
@@ -40,7 +40,9 @@ http_get /metrics | grep -E '^nodemedic_probe_(up|attach)' | sed 's/^/  /'
 bpftrace -e 'kprobe:perf_event_output { @outputs = count(); } kprobe:perf_event_output_forward { @samples = count(); } kprobe:perf_event_wakeup { @wakeups = count(); }' >/tmp/bpftrace.out 2>&1 &
 bt=$!
 check bpftrace_attached wait_for 120 "bpftrace attached" grep -q Attaching /tmp/bpftrace.out
-sleep 3 # a nodemedic sample with bpftrace running
+# The first sample to end may have read the counters before bpftrace attached; the second
+# began after.
+check sample_with_bpftrace wait_samples 2 "a nodemedic sample with bpftrace running"
 o0=$(m 'nodemedic_perf_event_outputs_total{source="bpf"}')
 s0=$(m 'nodemedic_perf_event_outputs_total{source="sample"}')
 w0=$(m nodemedic_perf_event_wakeups_total)
@@ -49,7 +51,7 @@ gb=$!
 PERFGEN_HOLD=1 perfgen sample 1000 3 >/tmp/gen-sample.out 2>&1 &
 gs=$!
 check generators_ran wait_for 120 "the generators" bash -c "grep -q emitted= /tmp/gen-bpf.out && grep -q outputs= /tmp/gen-sample.out"
-sleep 3 # two nodemedic samples after the generators stopped
+check samples_after_generators wait_samples 2 "a nodemedic sample after the generators stopped"
 o1=$(m 'nodemedic_perf_event_outputs_total{source="bpf"}')
 s1=$(m 'nodemedic_perf_event_outputs_total{source="sample"}')
 w1=$(m nodemedic_perf_event_wakeups_total)
@@ -97,7 +99,9 @@ echo "== the probes' own ring buffer, flooded with new owners"
 e0=$(m 'nodemedic_probe_ringbuf_records_total{outcome="emitted"}')
 perfgen flood 800 200 >/tmp/gen-flood.out 2>&1
 sed 's/^/  perfgen: /' /tmp/gen-flood.out
-sleep 4 # the 1 s drain timer, then a sample
+# The 1 s drain timer empties the ring, then a sample reports it.
+check flood_drained wait_for 30 "a sample with the flood drained (emitted >= $((e0 + 800)) = read + dropped)" \
+    bash -c "$(declare -f http_get m); e=\$(m 'nodemedic_probe_ringbuf_records_total{outcome=\"emitted\"}'); r=\$(m 'nodemedic_probe_ringbuf_records_total{outcome=\"read\"}'); d=\$(m 'nodemedic_probe_ringbuf_records_total{outcome=\"dropped\"}'); [ \$e -ge $((e0 + 800)) ] && [ \$e -eq \$((r + d)) ]"
 e=$(m 'nodemedic_probe_ringbuf_records_total{outcome="emitted"}')
 r=$(m 'nodemedic_probe_ringbuf_records_total{outcome="read"}')
 d=$(m 'nodemedic_probe_ringbuf_records_total{outcome="dropped"}')

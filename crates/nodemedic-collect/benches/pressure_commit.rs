@@ -21,10 +21,10 @@ use std::time::{Duration, Instant};
 
 use nodemedic_collect::sources::PressureCollector;
 use nodemedic_collect::{
-    process_cpu_seconds, Collector, CommitProbe, CommitProbeConfig, Ctx, Paths, Reader,
+    process_cpu_seconds, Collector, CommitTimer, CommitTimerConfig, Ctx, Paths, Reader,
 };
-use nodemedic_kernel::snapshot::WAL_FSYNC_BUCKETS;
-use nodemedic_kernel::Snapshot;
+use nodemedic_sample::snapshot::WAL_FSYNC_BUCKETS;
+use nodemedic_sample::Snapshot;
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -80,17 +80,17 @@ fn bucket_bound(buckets: &[u64; 14], count: u64, q: f64) -> String {
 }
 
 fn commit(dir: &Path, secs: u64, io_uring: bool) {
-    let config = CommitProbeConfig {
+    let config = CommitTimerConfig {
         directory: dir.to_path_buf(),
         interval: Duration::ZERO,
         io_uring,
-        ..CommitProbeConfig::default()
+        ..CommitTimerConfig::default()
     };
     let cpu0 = process_cpu_seconds();
-    let probe = CommitProbe::start(&config).unwrap();
+    let timer = CommitTimer::start(&config).unwrap();
     std::thread::sleep(Duration::from_secs(secs));
-    let l = probe.latest();
-    drop(probe);
+    let l = timer.latest();
+    drop(timer);
     let cpu = (process_cpu_seconds() - cpu0) * 1e6;
     assert_eq!(l.errors, 0, "{:?}", l.last_error);
     println!(

@@ -101,6 +101,7 @@ fn run(files: &[PathBuf], backend: Backend, rounds: usize) -> Option<Result> {
     let reader = Reader::with_config(ReaderConfig {
         backend,
         max_open_files: 1 << 20,
+        file_limit_share: None,
     });
     if reader.backend() != backend {
         eprintln!(
@@ -147,10 +148,9 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(200);
 
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let irq_fixture = std::env::var_os("NODEMEDIC_BENCH_IRQ_FIXTURE")
         .map(PathBuf::from)
-        .unwrap_or_else(|| repo.join("tests/fixtures/256cpu-collapsed"));
+        .unwrap_or_else(|| nodemedic_testkit::fixture("256cpu-collapsed"));
     let mut sets: Vec<(String, Vec<PathBuf>)> = vec![(
         "procfs `/proc/irq/*/{smp,effective}_affinity`".into(),
         irq_files(Path::new("/proc")),

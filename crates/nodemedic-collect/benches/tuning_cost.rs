@@ -16,7 +16,6 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use nodemedic_collect::sources::{NicLimitsFiles, TuningCollector};
@@ -196,18 +195,10 @@ impl Side {
 }
 
 fn main() {
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/256cpu-healthy");
-    let tmp = tempfile::tempdir().unwrap();
-    assert!(Command::new("cp")
-        .arg("-a")
-        .arg(&fixture)
-        .arg(tmp.path())
-        .status()
-        .unwrap()
-        .success());
-    let root = tmp.path().join("256cpu-healthy");
-    add_tuning_files(&root);
-    let paths = Paths::under(&root);
+    let copy = nodemedic_testkit::copy_fixture("256cpu-healthy");
+    let root = copy.path();
+    add_tuning_files(root);
+    let paths = Paths::under(root);
     let rounds: usize = env_or("NODEMEDIC_BENCH_ROUNDS", 400);
     let interval = Duration::from_secs(60);
     let mut without = Side {

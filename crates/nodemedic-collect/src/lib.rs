@@ -6,29 +6,31 @@
 //! the others still run. A kernel feature that does not exist on this machine (no
 //! `effective_affinity`, no `nohz_full`, no irqbalance config) is "no data", not a failure.
 
-pub mod commit_probe;
+pub mod commit_timer;
+mod cpu_time;
+mod dir_watch;
 mod fsread;
-mod names;
+mod open_file;
 mod reader;
 mod self_stats;
 pub mod sources;
-mod status;
 #[allow(unsafe_code)]
-mod sys;
-pub use sys::process_cpu_seconds;
+mod uring;
+pub use cpu_time::process_cpu_seconds;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-pub use commit_probe::{CommitProbe, CommitProbeCollector, CommitProbeConfig};
+pub use commit_timer::{CommitTimer, CommitTimerCollector, CommitTimerConfig};
 pub use fsread::ReadError;
-pub use names::CollectorName;
-use nodemedic_kernel::Snapshot;
-pub use reader::{Backend, Reader, ReaderConfig, ReaderStatus, DEFAULT_MAX_OPEN_FILES};
+pub use reader::{Reader, ReaderConfig, DEFAULT_MAX_OPEN_FILES};
 pub use self_stats::SelfStats;
-pub use status::{CollectorState, CollectorStatus};
+// The sample's types this crate's API speaks in (they live in nodemedic-sample, below
+// every collector, detector and output).
+pub use nodemedic_sample::status::{Backend, ReaderStatus};
+pub use nodemedic_sample::{CollectorName, CollectorState, CollectorStatus, Snapshot};
 
 /// Where the kernel's files are. Every reader resolves paths under these roots so that tests
 /// can point them at fixture trees and a container can point them at the host's mounts.
@@ -110,7 +112,7 @@ pub struct Ctx<'a> {
 /// One source of kernel data.
 pub trait Collector: Send + Sync {
     /// Stable name, used in metrics labels, config and status.
-    fn name(&self) -> &'static str;
+    fn name(&self) -> CollectorName;
     fn collect(&self, ctx: &Ctx<'_>, snapshot: &mut Snapshot) -> Result<Collected, CollectError>;
 }
 
@@ -120,9 +122,45 @@ pub const DEFAULT_RESCAN_INTERVAL: Duration = Duration::from_secs(60);
 /// One collector's outcome in one sample.
 #[derive(Debug)]
 pub struct CollectorRun {
-    pub name: &'static str,
+    pub name: CollectorName,
     pub duration: Duration,
     pub outcome: Result<Collected, CollectError>,
+}
+
+/// Most warnings kept per collector: a corrupt file can produce one per line.
+const MAX_WARNINGS: usize = 20;
+
+impl CollectorRun {
+    /// How the collector fared, for `/status` and metrics.
+    pub fn status(&self) -> CollectorStatus {
+        let (state, warnings) = match &self.outcome {
+            Ok(c) => {
+                let mut w: Vec<String> = c.warnings.iter().take(MAX_WARNINGS).cloned().collect();
+                if c.warnings.len() > MAX_WARNINGS {
+                    w.push(format!("… and {} more", c.warnings.len() - MAX_WARNINGS));
+                }
+                let state = match &c.unavailable {
+                    Some(reason) => CollectorState::Unavailable {
+                        reason: reason.clone(),
+                    },
+                    None => CollectorState::Active,
+                };
+                (state, w)
+            }
+            Err(e) => (
+                CollectorState::Failed {
+                    reason: e.to_string(),
+                },
+                Vec::new(),
+            ),
+        };
+        CollectorStatus {
+            name: self.name,
+            state,
+            warnings,
+            last_duration_seconds: self.duration.as_secs_f64(),
+        }
+    }
 }
 
 /// The collectors of a daemon, run in order (later ones may use what earlier ones read),
@@ -172,12 +210,12 @@ impl CollectorSet {
     }
 
     /// Keeps only the collectors for which `enabled(name)` is true.
-    pub fn filtered(mut self, enabled: impl Fn(&str) -> bool) -> Self {
+    pub fn filtered(mut self, enabled: impl Fn(CollectorName) -> bool) -> Self {
         self.collectors.retain(|c| enabled(c.name()));
         self
     }
 
-    pub fn names(&self) -> Vec<&'static str> {
+    pub fn names(&self) -> Vec<CollectorName> {
         self.collectors.iter().map(|c| c.name()).collect()
     }
 

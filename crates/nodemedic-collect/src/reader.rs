@@ -29,40 +29,16 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use serde::Serialize;
-
-use crate::sys;
+use crate::dir_watch::{DirEvents, DirWatch};
+use crate::open_file::{is_kernel_generated, open_read};
+use crate::uring::Ring;
 use crate::ReadError;
-
-/// How files are read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum Backend {
-    /// Kept-open fds re-read with `pread`: the fastest on every file kind measured
-    /// (BENCHMARKS.md, "Read layer").
-    #[default]
-    Pread,
-    /// Open, read and close on every read, as before the read layer.
-    Open,
-    /// Kept-open fds; batches go through one io_uring submission of reads on registered
-    /// fds. Falls back to `pread` when io_uring is unavailable.
-    IoUring,
-}
-
-impl Backend {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Backend::Pread => "pread",
-            Backend::Open => "open",
-            Backend::IoUring => "io_uring",
-        }
-    }
-}
+use crate::{Backend, ReaderStatus};
 
 /// How the reader is set up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,39 +46,24 @@ pub struct ReaderConfig {
     pub backend: Backend,
     /// Most fds kept open at once. Further files are read with open + read + close.
     pub max_open_files: usize,
+    /// The kept-open files' share of `RLIMIT_NOFILE`, which the binary raises and shares
+    /// out once for the process (`nodemedic_webkit::FileLimit`); the bound is the lower of
+    /// the two. `None`: `max_open_files` alone.
+    pub file_limit_share: Option<u64>,
 }
 
 /// Default bound on kept-open files: a 256-CPU node with ~500 IRQs (2 files each) and
 /// 500 pods (5 files each) needs about 3,500.
 pub const DEFAULT_MAX_OPEN_FILES: usize = 8192;
 
-/// Files the process keeps for everything else (sockets, logs, the probe) when the bound
-/// is derived from `RLIMIT_NOFILE`.
-const RESERVED_FDS: u64 = 256;
-
 impl Default for ReaderConfig {
     fn default() -> Self {
         Self {
             backend: Backend::default(),
             max_open_files: DEFAULT_MAX_OPEN_FILES,
+            file_limit_share: None,
         }
     }
-}
-
-/// What the reader is doing, for `/status` and metrics.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct ReaderStatus {
-    /// The backend in use (`io_uring` falls back to `pread`).
-    pub backend: Backend,
-    /// The configured backend, when it differs from the one in use, and why.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fallback_reason: Option<String>,
-    pub open_files: usize,
-    pub max_open_files: usize,
-    /// Reads done with open + read + close because the bound was reached.
-    pub over_limit_reads_total: u64,
-    /// Kept fds dropped because a read through them failed (a freed IRQ, a removed cgroup).
-    pub dropped_files_total: u64,
 }
 
 struct Kept {
@@ -126,7 +87,7 @@ struct Watched {
 #[derive(Default)]
 struct Watches {
     /// `None` until the first regular file is kept; `Some(None)` when inotify is unavailable.
-    inotify: Option<Option<sys::DirWatch>>,
+    inotify: Option<Option<DirWatch>>,
     /// Events seen per watch descriptor.
     dir_gen: HashMap<i32, u64>,
     /// Bumped when the event queue overflowed: every watched file is checked again.
@@ -141,20 +102,20 @@ impl Watches {
             return;
         };
         match w.drain() {
-            sys::DirEvents::None => {}
-            sys::DirEvents::Some(wds) => {
+            DirEvents::None => {}
+            DirEvents::Some(wds) => {
                 for wd in wds {
                     *self.dir_gen.entry(wd).or_insert(0) += 1;
                 }
             }
-            sys::DirEvents::All => self.all_gen += 1,
+            DirEvents::All => self.all_gen += 1,
         }
     }
 
     /// Starts watching `path`'s directory; `None` if that is not possible.
     fn watch(&mut self, path: &Path) -> Option<Watched> {
         let dir = path.parent()?;
-        let inotify = self.inotify.get_or_insert_with(|| match sys::DirWatch::new() {
+        let inotify = self.inotify.get_or_insert_with(|| match DirWatch::new() {
             Ok(w) => Some(w),
             Err(e) => {
                 tracing::debug!(error = %e, "inotify unavailable: kept regular files are checked with fstat before each read");
@@ -355,7 +316,7 @@ struct State {
     over_limit_reads: u64,
     dropped: u64,
     bound_warned: bool,
-    ring: Option<sys::Ring>,
+    ring: Option<Ring>,
     /// The backend in use: the configured one, or `pread` after io_uring was found
     /// unavailable or its ring was abandoned.
     backend: Backend,
@@ -367,6 +328,40 @@ struct State {
     /// makes glibc consolidate its free lists each time.
     line_chunk: Vec<u8>,
     watches: Watches,
+}
+
+impl State {
+    /// Reads `fds` through the ring, one buffer each, in one submission where the ring's size
+    /// allows: the byte count or the error of each. `None` when the batch failed as a whole;
+    /// a failure that abandons the ring also ends io_uring for the life of the reader.
+    fn read_kept(&mut self, fds: &[RawFd]) -> Option<Vec<io::Result<usize>>> {
+        let ring = self.ring.as_mut()?;
+        let batch = ring.register(fds).and_then(|()| {
+            self.batch_bufs.resize_with(fds.len(), Vec::new);
+            for b in self.batch_bufs.iter_mut() {
+                if b.len() < MIN_READ {
+                    b.resize(MIN_READ, 0);
+                }
+            }
+            ring.read_registered(&mut self.batch_bufs)
+        });
+        match batch {
+            Ok(r) => Some(r),
+            Err(e) if e.abandons_ring() => {
+                // The ring leaked the buffers it may still write into; it goes, and so does
+                // io_uring for the life of this reader.
+                tracing::warn!(error = %e, "io_uring failed: reading with pread from now on");
+                self.ring = None;
+                self.backend = Backend::Pread;
+                self.fallback_reason = Some(e.to_string());
+                None
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "io_uring batch failed; reading one by one");
+                None
+            }
+        }
+    }
 }
 
 /// Reads kernel files by path. Shared by all collectors of a [`crate::CollectorSet`].
@@ -404,7 +399,7 @@ impl Reader {
         let mut fallback_reason = None;
         let mut ring = None;
         if backend == Backend::IoUring {
-            match sys::Ring::new() {
+            match Ring::new() {
                 Ok(r) => ring = Some(r),
                 Err(reason) => {
                     tracing::warn!(%reason, "io_uring unavailable: reading with pread instead");
@@ -418,22 +413,17 @@ impl Reader {
         } else {
             config.max_open_files
         };
-        // Never let kept files starve the process of fds: stay under RLIMIT_NOFILE (raised
-        // to its hard limit first).
-        if max_open > 0 {
-            match sys::raise_nofile_limit() {
-                Ok(limit) => {
-                    let room = usize::try_from(limit.saturating_sub(RESERVED_FDS)).unwrap_or(0);
-                    if room < max_open {
-                        tracing::warn!(
-                            configured = max_open,
-                            limit,
-                            "RLIMIT_NOFILE allows only {room} kept-open files"
-                        );
-                        max_open = room;
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "cannot read RLIMIT_NOFILE"),
+        // Never let kept files starve the process of fds: stay within their share of
+        // RLIMIT_NOFILE.
+        if let Some(limit) = config.file_limit_share {
+            let room = usize::try_from(limit).unwrap_or(usize::MAX);
+            if max_open > 0 && room < max_open {
+                tracing::warn!(
+                    configured = max_open,
+                    limit,
+                    "RLIMIT_NOFILE allows only {room} kept-open files"
+                );
+                max_open = room;
             }
         }
         Self {
@@ -564,67 +554,9 @@ impl Reader {
         each: &mut impl FnMut(usize, Result<&str, ReadError>),
     ) -> Option<()> {
         let mut st = self.state();
-        // Make sure every file that may be kept is open; the others are read one by one.
-        let mut kept: Vec<usize> = Vec::with_capacity(paths.len());
-        let mut fds = Vec::with_capacity(paths.len());
-        let mut opened_errors: HashMap<usize, ReadError> = HashMap::new();
-        for (i, p) in paths.iter().enumerate() {
-            let p = p.as_ref();
-            let sample = st.sample;
-            if let Some(k) = st.files.get_mut(p.as_os_str()) {
-                if k.kernel {
-                    k.last_used = sample;
-                    kept.push(i);
-                    fds.push(k.file.as_raw_fd());
-                }
-                continue;
-            }
-            if st.files.len() >= self.max_open {
-                continue;
-            }
-            match sys::open_read(p) {
-                Ok(file) => {
-                    let kernel = sys::is_kernel_generated(&file);
-                    if kernel {
-                        fds.push(file.as_raw_fd());
-                        kept.push(i);
-                    }
-                    if let Some(k) = Kept::new(&mut st.watches, p, file, kernel, sample) {
-                        st.files.insert(p.as_os_str(), k);
-                    }
-                }
-                Err(e) => {
-                    opened_errors.insert(i, ReadError::from_io(p, e));
-                }
-            }
-        }
+        let (kept, fds, mut opened_errors) = self.open_batch(&mut st, paths);
         let inner = &mut *st;
-        let ring = inner.ring.as_mut()?;
-        let batch = ring.register(&fds).and_then(|()| {
-            inner.batch_bufs.resize_with(kept.len(), Vec::new);
-            for b in inner.batch_bufs.iter_mut() {
-                if b.len() < MIN_READ {
-                    b.resize(MIN_READ, 0);
-                }
-            }
-            ring.read_registered(&mut inner.batch_bufs)
-        });
-        let results = match batch {
-            Ok(r) => r,
-            Err(e) if e.abandons_ring() => {
-                // The ring leaked the buffers it may still write into; it goes, and so does
-                // io_uring for the life of this reader.
-                tracing::warn!(error = %e, "io_uring failed: reading with pread from now on");
-                inner.ring = None;
-                inner.backend = Backend::Pread;
-                inner.fallback_reason = Some(e.to_string());
-                return None;
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "io_uring batch failed; reading one by one");
-                return None;
-            }
-        };
+        let results = inner.read_kept(&fds)?;
         // Index of each path's slot in the batch, if it had one.
         let mut slot_of = vec![usize::MAX; paths.len()];
         for (slot, &i) in kept.iter().enumerate() {
@@ -666,6 +598,50 @@ impl Reader {
         }
         self.state().batch_bufs = bufs;
         Some(())
+    }
+
+    /// Makes sure every file of `paths` that may be kept is open. Returns the index in
+    /// `paths` and the fd of each kept kernel file, which go to io_uring (the others are read
+    /// one by one), and the error of each path that failed to open.
+    fn open_batch<P: AsRef<Path>>(
+        &self,
+        st: &mut State,
+        paths: &[P],
+    ) -> (Vec<usize>, Vec<RawFd>, HashMap<usize, ReadError>) {
+        let mut kept: Vec<usize> = Vec::with_capacity(paths.len());
+        let mut fds = Vec::with_capacity(paths.len());
+        let mut opened_errors: HashMap<usize, ReadError> = HashMap::new();
+        for (i, p) in paths.iter().enumerate() {
+            let p = p.as_ref();
+            let sample = st.sample;
+            if let Some(k) = st.files.get_mut(p.as_os_str()) {
+                if k.kernel {
+                    k.last_used = sample;
+                    kept.push(i);
+                    fds.push(k.file.as_raw_fd());
+                }
+                continue;
+            }
+            if st.files.len() >= self.max_open {
+                continue;
+            }
+            match open_read(p) {
+                Ok(file) => {
+                    let kernel = is_kernel_generated(&file);
+                    if kernel {
+                        fds.push(file.as_raw_fd());
+                        kept.push(i);
+                    }
+                    if let Some(k) = Kept::new(&mut st.watches, p, file, kernel, sample) {
+                        st.files.insert(p.as_os_str(), k);
+                    }
+                }
+                Err(e) => {
+                    opened_errors.insert(i, ReadError::from_io(p, e));
+                }
+            }
+        }
+        (kept, fds, opened_errors)
     }
 
     /// Reads `path` a chunk at a time and calls `each(line, complete)` for every line, without
@@ -723,7 +699,7 @@ impl Reader {
                 Err((e, _)) => return Err(ReadError::from_io(path, e)),
             }
         }
-        let file = sys::open_read(path).map_err(|e| ReadError::from_io(path, e))?;
+        let file = open_read(path).map_err(|e| ReadError::from_io(path, e))?;
         stream_lines(&file, chunk, &mut each).map_err(|(e, _)| ReadError::from_io(path, e))?;
         self.keep(&mut self.state(), path, file);
         Ok(())
@@ -747,7 +723,7 @@ impl Reader {
             }
             return;
         }
-        let kernel = sys::is_kernel_generated(&file);
+        let kernel = is_kernel_generated(&file);
         let sample = st.sample;
         if let Some(k) = Kept::new(&mut st.watches, path, file, kernel, sample) {
             st.files.insert(path.as_os_str(), k);
@@ -769,7 +745,7 @@ impl Reader {
             st.files.remove(path.as_os_str());
             st.dropped += 1;
         }
-        let file = sys::open_read(path).map_err(|e| ReadError::from_io(path, e))?;
+        let file = open_read(path).map_err(|e| ReadError::from_io(path, e))?;
         pread_all(&file, bytes).map_err(|e| ReadError::from_io(path, e))?;
         self.keep(st, path, file);
         Ok(())
@@ -896,6 +872,22 @@ mod tests {
 
     use super::*;
 
+    #[test]
+    fn kept_open_files_stay_within_their_share_of_the_file_limit() {
+        let bound = |max_open_files, file_limit_share| {
+            Reader::with_config(ReaderConfig {
+                backend: Backend::Pread,
+                max_open_files,
+                file_limit_share,
+            })
+            .status()
+            .max_open_files
+        };
+        assert_eq!(bound(64, Some(3)), 3);
+        assert_eq!(bound(64, Some(1000)), 64);
+        assert_eq!(bound(64, None), 64);
+    }
+
     fn kept(file: &File) -> Kept {
         Kept {
             file: Arc::new(file.try_clone().unwrap()),
@@ -913,6 +905,7 @@ mod tests {
         let r = Reader::with_config(ReaderConfig {
             backend: Backend::IoUring,
             max_open_files: 64,
+            file_limit_share: None,
         });
         assert_eq!(r.backend(), Backend::IoUring, "{:?}", r.status());
         let paths = [

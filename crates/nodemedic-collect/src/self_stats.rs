@@ -4,7 +4,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::OnceLock;
 
-use nodemedic_kernel::snapshot::ProcessStats;
+use nodemedic_sample::snapshot::ProcessStats;
 use procfs::FromRead;
 
 /// Reads this process's CPU time and memory from the real `/proc/self` (not the configured

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use nodemedic_collect::sources::{CgroupSelection, CgroupsCollector, PressureCollector};
 use nodemedic_collect::{CollectorSet, Paths};
+use nodemedic_kernel::psi::{Psi, PsiResource};
 
 /// Node PSI from the real `/proc/pressure`: every resource the kernel has, with totals that
 /// only grow, read through the kept-open read layer.
@@ -19,13 +20,13 @@ fn node_psi_from_this_kernel() {
     let c = runs[0].outcome.as_ref().unwrap();
     assert!(c.unavailable.is_none() && c.warnings.is_empty(), "{c:?}");
     let p1 = first.pressure.expect("node PSI");
-    for r in ["cpu", "memory", "io"] {
+    for r in [PsiResource::Cpu, PsiResource::Memory, PsiResource::Io] {
         let kernel = std::fs::read_to_string(format!("/proc/pressure/{r}")).unwrap();
         assert!(kernel.starts_with("some "), "{kernel}");
-        assert!(p1[r].some.is_some(), "{r}: {:?}", p1[r]);
+        assert!(p1[&r].some.is_some(), "{r}: {:?}", p1[&r]);
     }
     assert_eq!(
-        p1.contains_key("irq"),
+        p1.contains_key(&PsiResource::Irq),
         std::path::Path::new("/proc/pressure/irq").exists()
     );
     // Burn a little CPU on both cores so CPU pressure moves, then read again.
@@ -43,8 +44,8 @@ fn node_psi_from_this_kernel() {
     }
     let (second, _) = set.sample(&Paths::default(), Duration::from_secs(2));
     let p2 = second.pressure.unwrap();
-    let total = |p: &std::collections::BTreeMap<String, nodemedic_kernel::psi::Psi>| {
-        p["cpu"].some.unwrap().total_us
+    let total = |p: &std::collections::BTreeMap<PsiResource, Psi>| {
+        p[&PsiResource::Cpu].some.unwrap().total_us
     };
     assert!(
         total(&p2) > total(&p1),

@@ -13,6 +13,7 @@ use std::process::Command;
 use std::sync::Mutex;
 
 use nodemedic_collect::{Backend, Reader, ReaderConfig};
+use nodemedic_testkit::poll_until;
 
 /// Tests that flip `kernel.io_uring_disabled` or count io_uring fallbacks must not overlap.
 static URING_SYSCTL: Mutex<()> = Mutex::new(());
@@ -21,6 +22,7 @@ fn reader(backend: Backend, max_open_files: usize) -> Reader {
     Reader::with_config(ReaderConfig {
         backend,
         max_open_files,
+        file_limit_share: None,
     })
 }
 
@@ -80,17 +82,17 @@ fn kept_open_pread_sees_proc_interrupts_move() {
     let r = reader(Backend::Pread, 16);
     let p = Path::new("/proc/interrupts");
     let first = r.read(p).unwrap();
-    let mut changed = false;
-    for _ in 0..100 {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        if r.read(p).unwrap() != first {
-            changed = true;
-            break;
-        }
-    }
-    assert!(
-        changed,
-        "/proc/interrupts never changed through the kept fd"
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    poll_until(
+        deadline,
+        "/proc/interrupts to change through the kept fd",
+        || {
+            if r.read(p).unwrap() != first {
+                Ok(())
+            } else {
+                Err("the same bytes as the first read".into())
+            }
+        },
     );
     assert_eq!(r.status().open_files, 1);
     assert!(first.contains("CPU0"), "{first}");

@@ -3,28 +3,12 @@
 
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use nodemedic_collect::{CollectorSet, Paths};
-use nodemedic_kernel::{CpuSet, Snapshot};
-
-fn copy_fixture(name: &str) -> (tempfile::TempDir, PathBuf) {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures")
-        .join(name);
-    let tmp = tempfile::tempdir().unwrap();
-    let status = Command::new("cp")
-        .arg("-a")
-        .arg(&src)
-        .arg(tmp.path())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let root = tmp.path().join(name);
-    (tmp, root)
-}
+use nodemedic_kernel::CpuSet;
+use nodemedic_sample::Snapshot;
+use nodemedic_testkit::copy_fixture;
 
 fn sample(set: &mut CollectorSet, paths: &Paths, secs: u64) -> Snapshot {
     let (snap, runs) = set.sample(paths, Duration::from_secs(secs));
@@ -36,8 +20,9 @@ fn sample(set: &mut CollectorSet, paths: &Paths, secs: u64) -> Snapshot {
 
 #[test]
 fn rarely_changing_sources_follow_the_rescan_interval() {
-    let (_tmp, root) = copy_fixture("8cpu-balanced");
-    let paths = Paths::under(&root);
+    let copy = copy_fixture("8cpu-balanced");
+    let root = copy.path();
+    let paths = Paths::under(root);
     let cpu = root.join("sys/devices/system/cpu");
     let pci = root.join("sys/bus/pci/devices/0000:00:03.0/numa_node");
     let mut set = CollectorSet::all().with_rescan_interval(Duration::from_secs(60));
@@ -85,8 +70,9 @@ fn rarely_changing_sources_follow_the_rescan_interval() {
 
 #[test]
 fn irqs_appearing_or_vanishing_between_rescans_are_followed() {
-    let (_tmp, root) = copy_fixture("8cpu-balanced");
-    let paths = Paths::under(&root);
+    let copy = copy_fixture("8cpu-balanced");
+    let root = copy.path();
+    let paths = Paths::under(root);
     let mut set = CollectorSet::all().with_rescan_interval(Duration::from_secs(60));
     let first = sample(&mut set, &paths, 100);
     assert!(first.affinity.contains_key(&8));
@@ -131,8 +117,9 @@ fn irqs_appearing_or_vanishing_between_rescans_are_followed() {
 #[test]
 fn irqbalance_package_version_follows_the_database() {
     use nodemedic_kernel::irqbalance::IrqbalancePackage;
-    let (_tmp, root) = copy_fixture("96cpu-collapsed");
-    let paths = Paths::under(&root);
+    let copy = copy_fixture("96cpu-collapsed");
+    let root = copy.path();
+    let paths = Paths::under(root);
     let mut set = CollectorSet::all().with_rescan_interval(Duration::from_secs(60));
     let package = |snap: Snapshot| snap.irqbalance.expect("irqbalance config").package;
     let first = package(sample(&mut set, &paths, 100));

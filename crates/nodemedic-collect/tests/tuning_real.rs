@@ -184,7 +184,6 @@ fn netlink_is_asked_only_for_the_interfaces_of_its_namespace() {
     let none = tempfile::tempdir().unwrap();
     assert!(netlink_sees_host(none.path()).is_err());
     // The fixture trees' NICs are not this machine's.
-    let fixture =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tuning-nic-channels/sys");
+    let fixture = nodemedic_testkit::fixture("tuning-nic-channels/sys");
     assert!(netlink_sees_host(&fixture).is_err());
 }

@@ -8,13 +8,17 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use nodemedic_kernel::counter;
 use nodemedic_kernel::device::Classified;
-use nodemedic_kernel::{counter, Snapshot};
+use nodemedic_sample::Snapshot;
 use serde::{Deserialize, Serialize};
 
 use crate::groups::{build_groups, DeviceGroup, GroupingOptions};
 use crate::hysteresis::{ratio, ConfigError, Hysteresis, Latch};
 use crate::{Finding, Severity};
+
+/// The verdict this detector produces (a type of the sample, shared with the outputs).
+pub use nodemedic_sample::verdict::{Evidence, GroupVerdict, ShareBasis};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -129,84 +133,6 @@ impl HurtingConfig {
         }
         self.hysteresis().validate()
     }
-}
-
-/// What the detector measured for a group in one sample.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Evidence {
-    pub distinct_cpus: usize,
-    pub cpu_limit: usize,
-    /// Interrupts per second of the considered IRQs since the previous sample.
-    pub irq_rate: Option<f64>,
-    pub hottest_cpu: Option<u32>,
-    /// Share of the group's interrupts on the hottest CPU: by rate when the group had
-    /// interrupts since the previous sample, else by cumulative counts.
-    pub hottest_share: Option<f64>,
-    pub share_basis: Option<ShareBasis>,
-    /// The busiest single IRQ's share of the group's interrupts since the previous sample
-    /// (none when the group had none): no placement can take the hottest CPU's share below
-    /// it, since one IRQ is delivered to one CPU at a time.
-    pub busiest_irq_share: Option<f64>,
-    /// The group's interrupts per second on each CPU that had any.
-    pub per_cpu_rate: BTreeMap<u32, f64>,
-    /// NET_RX softirqs per second on the hottest CPU.
-    pub hottest_net_rx_rate: Option<f64>,
-    /// softnet drops and time squeezes since the previous sample, summed over the CPUs the
-    /// group is delivered to.
-    pub softnet_dropped: Option<u64>,
-    pub softnet_squeezed: Option<u64>,
-}
-
-/// What the hottest CPU's share is a share of.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ShareBasis {
-    /// The group's interrupts since the previous sample.
-    Rate,
-    /// The group's interrupts since boot (nothing grew since the previous sample).
-    Cumulative,
-}
-
-impl ShareBasis {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Rate => "rate",
-            Self::Cumulative => "cumulative",
-        }
-    }
-}
-
-impl Evidence {
-    /// The hottest CPU's share of the group's interrupt *rate*, when there was one.
-    pub fn rate_share(&self) -> Option<f64> {
-        self.hottest_share
-            .filter(|_| self.share_basis == Some(ShareBasis::Rate))
-    }
-
-    /// Whether the hottest CPU carries only one IRQ's worth of the group's rate: its share is
-    /// no more than the busiest IRQ's, so it is that IRQ's load, which no placement spreads
-    /// (a NIC whose traffic is one flow hashes it to one queue).
-    pub fn hottest_is_one_irq(&self) -> bool {
-        matches!((self.rate_share(), self.busiest_irq_share),
-            (Some(hottest), Some(busiest)) if hottest <= busiest + 1e-9)
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct GroupVerdict {
-    #[serde(flatten)]
-    pub group: DeviceGroup,
-    /// Verdicts after hysteresis.
-    pub collapsed: bool,
-    pub hurting: bool,
-    /// Whether `collapsed` or `hurting` differs from what the previous sample reported.
-    pub changed: bool,
-    /// What this sample alone says.
-    pub collapsed_now: bool,
-    pub hurting_now: bool,
-    pub collapsed_since: Option<f64>,
-    pub hurting_since: Option<f64>,
-    pub evidence: Evidence,
 }
 
 #[derive(Debug, Clone, Default)]

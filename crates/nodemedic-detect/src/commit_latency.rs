@@ -5,11 +5,14 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use nodemedic_kernel::snapshot::{CommitLatency, WAL_FSYNC_BUCKETS};
-use nodemedic_kernel::Snapshot;
+use nodemedic_sample::snapshot::{CommitLatency, WAL_FSYNC_BUCKETS};
+use nodemedic_sample::Snapshot;
 use serde::{Deserialize, Serialize};
 
 use crate::{Finding, Hysteresis, Latch, Severity};
+
+/// The verdict this detector produces (a type of the sample, shared with the outputs).
+pub use nodemedic_sample::verdict::CommitVerdict;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -36,19 +39,6 @@ impl Default for CommitLatencyConfig {
             clear_after: 2,
         }
     }
-}
-
-/// What the detector concluded from one sample.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct CommitVerdict {
-    pub directory: String,
-    /// Commits in the window.
-    pub commits: u64,
-    /// The window's p99, interpolated within its bucket as PromQL's `histogram_quantile`
-    /// does; `None` with fewer than `min_commits`.
-    pub p99_seconds: Option<f64>,
-    pub slow: bool,
-    pub changed: bool,
 }
 
 #[derive(Debug, Default)]

@@ -3,35 +3,10 @@
 use std::collections::BTreeMap;
 
 use nodemedic_kernel::device::{Classified, IrqDevice, IrqRole};
-use nodemedic_kernel::{CpuSet, Snapshot};
-use serde::Serialize;
+use nodemedic_kernel::CpuSet;
+use nodemedic_sample::Snapshot;
 
-/// A device and its interrupts, with where they are delivered and where they could be.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct DeviceGroup {
-    /// Stable identity across samples (`pci:0000:3b:00.0`, `dev:timer`).
-    pub key: String,
-    /// Readable name: the device instance (`virtio3`, `nvme0`, `eth0`) or `driver address`
-    /// (`mlx5_core 0000:3b:00.0`).
-    pub name: String,
-    pub driver: Option<String>,
-    pub pci: Option<String>,
-    /// Network interface backed by this device, if any.
-    pub netdev: Option<String>,
-    pub numa_node: Option<u32>,
-    /// The IRQs the collapse verdict considers: the data-queue IRQs when the device has any
-    /// (control vectors sit on one CPU by design), else all of them.
-    pub irqs: Vec<u32>,
-    /// The device's other IRQs (control, admin, config).
-    pub other_irqs: Vec<u32>,
-    /// Union of the CPUs the considered IRQs are delivered to.
-    pub effective_cpus: CpuSet,
-    /// CPUs the IRQs could be placed on: online, not isolated, not `nohz_full`, not banned
-    /// for irqbalance, and on the device's NUMA node when that is known and non-empty.
-    pub eligible_cpus: CpuSet,
-    /// Considered IRQs with no affinity data (vanished, unreadable).
-    pub unknown_affinity: Vec<u32>,
-}
+pub use nodemedic_sample::verdict::DeviceGroup;
 
 #[derive(Debug, Clone, Copy)]
 pub struct GroupingOptions {

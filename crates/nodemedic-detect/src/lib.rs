@@ -3,8 +3,9 @@
 
 pub mod collapse;
 pub mod commit_latency;
-pub mod finding;
 pub mod groups;
+/// Findings are a type of the sample (`nodemedic-sample`), shared with every output.
+pub use nodemedic_sample::finding;
 pub mod hysteresis;
 pub mod pressure;
 pub mod rates;

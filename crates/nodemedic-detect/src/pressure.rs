@@ -19,9 +19,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::finding::{Finding, Severity};
 use crate::hysteresis::{ratio as check_ratio, ConfigError, Hysteresis, Latch};
-use nodemedic_kernel::cgroup::{CgroupStats, Cgroups, Qos, Workload};
-use nodemedic_kernel::psi::Psi;
-use nodemedic_kernel::Snapshot;
+use nodemedic_kernel::cgroup::{CgroupStats, Cgroups, Workload};
+use nodemedic_kernel::psi::{Psi, PsiResource};
+use nodemedic_sample::Snapshot;
+
+/// The verdict this detector produces (types of the sample, shared with the outputs).
+pub use nodemedic_sample::verdict::{
+    CgroupRates, Change, PressureVerdict, PressureVerdictKind, PsiRatios, Scope,
+};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -93,68 +98,10 @@ impl PressureConfig {
     }
 }
 
-/// Share of the interval stalled, from a PSI file's `total=` counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct PsiRatios {
-    pub some: Option<f64>,
-    pub full: Option<f64>,
-}
-
-/// One cgroup over the last interval.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct CgroupRates {
-    /// Path relative to the hierarchy root.
-    pub path: String,
-    #[serde(skip)]
-    pub workload: Workload,
-    /// `pod`, `container` or `service`.
-    pub kind: &'static str,
-    pub pod_uid: Option<String>,
-    pub qos: Option<Qos>,
-    /// `namespace/pod` (plus `/container`) when the pod is known, the unit for a service,
-    /// else `pod <uid>`.
-    pub name: String,
-    pub namespace: Option<String>,
-    pub pod: Option<String>,
-    pub container: Option<String>,
-    pub quota_cores: Option<f64>,
-    /// CPUs used on average over the interval.
-    pub cpu_usage_cores: Option<f64>,
-    /// Throttled periods / periods over the interval (`None` without periods in it).
-    pub throttled_ratio: Option<f64>,
-    pub cpu_some_ratio: Option<f64>,
-    pub memory_some_ratio: Option<f64>,
-    pub io_some_ratio: Option<f64>,
-    pub quota_bound: bool,
-    pub starved: bool,
-}
-
-/// The detector's view after one sample.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PressureVerdict {
-    pub interval_seconds: f64,
-    /// Node PSI by resource over the interval (empty without node PSI).
-    pub node: BTreeMap<String, PsiRatios>,
-    pub node_saturated: bool,
-    /// Which node thresholds this sample passed (`cpu some`, `memory some`, `io full`).
-    pub node_over: Vec<String>,
-    /// Share of the online CPUs' time spent running tasks between the last two cgroup
-    /// readings; `None` before two readings or without the root cgroup's usage.
-    pub node_cpu_busy: Option<f64>,
-    /// Every watched cgroup with rates, by path. Shared with the detector: samples between
-    /// two cgroup readings repeat the same rates without copying 500 pods' worth of them.
-    pub cgroups: Arc<Vec<CgroupRates>>,
-    /// Verdicts that changed with this sample: (path or `node`, what, now active).
-    pub changes: Vec<Change>,
-}
-
-/// A verdict that changed: (cgroup path or `node`, what, now active).
-pub type Change = (String, &'static str, bool);
-
 #[derive(Debug, Clone, Default)]
 struct Previous {
     at: Duration,
-    node: Option<BTreeMap<String, Psi>>,
+    node: Option<BTreeMap<PsiResource, Psi>>,
 }
 
 #[derive(Debug, Default)]
@@ -167,7 +114,7 @@ pub struct PressureDetector {
     /// The rates and verdicts of the last fresh reading, repeated until the next one, and
     /// the pod list their names came from (names change when it does, not the rates).
     cgroup_rates: Arc<Vec<CgroupRates>>,
-    named_from: Option<Arc<BTreeMap<String, nodemedic_kernel::snapshot::PodIdentity>>>,
+    named_from: Option<Arc<BTreeMap<String, nodemedic_sample::snapshot::PodIdentity>>>,
     node: Latch,
     /// See [`PressureVerdict::node_cpu_busy`].
     node_cpu_busy: Option<f64>,
@@ -236,38 +183,47 @@ impl PressureDetector {
         let h = self.config.hysteresis();
         let (cgroups, mut changes) = cgroups;
 
-        let node: BTreeMap<String, PsiRatios> = match (&prev.node, &snap.pressure) {
+        let node: BTreeMap<PsiResource, PsiRatios> = match (&prev.node, &snap.pressure) {
             (Some(before), Some(now)) => now
                 .iter()
-                .filter_map(|(r, p)| Some((r.clone(), ratios(before.get(r)?, p, dt))))
+                .filter_map(|(r, p)| Some((*r, ratios(before.get(r)?, p, dt))))
                 .collect(),
             _ => BTreeMap::new(),
         };
-        let at = |r: &str, f: fn(&PsiRatios) -> Option<f64>| node.get(r).and_then(f);
+        let at = |r: PsiResource, f: fn(&PsiRatios) -> Option<f64>| node.get(&r).and_then(f);
         let mut node_over = Vec::new();
         let c = &self.config;
         let busy = self.node_cpu_busy.is_some_and(|b| b >= c.node_cpu_busy);
         for (resource, kind, value, threshold) in [
             (
-                "cpu",
+                PsiResource::Cpu,
                 "some",
-                at("cpu", |p| p.some).filter(|_| busy),
+                at(PsiResource::Cpu, |p| p.some).filter(|_| busy),
                 c.node_cpu_some,
             ),
             (
-                "memory",
+                PsiResource::Memory,
                 "some",
-                at("memory", |p| p.some),
+                at(PsiResource::Memory, |p| p.some),
                 c.node_memory_some,
             ),
-            ("io", "full", at("io", |p| p.full), c.node_io_full),
+            (
+                PsiResource::Io,
+                "full",
+                at(PsiResource::Io, |p| p.full),
+                c.node_io_full,
+            ),
         ] {
             if value.is_some_and(|v| v >= threshold) {
                 node_over.push(format!("{resource} {kind}"));
             }
         }
         if !node.is_empty() && self.node.update(!node_over.is_empty(), &h, snap.timestamp) {
-            changes.push(("node".to_string(), "node_saturated", self.node.active));
+            changes.push(Change {
+                scope: Scope::Node,
+                verdict: PressureVerdictKind::NodeSaturated,
+                active: self.node.active,
+            });
         }
 
         Some(PressureVerdict {
@@ -357,13 +313,21 @@ impl PressureDetector {
                 || r.memory_some_ratio
                     .is_some_and(|s| s >= c.starved_memory_some);
             if l.quota.update(quota_bound, &h, snap.timestamp) {
-                changes.push((path.clone(), "quota_bound", l.quota.active));
+                changes.push(Change {
+                    scope: Scope::Cgroup(path.clone()),
+                    verdict: PressureVerdictKind::QuotaBound,
+                    active: l.quota.active,
+                });
             }
             r.quota_bound = l.quota.active;
             // Containers share their pod's verdict; only pods and services are judged.
             if !matches!(r.workload, Workload::Container { .. }) {
                 if l.starved.update(starved, &h, snap.timestamp) {
-                    changes.push((path.clone(), "starved", l.starved.active));
+                    changes.push(Change {
+                        scope: Scope::Cgroup(path.clone()),
+                        verdict: PressureVerdictKind::Starved,
+                        active: l.starved.active,
+                    });
                 }
                 r.starved = l.starved.active;
             }
@@ -402,7 +366,7 @@ fn cgroup_rates(
     now: &CgroupStats,
     dt: f64,
 ) -> CgroupRates {
-    let psi = |resource: &str| {
+    let psi = |resource: PsiResource| {
         let r = ratios(
             before.pressure.get(resource)?,
             now.pressure.get(resource)?,
@@ -421,16 +385,15 @@ fn cgroup_rates(
         Some(d as f64 / 1e6 / dt)
     });
     let (name, namespace, pod, container) = names(snap, &now.workload);
-    let (kind, pod_uid, qos) = match &now.workload {
-        Workload::Pod { uid, qos } => ("pod", Some(uid.clone()), Some(*qos)),
-        Workload::Container { uid, qos, .. } => ("container", Some(uid.clone()), Some(*qos)),
-        Workload::Service { .. } => ("service", None, None),
-        Workload::Other => ("other", None, None),
+    let (pod_uid, qos) = match &now.workload {
+        Workload::Pod { uid, qos } | Workload::Container { uid, qos, .. } => {
+            (Some(uid.clone()), Some(*qos))
+        }
+        Workload::Service { .. } | Workload::Other => (None, None),
     };
     CgroupRates {
         path: path.to_string(),
         workload: now.workload.clone(),
-        kind,
         pod_uid,
         qos,
         name,
@@ -440,9 +403,9 @@ fn cgroup_rates(
         quota_cores: now.cpu_max.and_then(|m| m.cores()),
         cpu_usage_cores,
         throttled_ratio,
-        cpu_some_ratio: psi("cpu"),
-        memory_some_ratio: psi("memory"),
-        io_some_ratio: psi("io"),
+        cpu_some_ratio: psi(PsiResource::Cpu),
+        memory_some_ratio: psi(PsiResource::Memory),
+        io_some_ratio: psi(PsiResource::Io),
         quota_bound: false,
         starved: false,
     }
@@ -494,7 +457,7 @@ fn pct(v: Option<f64>) -> String {
 pub fn findings(v: &PressureVerdict) -> Vec<Finding> {
     let mut out = Vec::new();
     if v.node_saturated {
-        let at = |r: &str| v.node.get(r).copied().unwrap_or_default();
+        let at = |r: PsiResource| v.node.get(&r).copied().unwrap_or_default();
         out.push(Finding {
             kind: crate::FindingKind::NodeSaturated,
             severity: Severity::Warning,
@@ -503,10 +466,10 @@ pub fn findings(v: &PressureVerdict) -> Vec<Finding> {
                 "the node is saturated: work waited for CPU {} (some, with the CPUs {} busy), memory {} (some), I/O {} (full) of the last {:.0} s; \
                  it holds more than it can run: move workloads off it, lower overcommit (requests closer to use), \
                  and see the most-pressured cgroups in `nodemedic check`",
-                pct(at("cpu").some),
+                pct(at(PsiResource::Cpu).some),
                 pct(v.node_cpu_busy),
-                pct(at("memory").some),
-                pct(at("io").full),
+                pct(at(PsiResource::Memory).some),
+                pct(at(PsiResource::Io).full),
                 v.interval_seconds
             ),
         });
@@ -558,6 +521,7 @@ pub fn cgroup_findings(c: &CgroupRates) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+    use nodemedic_kernel::cgroup::Qos;
 
     use nodemedic_kernel::cgroup::{CgroupPressure, CpuMax, CpuStat};
     use nodemedic_kernel::psi::PsiLine;
@@ -598,6 +562,64 @@ mod tests {
         }
     }
 
+    /// `/status` and `check --format json` show a cgroup's workload as the kind they always
+    /// did.
+    #[test]
+    fn a_cgroup_shows_its_workload_as_its_kind() {
+        let (uid, qos) = ("1a2b".to_string(), Qos::Burstable);
+        for (workload, kind) in [
+            (
+                Workload::Pod {
+                    uid: uid.clone(),
+                    qos,
+                },
+                "pod",
+            ),
+            (
+                Workload::Container {
+                    uid,
+                    qos,
+                    runtime: None,
+                    id: "abc".into(),
+                },
+                "container",
+            ),
+            (
+                Workload::Service {
+                    unit: "kubelet.service".into(),
+                },
+                "service",
+            ),
+            (Workload::Other, "other"),
+        ] {
+            assert_eq!(workload.kind(), kind);
+            let g = CgroupStats {
+                workload,
+                ..pod(0, 1, 0)
+            };
+            let r = cgroup_rates(&Snapshot::default(), "x", &g, &g, 1.0);
+            let text = toml::to_string(&r).unwrap();
+            assert!(text.contains(&format!("\nkind = \"{kind}\"\n")), "{text}");
+        }
+    }
+
+    /// A change is logged with the subject and verdict names the log always had.
+    #[test]
+    fn changes_are_named_as_before() {
+        assert_eq!(Scope::Node.to_string(), "node");
+        assert_eq!(
+            Scope::Cgroup("kubepods/pod1".into()).to_string(),
+            "kubepods/pod1"
+        );
+        let names = [
+            PressureVerdictKind::NodeSaturated,
+            PressureVerdictKind::QuotaBound,
+            PressureVerdictKind::Starved,
+        ]
+        .map(PressureVerdictKind::as_str);
+        assert_eq!(names, ["node_saturated", "quota_bound", "starved"]);
+    }
+
     /// A detector that raises after two agreeing readings and clears after two.
     fn two_to_raise_two_to_clear() -> PressureDetector {
         PressureDetector::new(PressureConfig {
@@ -613,7 +635,7 @@ mod tests {
             timestamp: secs as f64,
             pressure: Some(
                 [(
-                    "cpu".to_string(),
+                    PsiResource::Cpu,
                     Psi {
                         some: line(node_cpu_us),
                         full: None,
@@ -632,7 +654,7 @@ mod tests {
     /// `snap` on a node of `cpus` CPUs whose tasks have used `usage_us` of CPU time in all.
     fn busy_snap(secs: u64, node_cpu_us: u64, cpus: u32, usage_us: u64) -> Snapshot {
         let mut s = snap(secs, node_cpu_us, pod(0, 0, 0));
-        s.topology = Some(nodemedic_kernel::snapshot::Topology {
+        s.topology = Some(nodemedic_sample::snapshot::Topology {
             online: nodemedic_kernel::CpuSet::from_cpus(0..cpus),
             ..Default::default()
         });
@@ -705,7 +727,7 @@ mod tests {
                 "a repeat is not a second reading"
             );
             assert!(
-                v.changes.iter().all(|(p, ..)| p == "node"),
+                v.changes.iter().all(|c| c.scope == Scope::Node),
                 "{:?}",
                 v.changes
             );
@@ -736,7 +758,7 @@ mod tests {
         assert!(Arc::ptr_eq(&first, &again), "no copy while nothing changed");
         repeat.pods = Some(Arc::new(BTreeMap::from([(
             "1a2b".to_string(),
-            nodemedic_kernel::snapshot::PodIdentity {
+            nodemedic_sample::snapshot::PodIdentity {
                 namespace: "hpc".into(),
                 name: "solver-0".into(),
                 containers: BTreeMap::new(),
@@ -769,7 +791,7 @@ mod tests {
         assert_eq!(c.quota_cores, Some(0.5));
         assert!((c.cpu_usage_cores.unwrap() - 0.5).abs() < 1e-9);
         assert!(!c.quota_bound, "hysteresis: one sample is not enough");
-        assert!((v.node["cpu"].some.unwrap() - 0.2).abs() < 1e-9);
+        assert!((v.node[&PsiResource::Cpu].some.unwrap() - 0.2).abs() < 1e-9);
         let v = d
             .observe(&snap(20, 4_000_000, pod(120, 200, 7_000_000)))
             .unwrap();
@@ -800,7 +822,7 @@ mod tests {
         let mut d = PressureDetector::new(PressureConfig::default());
         d.observe(&snap(0, 5_000_000, pod(100, 100, 9_000_000)));
         let v = d.observe(&snap(10, 1_000, pod(1, 2, 1_000))).unwrap();
-        assert_eq!(v.node["cpu"].some, None);
+        assert_eq!(v.node[&PsiResource::Cpu].some, None);
         assert_eq!(v.cgroups[0].throttled_ratio, None);
         assert_eq!(v.cgroups[0].cpu_some_ratio, None);
         let mut empty = snap(20, 2_000, pod(1, 2, 1_000));

@@ -202,13 +202,8 @@ mod tests {
     /// over rows that grow, wrap, reset, sit near the top of u64 and differ in length.
     #[test]
     fn growth_matches_the_per_cell_rule_on_random_rows() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rng = nodemedic_testkit::XorShift64::new(0x9e37_79b9_7f4a_7c15);
+        let mut next = move || rng.next_u64();
         for round in 0..2_000 {
             let len = (next() % 40) as usize;
             let before: Vec<u64> = (0..len)

@@ -28,79 +28,11 @@ use crate::finding::{Finding, Severity};
 use crate::hysteresis::{ratio, ConfigError, Hysteresis, Latch};
 use nodemedic_kernel::counter;
 use nodemedic_kernel::tuning::{IommuDomain, NicSettings, Queried, SrsoState, TuningSettings};
-use nodemedic_kernel::{CpuSet, Snapshot};
+use nodemedic_kernel::CpuSet;
+use nodemedic_sample::Snapshot;
 
-/// The rules, by the name config and findings use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TuningRule {
-    /// Fewer RX channels than the NIC has and than its local CPUs, with RPS off.
-    NicChannels,
-    /// RX ring below its maximum.
-    NicRings,
-    /// `net.core.netdev_budget` (and `_usecs`).
-    NetdevBudget,
-    /// `net.core.netdev_max_backlog`.
-    NetdevMaxBacklog,
-    /// Strict IOMMU (`DMA` domain) on a NIC's or NVMe drive's group.
-    IommuStrict,
-    /// The SRSO mitigation (`spec_rstack_overflow`).
-    Srso,
-    /// `mitigations=off` or `mitigations=auto,nosmt` on the command line.
-    Mitigations,
-    /// A cpufreq governor other than `performance`.
-    CpufreqGovernor,
-    /// No cpufreq policies: the frequency is the hypervisor's (or the firmware's).
-    CpufreqAbsent,
-    /// No IOMMU groups: DMA remapping is the hypervisor's (or off).
-    IommuAbsent,
-}
-
-impl TuningRule {
-    pub const ALL: [TuningRule; 10] = [
-        TuningRule::NicChannels,
-        TuningRule::NicRings,
-        TuningRule::NetdevBudget,
-        TuningRule::NetdevMaxBacklog,
-        TuningRule::IommuStrict,
-        TuningRule::Srso,
-        TuningRule::Mitigations,
-        TuningRule::CpufreqGovernor,
-        TuningRule::CpufreqAbsent,
-        TuningRule::IommuAbsent,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TuningRule::NicChannels => "nic_channels",
-            TuningRule::NicRings => "nic_rings",
-            TuningRule::NetdevBudget => "netdev_budget",
-            TuningRule::NetdevMaxBacklog => "netdev_max_backlog",
-            TuningRule::IommuStrict => "iommu_strict",
-            TuningRule::Srso => "srso",
-            TuningRule::Mitigations => "mitigations",
-            TuningRule::CpufreqGovernor => "cpufreq_governor",
-            TuningRule::CpufreqAbsent => "cpufreq_absent",
-            TuningRule::IommuAbsent => "iommu_absent",
-        }
-    }
-
-    /// The kind of its findings: `tuning_` and the rule.
-    pub fn finding_kind(self) -> &'static str {
-        match self {
-            TuningRule::NicChannels => "tuning_nic_channels",
-            TuningRule::NicRings => "tuning_nic_rings",
-            TuningRule::NetdevBudget => "tuning_netdev_budget",
-            TuningRule::NetdevMaxBacklog => "tuning_netdev_max_backlog",
-            TuningRule::IommuStrict => "tuning_iommu_strict",
-            TuningRule::Srso => "tuning_srso",
-            TuningRule::Mitigations => "tuning_mitigations",
-            TuningRule::CpufreqGovernor => "tuning_cpufreq_governor",
-            TuningRule::CpufreqAbsent => "tuning_cpufreq_absent",
-            TuningRule::IommuAbsent => "tuning_iommu_absent",
-        }
-    }
-}
+/// The audit's rules and verdict (types of the sample, shared with the outputs).
+pub use nodemedic_sample::verdict::{TuningFinding, TuningRule, TuningVerdict};
 
 /// The `[tuning]` section.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -163,54 +95,9 @@ impl TuningConfig {
     }
 }
 
-/// One finding of the audit: what is set, what this node shows, what it costs and how to
-/// change it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct TuningFinding {
-    pub rule: TuningRule,
-    /// `info` or `warning`.
-    pub severity: Severity,
-    /// What it is about: an interface, a device, a sysctl, `cpufreq`.
-    pub subject: String,
-    /// The setting and the symptom, as read on this node.
-    pub evidence: String,
-    /// What it costs, with the measured reference where there is one.
-    pub cost: String,
-    /// The command, sysctl or kernel argument that changes it.
-    pub fix: String,
-}
-
-impl From<&TuningFinding> for Finding {
-    fn from(t: &TuningFinding) -> Self {
-        Finding {
-            kind: crate::FindingKind::Tuning(t.rule),
-            severity: t.severity,
-            subject: t.subject.clone(),
-            message: format!("{} Cost: {} Fix: {}", t.evidence, t.cost, t.fix),
-        }
-    }
-}
-
 /// The findings as the shared [`Finding`] type.
 pub fn findings(v: &TuningVerdict) -> Vec<Finding> {
     v.findings.iter().map(Finding::from).collect()
-}
-
-/// The audit after one sample.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct TuningVerdict {
-    /// Seconds since the previous sample; `None` on the first (no rates yet).
-    pub interval_seconds: Option<f64>,
-    /// Sorted by rule, then subject.
-    pub findings: Vec<TuningFinding>,
-}
-
-impl TuningVerdict {
-    pub fn warnings(&self) -> impl Iterator<Item = &TuningFinding> {
-        self.findings
-            .iter()
-            .filter(|f| f.severity == Severity::Warning)
-    }
 }
 
 /// The counters of one sample the rates come from.
@@ -700,47 +587,11 @@ impl Audit<'_> {
 
     fn iommu(&mut self, s: &TuningSettings) {
         if !s.iommu_groups_present {
-            let mut evidence =
-                "/sys/kernel/iommu_groups is empty: no device is behind an IOMMU this kernel manages."
-                    .to_string();
-            let owner = if s.hypervisor == Some(false) {
-                " DMA is not translated (the IOMMU is off in the firmware or the kernel): no \
-                 isolation, and no IOMMU cost."
-            } else {
-                " On a virtual machine DMA remapping belongs to the hypervisor, not to this guest."
-            };
-            evidence.push_str(owner);
-            if s.hypervisor == Some(true) {
-                evidence.push_str(" This node is a virtual machine (cpuinfo: hypervisor).");
-            }
-            self.push(
-                TuningRule::IommuAbsent,
-                false,
-                "iommu",
-                evidence,
-                "none on this node.",
-                "nothing to change in the guest; on the host, the IOMMU mode is the hypervisor's \
-                 kernel argument (iommu.strict=0 or iommu=pt)."
-                    .into(),
-            );
+            self.iommu_absent(s);
             return;
         }
         let rule = TuningRule::IommuStrict;
-        // The devices nodemedic knows that move the most DMA: NICs and NVMe drives.
-        let mut devices: BTreeMap<String, String> = BTreeMap::new();
-        for (netdev, pci) in &self.snap.netdevs {
-            devices.insert(pci.clone(), netdev.clone());
-        }
-        for (pci, d) in &self.snap.pci_devices {
-            if d.driver.as_deref() == Some("nvme") {
-                let name = self
-                    .irq
-                    .iter()
-                    .find(|v| v.group.pci.as_deref() == Some(pci))
-                    .map_or_else(|| format!("nvme {pci}"), |v| v.group.name.clone());
-                devices.entry(pci.clone()).or_insert(name);
-            }
-        }
+        let devices = self.dma_devices();
         let requested = s
             .cmdline
             .as_ref()
@@ -794,6 +645,53 @@ impl Audit<'_> {
                     .into(),
             );
         }
+    }
+
+    /// No IOMMU groups: a note of who owns DMA remapping here, the firmware or the hypervisor.
+    fn iommu_absent(&mut self, s: &TuningSettings) {
+        let mut evidence =
+            "/sys/kernel/iommu_groups is empty: no device is behind an IOMMU this kernel manages."
+                .to_string();
+        let owner = if s.hypervisor == Some(false) {
+            " DMA is not translated (the IOMMU is off in the firmware or the kernel): no \
+             isolation, and no IOMMU cost."
+        } else {
+            " On a virtual machine DMA remapping belongs to the hypervisor, not to this guest."
+        };
+        evidence.push_str(owner);
+        if s.hypervisor == Some(true) {
+            evidence.push_str(" This node is a virtual machine (cpuinfo: hypervisor).");
+        }
+        self.push(
+            TuningRule::IommuAbsent,
+            false,
+            "iommu",
+            evidence,
+            "none on this node.",
+            "nothing to change in the guest; on the host, the IOMMU mode is the hypervisor's \
+             kernel argument (iommu.strict=0 or iommu=pt)."
+                .into(),
+        );
+    }
+
+    /// The devices nodemedic knows that move the most DMA, NICs and NVMe drives: by PCI
+    /// address, each with its name.
+    fn dma_devices(&self) -> BTreeMap<String, String> {
+        let mut devices: BTreeMap<String, String> = BTreeMap::new();
+        for (netdev, pci) in &self.snap.netdevs {
+            devices.insert(pci.clone(), netdev.clone());
+        }
+        for (pci, d) in &self.snap.pci_devices {
+            if d.driver.as_deref() == Some("nvme") {
+                let name = self
+                    .irq
+                    .iter()
+                    .find(|v| v.group.pci.as_deref() == Some(pci))
+                    .map_or_else(|| format!("nvme {pci}"), |v| v.group.name.clone());
+                devices.entry(pci.clone()).or_insert(name);
+            }
+        }
+        devices
     }
 
     fn srso(&mut self, s: &TuningSettings) {
@@ -990,9 +888,9 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use nodemedic_kernel::snapshot::Topology;
     use nodemedic_kernel::softnet::SoftnetRow;
     use nodemedic_kernel::tuning::{Channels, NetCore, NicStats, Queried, Rings, Tuning};
+    use nodemedic_sample::snapshot::Topology;
 
     fn snap(at: u64, squeeze: u32, missed: u64) -> Snapshot {
         let mut nics = BTreeMap::new();

@@ -8,8 +8,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::finding::{Finding, Severity};
 use crate::hysteresis::{ratio, ConfigError, Hysteresis, Latch};
-use nodemedic_kernel::perf::PerfRates;
-use nodemedic_kernel::Snapshot;
+use nodemedic_sample::perf::PerfRates;
+use nodemedic_sample::Snapshot;
+
+/// The verdict this detector produces (a type of the sample, shared with the outputs).
+pub use nodemedic_sample::verdict::StormVerdict;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -50,20 +53,6 @@ impl WakeupStormConfig {
         }
         .validate()
     }
-}
-
-/// The detector's view after one sample.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct StormVerdict {
-    pub storming: bool,
-    /// The verdict changed with this sample.
-    pub changed: bool,
-    /// Whether this sample's rates passed both thresholds.
-    pub observed: bool,
-    pub wakeups_per_second: f64,
-    pub wakeup_ratio: f64,
-    /// The owner with the most wakeups in the interval: (pid, comm, wakeups/s, outputs/s).
-    pub top_owner: Option<(u32, String, f64, f64)>,
 }
 
 #[derive(Debug, Default)]
@@ -150,7 +139,7 @@ pub fn finding(v: &StormVerdict) -> Option<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodemedic_kernel::perf::{PerfOwnerRate, PerfProbes};
+    use nodemedic_sample::perf::{PerfOwnerRate, PerfProbes};
 
     fn snap(t: f64, wakeups: f64, ratio: f64) -> Snapshot {
         Snapshot {

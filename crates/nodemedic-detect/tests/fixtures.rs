@@ -3,27 +3,13 @@
 
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
 
-mod common;
-
-use common::fixture;
-
-use std::path::PathBuf;
 use std::time::Duration;
 
-use nodemedic_collect::{CollectorSet, Paths};
+use nodemedic_collect::{CollectorName, CollectorSet, Paths};
 use nodemedic_detect::collapse::findings;
 use nodemedic_detect::{CollapseConfig, CollapseDetector, GroupVerdict, HurtingConfig};
-use nodemedic_kernel::Snapshot;
-
-fn snapshot(name: &str, at_secs: u64) -> Snapshot {
-    let (snap, runs) = CollectorSet::all().sample(&fixture(name), Duration::from_secs(at_secs));
-    for r in &runs {
-        if let Err(e) = &r.outcome {
-            panic!("{name}: collector {} failed: {e}", r.name);
-        }
-    }
-    snap
-}
+use nodemedic_sample::Snapshot;
+use nodemedic_testkit::{copy_fixture, fixture_paths, fixture_snapshot};
 
 fn immediate() -> CollapseDetector {
     let collapse = CollapseConfig {
@@ -62,7 +48,7 @@ fn collapsed_names(verdicts: &[GroupVerdict]) -> Vec<&str> {
 #[test]
 fn incident_8cpu_is_collapsed_then_hurting() {
     let mut d = immediate();
-    let first = d.observe(&snapshot("8cpu-collapsed", 0));
+    let first = d.observe(&fixture_snapshot("8cpu-collapsed", Duration::ZERO));
     let nic = group(&first, "virtio2");
     assert!(nic.collapsed);
     assert!(!nic.hurting, "no rate yet, cannot be hurting");
@@ -90,7 +76,10 @@ fn incident_8cpu_is_collapsed_then_hurting() {
     assert_eq!(nvme.group.effective_cpus.len(), 8);
 
     // Ten seconds later the NIC's counts grew on CPUs 4 and 5 only.
-    let later = d.observe(&snapshot("8cpu-collapsed-later", 10));
+    let later = d.observe(&fixture_snapshot(
+        "8cpu-collapsed-later",
+        Duration::from_secs(10),
+    ));
     let nic = group(&later, "virtio2");
     assert!(nic.collapsed && nic.hurting);
     assert_eq!(
@@ -135,8 +124,8 @@ fn incident_8cpu_is_collapsed_then_hurting() {
 fn hurting_needs_rate_on_the_hot_cpu_not_just_placement() {
     // Same placement sampled twice without growth: collapsed, not hurting.
     let mut d = immediate();
-    d.observe(&snapshot("8cpu-collapsed", 0));
-    let again = d.observe(&snapshot("8cpu-collapsed", 10));
+    d.observe(&fixture_snapshot("8cpu-collapsed", Duration::ZERO));
+    let again = d.observe(&fixture_snapshot("8cpu-collapsed", Duration::from_secs(10)));
     let nic = group(&again, "virtio2");
     assert!(nic.collapsed && !nic.hurting);
     assert_eq!(nic.evidence.irq_rate, Some(0.0));
@@ -164,7 +153,7 @@ fn one_flow_on_a_spread_nic_is_one_irqs_load_on_the_hottest_cpu() {
     // hottest CPU takes all of the rate, yet it carries a single IRQ, which no placement splits
     // (remediation's verification must not call that spread a failure).
     let mut d = immediate();
-    let before = snapshot("8cpu-balanced", 0);
+    let before = fixture_snapshot("8cpu-balanced", Duration::ZERO);
     let v = d.observe(&before);
     let irqs = group(&v, "virtio2").group.irqs.clone();
     let later = grown(&before, 10, &irqs[..1]);
@@ -184,7 +173,7 @@ fn one_flow_on_a_spread_nic_is_one_irqs_load_on_the_hottest_cpu() {
 
 #[test]
 fn balanced_8cpu_is_healthy() {
-    let v = immediate().observe(&snapshot("8cpu-balanced", 0));
+    let v = immediate().observe(&fixture_snapshot("8cpu-balanced", Duration::ZERO));
     assert!(collapsed_names(&v).is_empty());
     let nic = group(&v, "virtio2");
     assert_eq!(nic.group.effective_cpus.len(), 8);
@@ -193,7 +182,7 @@ fn balanced_8cpu_is_healthy() {
 
 #[test]
 fn large_nodes() {
-    let v = immediate().observe(&snapshot("96cpu-healthy", 0));
+    let v = immediate().observe(&fixture_snapshot("96cpu-healthy", Duration::ZERO));
     assert!(collapsed_names(&v).is_empty());
     let mlx = group(&v, "mlx5_core 0000:3b:00.0");
     assert_eq!(mlx.group.irqs.len(), 48);
@@ -214,15 +203,15 @@ fn large_nodes() {
     );
     assert_eq!(ice.group.eligible_cpus.to_list_string(), "48-95");
 
-    let v = immediate().observe(&snapshot("96cpu-collapsed", 0));
+    let v = immediate().observe(&fixture_snapshot("96cpu-collapsed", Duration::ZERO));
     assert_eq!(collapsed_names(&v), vec!["mlx5_core 0000:3b:00.0"]);
     let mlx = group(&v, "mlx5_core 0000:3b:00.0");
     assert_eq!(mlx.group.effective_cpus.to_list_string(), "4-5");
     assert_eq!(mlx.group.eligible_cpus.len(), 48);
 
-    let v = immediate().observe(&snapshot("256cpu-healthy", 0));
+    let v = immediate().observe(&fixture_snapshot("256cpu-healthy", Duration::ZERO));
     assert!(collapsed_names(&v).is_empty());
-    let v = immediate().observe(&snapshot("256cpu-collapsed", 0));
+    let v = immediate().observe(&fixture_snapshot("256cpu-collapsed", Duration::ZERO));
     assert_eq!(
         collapsed_names(&v),
         vec!["mlx5_core 0000:17:00.0", "mlx5_core 0000:17:00.1"]
@@ -237,7 +226,7 @@ fn large_nodes() {
 
 #[test]
 fn isolated_nohz_and_banned_cpus_are_not_eligible() {
-    let snap = snapshot("isolated", 0);
+    let snap = fixture_snapshot("isolated", Duration::ZERO);
     let irqb = snap.irqbalance.as_ref().unwrap();
     assert_eq!(irqb.banned_cpus.to_list_string(), "6-7");
     let topo = snap.topology.as_ref().unwrap();
@@ -254,7 +243,7 @@ fn isolated_nohz_and_banned_cpus_are_not_eligible() {
 
 #[test]
 fn offline_cpus_and_old_layouts() {
-    let snap = snapshot("8cpu-offline", 0);
+    let snap = fixture_snapshot("8cpu-offline", Duration::ZERO);
     let ints = snap.interrupts.as_ref().unwrap();
     assert_eq!(ints.cpus, vec![0, 1, 3, 4, 6, 7]);
     let softnet_cpus: Vec<u32> = snap.softnet.as_ref().unwrap().iter().map(|r| r.0).collect();
@@ -264,7 +253,7 @@ fn offline_cpus_and_old_layouts() {
     let nic = group(&v, "virtio2");
     assert_eq!(nic.group.eligible_cpus.to_list_string(), "0-1,3-4,6-7");
 
-    let snap = snapshot("8cpu-legacy-softnet", 0);
+    let snap = fixture_snapshot("8cpu-legacy-softnet", Duration::ZERO);
     let softnet_cpus: Vec<u32> = snap.softnet.as_ref().unwrap().iter().map(|r| r.0).collect();
     assert_eq!(softnet_cpus, (0..8).collect::<Vec<_>>());
     let v = immediate().observe(&snap);
@@ -283,14 +272,14 @@ fn offline_cpus_and_old_layouts() {
 #[test]
 fn aarch64_layouts() {
     for name in ["aarch64", "aarch64-128cpu"] {
-        let snap = snapshot(name, 0);
+        let snap = fixture_snapshot(name, Duration::ZERO);
         let ints = snap.interrupts.as_ref().unwrap();
         assert!(ints.skipped.is_empty(), "{name}: {:?}", ints.skipped);
         assert!(ints.arch.iter().any(|a| a.name == "IPI0"));
         let v = immediate().observe(&snap);
         assert!(collapsed_names(&v).is_empty(), "{name}");
     }
-    let snap = snapshot("aarch64-128cpu", 0);
+    let snap = fixture_snapshot("aarch64-128cpu", Duration::ZERO);
     let ipi0 = snap
         .interrupts
         .as_ref()
@@ -304,30 +293,30 @@ fn aarch64_layouts() {
     let mlx = group(&v, "mlx5_core 0000:01:00.0");
     assert_eq!(mlx.group.irqs.len(), 64);
     assert_eq!(mlx.group.effective_cpus.len(), 64);
-    let v = immediate().observe(&snapshot("aarch64", 0));
+    let v = immediate().observe(&fixture_snapshot("aarch64", Duration::ZERO));
     let nic = group(&v, "ens5");
     assert_eq!(nic.group.irqs.len(), 4);
 }
 
 #[test]
 fn damaged_trees_degrade_without_losing_the_rest() {
-    let paths = fixture("truncated");
+    let paths = fixture_paths("truncated");
     let (snap, runs) = CollectorSet::all().sample(&paths, Duration::ZERO);
-    let run = |n: &str| runs.iter().find(|r| r.name == n).unwrap();
-    let ints = run("interrupts").outcome.as_ref().unwrap();
+    let run = |n: CollectorName| runs.iter().find(|r| r.name == n).unwrap();
+    let ints = run(CollectorName::Interrupts).outcome.as_ref().unwrap();
     assert!(
         ints.warnings.iter().any(|w| w.contains("cut short")),
         "{:?}",
         ints.warnings
     );
-    let softnet = run("softnet").outcome.as_ref().unwrap();
+    let softnet = run(CollectorName::Softnet).outcome.as_ref().unwrap();
     assert!(!softnet.warnings.is_empty());
     assert_eq!(
         snap.softnet.as_ref().unwrap().len(),
         7,
         "the cut row is dropped, the rest kept"
     );
-    let aff = run("irq_affinity").outcome.as_ref().unwrap();
+    let aff = run(CollectorName::IrqAffinity).outcome.as_ref().unwrap();
     assert!(aff.warnings.is_empty(), "{:?}", aff.warnings);
     assert!(!snap.affinity.contains_key(&29), "IRQ 29 has no directory");
     let a27 = &snap.affinity[&27];
@@ -339,21 +328,30 @@ fn damaged_trees_degrade_without_losing_the_rest() {
     assert_eq!(nic.group.effective_cpus.to_list_string(), "4-5");
 
     for name in ["empty", "missing"] {
-        let (snap, runs) = CollectorSet::all().sample(&fixture(name), Duration::ZERO);
-        let failed: Vec<&str> = runs
+        let (snap, runs) = CollectorSet::all().sample(&fixture_paths(name), Duration::ZERO);
+        let failed: Vec<CollectorName> = runs
             .iter()
             .filter(|r| r.outcome.is_err())
             .map(|r| r.name)
             .collect();
-        assert!(failed.contains(&"interrupts"), "{name}: {failed:?}");
-        assert!(failed.contains(&"softirqs"), "{name}: {failed:?}");
-        let topo = runs.iter().find(|r| r.name == "topology").unwrap();
+        assert!(
+            failed.contains(&CollectorName::Interrupts),
+            "{name}: {failed:?}"
+        );
+        assert!(
+            failed.contains(&CollectorName::Softirqs),
+            "{name}: {failed:?}"
+        );
+        let topo = runs
+            .iter()
+            .find(|r| r.name == CollectorName::Topology)
+            .unwrap();
         assert!(topo.outcome.is_ok(), "{name}: sysfs is intact");
         assert!(snap.topology.is_some());
         assert!(immediate().observe(&snap).is_empty());
         let err = runs
             .iter()
-            .find(|r| r.name == "interrupts")
+            .find(|r| r.name == CollectorName::Interrupts)
             .unwrap()
             .outcome
             .as_ref()
@@ -368,8 +366,8 @@ fn damaged_trees_degrade_without_losing_the_rest() {
 
 #[test]
 fn oscillating_placement_never_flips_the_verdict() {
-    let collapsed = snapshot("8cpu-collapsed", 0);
-    let balanced = snapshot("8cpu-balanced", 0);
+    let collapsed = fixture_snapshot("8cpu-collapsed", Duration::ZERO);
+    let balanced = fixture_snapshot("8cpu-balanced", Duration::ZERO);
     let mut d = CollapseDetector::new(CollapseConfig::default(), HurtingConfig::default());
     for i in 0..50u64 {
         let mut s = if i % 2 == 0 {
@@ -407,27 +405,10 @@ fn oscillating_placement_never_flips_the_verdict() {
     );
 }
 
-/// A copy of a fixture tree that a test may damage.
-fn scratch_copy(name: &str) -> (tempfile::TempDir, Paths) {
-    let tmp = tempfile::tempdir().unwrap();
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures")
-        .join(name);
-    // `cp -a` keeps the sysfs symlinks the collectors follow.
-    let status = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(&src)
-        .arg(tmp.path().join("root"))
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let paths = Paths::under(tmp.path().join("root"));
-    (tmp, paths)
-}
-
 #[test]
 fn a_corrupt_affinity_file_loses_only_its_own_irq_mask() {
-    let (_tmp, paths) = scratch_copy("8cpu-collapsed");
+    let copy = copy_fixture("8cpu-collapsed");
+    let paths = Paths::under(copy.path());
     let (clean, _) = CollectorSet::all().sample(&paths, Duration::ZERO);
     // IRQs 4 and 12 sort before the NIC's queues (27-34) and belong to no NIC.
     for irq in [4, 12] {
@@ -440,7 +421,7 @@ fn a_corrupt_affinity_file_loses_only_its_own_irq_mask() {
     let (snap, runs) = CollectorSet::all().sample(&paths, Duration::ZERO);
     let aff = runs
         .iter()
-        .find(|r| r.name == "irq_affinity")
+        .find(|r| r.name == CollectorName::IrqAffinity)
         .unwrap()
         .outcome
         .as_ref()

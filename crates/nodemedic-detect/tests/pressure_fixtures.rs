@@ -4,21 +4,18 @@
 
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
 
-mod common;
-
-use common::fixture;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use nodemedic_collect::sources::{CgroupSelection, CgroupsCollector, PressureCollector};
-use nodemedic_collect::{CollectorRun, CollectorSet};
+use nodemedic_collect::{CollectorName, CollectorRun, CollectorSet};
 use nodemedic_detect::pressure::{findings, CgroupRates};
 use nodemedic_detect::{PressureConfig, PressureDetector, PressureVerdict};
 use nodemedic_kernel::cgroup::{Qos, Workload};
-use nodemedic_kernel::snapshot::PodIdentity;
-use nodemedic_kernel::Snapshot;
+use nodemedic_sample::snapshot::PodIdentity;
+use nodemedic_sample::Snapshot;
+use nodemedic_testkit::fixture_paths;
 
 const HPC: &str = "8f14e45f-ceea-467f-a0e6-4f1a2b3c4d5e";
 const WEB: &str = "c9f0f895-fb98-4b91-9a7c-2a3b4c5d6e7f";
@@ -35,7 +32,7 @@ fn set(selection: CgroupSelection) -> CollectorSet {
 }
 
 fn sample(set: &mut CollectorSet, tree: &str, at: u64) -> (Snapshot, Vec<CollectorRun>) {
-    let (snap, runs) = set.sample(&fixture(tree), Duration::from_secs(at));
+    let (snap, runs) = set.sample(&fixture_paths(tree), Duration::from_secs(at));
     for r in &runs {
         if let Err(e) = &r.outcome {
             panic!("{tree}: collector {} failed: {e}", r.name);
@@ -44,7 +41,7 @@ fn sample(set: &mut CollectorSet, tree: &str, at: u64) -> (Snapshot, Vec<Collect
     (snap, runs)
 }
 
-fn warnings(runs: &[CollectorRun], collector: &str) -> Vec<String> {
+fn warnings(runs: &[CollectorRun], collector: CollectorName) -> Vec<String> {
     runs.iter()
         .find(|r| r.name == collector)
         .and_then(|r| r.outcome.as_ref().ok())
@@ -65,7 +62,10 @@ fn verdict(tree: &str, selection: CgroupSelection, pods: bool) -> (PressureVerdi
     assert!(d.observe(&first).is_none());
     let (mut second, runs) = sample(&mut set, &format!("{tree}-later"), 110);
     second.pods = names;
-    (d.observe(&second).unwrap(), warnings(&runs, "cgroups"))
+    (
+        d.observe(&second).unwrap(),
+        warnings(&runs, CollectorName::Cgroups),
+    )
 }
 
 fn names() -> Arc<BTreeMap<String, PodIdentity>> {
@@ -98,7 +98,11 @@ fn close(a: Option<f64>, b: f64) -> bool {
 /// the web pod healthy, node PSI at the generator's 12% CPU.
 fn common(v: &PressureVerdict) {
     assert!((v.interval_seconds - 10.0).abs() < 1e-9);
-    assert!(close(v.node["cpu"].some, 0.12), "{:?}", v.node);
+    assert!(
+        close(v.node[&nodemedic_kernel::psi::PsiResource::Cpu].some, 0.12),
+        "{:?}",
+        v.node
+    );
     assert!(!v.node_saturated);
 
     let hpc = by_uid(v, HPC);

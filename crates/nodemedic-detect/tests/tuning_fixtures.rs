@@ -4,27 +4,24 @@
 
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
 
-mod common;
-
-use common::fixture_root as root;
-
 use std::time::Duration;
 
 use nodemedic_collect::sources::{
     netlink_sees_host, NicLimitsFiles, NicLimitsSource, NicLimitsUnavailable, TuningCollector,
 };
-use nodemedic_collect::{CollectorSet, Paths};
+use nodemedic_collect::{CollectorName, CollectorSet};
 use nodemedic_detect::tuning::{findings, TuningFinding};
 use nodemedic_detect::{
     CollapseConfig, CollapseDetector, HurtingConfig, Severity, TuningConfig, TuningDetector,
     TuningRule, TuningVerdict,
 };
+use nodemedic_testkit::{fixture, fixture_paths};
 
 /// The audit of `tree`, and of `tree-later` 10 s after it when `later`, channels and rings
 /// from the tree's `ethtool/` files.
 fn audit(tree: &str, later: bool, config: TuningConfig) -> Vec<TuningVerdict> {
     let files = NicLimitsFiles {
-        dir: root(tree).join("ethtool"),
+        dir: fixture(tree).join("ethtool"),
     };
     audit_with(tree, later, config, Box::new(files))
 }
@@ -48,13 +45,13 @@ fn audit_with(
     trees
         .into_iter()
         .map(|(name, at)| {
-            let (snap, runs) = set.sample(&Paths::under(root(&name)), Duration::from_secs(at));
+            let (snap, runs) = set.sample(&fixture_paths(&name), Duration::from_secs(at));
             for r in &runs {
                 let c = r
                     .outcome
                     .as_ref()
                     .unwrap_or_else(|e| panic!("{name}: {} failed: {e}", r.name));
-                if r.name == "tuning" {
+                if r.name == CollectorName::Tuning {
                     assert!(c.warnings.is_empty(), "{name}: {:?}", c.warnings);
                 }
             }
@@ -352,7 +349,7 @@ fn nic_channels_rings_and_softnet_budgets() {
 fn nic_channels_without_the_maximum() {
     use Severity::*;
     use TuningRule::*;
-    let foreign = netlink_sees_host(&root("tuning-nic-channels").join("sys"))
+    let foreign = netlink_sees_host(&fixture("tuning-nic-channels").join("sys"))
         .expect_err("a fixture tree's interfaces are not this machine's")
         .to_string();
     let driver = tempfile::tempdir().unwrap();

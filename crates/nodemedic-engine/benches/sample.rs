@@ -126,7 +126,7 @@ fn run_with(name: &str, paths: Paths, samples: usize, cgroups_interval: Duration
         .collectors
         .iter()
         .filter(|c| !c.is_success())
-        .map(|c| c.name.clone())
+        .map(|c| c.name.to_string())
         .collect();
     if !failed.is_empty() {
         eprintln!("note: {name}: collectors not succeeding: {failed:?}");
@@ -158,7 +158,7 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(300);
-    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+    let fixtures = nodemedic_testkit::fixtures_dir();
     println!("{samples} samples per case after 5 warm-up samples; ms per sample; RSS = this process's peak so far.\n");
     println!("| case | shape | wall median ms | wall p90 ms | CPU ms/sample | peak RSS MiB |");
     println!("|---|---|---|---|---|---|");

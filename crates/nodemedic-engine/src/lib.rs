@@ -2,57 +2,48 @@
 //! detectors → findings. It does no output and takes no action; the daemon exports and
 //! remediates from its [`Sample`]s, `check` prints them.
 
-pub mod report;
-pub mod text;
+mod registry;
 
 use std::collections::{BTreeSet, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
-use nodemedic_collect::sources::{
-    netlink_sees_host, CgroupSelection, CgroupsCollector, NicLimitsFiles, NicLimitsUnavailable,
-    TuningCollector,
-};
+use nodemedic_collect::sources::CgroupSelection;
+use nodemedic_collect::CommitTimerConfig;
 use nodemedic_collect::{
-    monotonic_now, panic_message, Collector, CollectorRun, CollectorSet, CollectorState,
-    CollectorStatus, Paths, Reader, ReaderConfig, ReaderStatus, DEFAULT_RESCAN_INTERVAL,
+    monotonic_now, panic_message, CollectorName, CollectorRun, CollectorSet, CollectorState,
+    CollectorStatus, Paths, Reader, ReaderConfig, DEFAULT_RESCAN_INTERVAL,
 };
-use nodemedic_collect::{CommitProbeCollector, CommitProbeConfig};
 use nodemedic_detect::collapse::findings as collapse_findings;
 use nodemedic_detect::commit_latency::findings as commit_findings;
 use nodemedic_detect::pressure::findings as pressure_findings;
 use nodemedic_detect::tuning::findings as tuning_findings;
 use nodemedic_detect::wakeup_storm::finding as storm_finding;
 use nodemedic_detect::{
-    CollapseConfig, CollapseDetector, Finding, GroupVerdict, HurtingConfig, Severity, StormVerdict,
-    WakeupStormConfig, WakeupStormDetector,
+    CollapseConfig, CollapseDetector, Finding, HurtingConfig, Severity, WakeupStormConfig,
+    WakeupStormDetector,
 };
-use nodemedic_detect::{CommitLatencyConfig, CommitLatencyDetector, CommitVerdict};
-use nodemedic_detect::{PressureConfig, PressureDetector, PressureVerdict};
-use nodemedic_detect::{TuningConfig, TuningDetector, TuningVerdict};
+use nodemedic_detect::{CommitLatencyConfig, CommitLatencyDetector};
+use nodemedic_detect::{PressureConfig, PressureDetector};
+use nodemedic_detect::{TuningConfig, TuningDetector};
 use nodemedic_kernel::counter::Widener;
-use nodemedic_kernel::Snapshot;
-
-/// Collectors whose failure says something about the kernel or the daemon's privileges, not
-/// about the node's health: the eBPF probes (`nodemedic-probe`) need BTF, kprobes or fentry
-/// trampolines and CAP_BPF/CAP_PERFMON. Their failure is shown (status, metrics) but is an
-/// `info` finding, so `nodemedic check` does not fail a healthy node for it.
-pub const OPTIONAL_COLLECTORS: &[&str] = &["perf_probes"];
+use nodemedic_sample::Sample;
+pub use registry::{Build, Registry};
 
 /// What the pipeline needs to know, independent of how the binary's configuration is shaped.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     pub paths: Paths,
     /// Collectors switched off by configuration; they are reported as disabled.
-    pub disabled_collectors: BTreeSet<String>,
+    pub disabled_collectors: BTreeSet<CollectorName>,
     /// How often rarely-changing sources (topology, PCI devices) are re-read.
     pub rescan_interval: Duration,
     /// The read layer's backend and fd bound.
     pub reader: ReaderConfig,
     pub collapse: CollapseConfig,
     pub hurting: HurtingConfig,
-    /// The disk commit latency probe (off when `None`) and its detector.
-    pub commit_probe: Option<CommitProbeConfig>,
+    /// The disk commit latency timer (off when `None`) and its detector.
+    pub commit_timer: Option<CommitTimerConfig>,
     pub commit_latency: CommitLatencyConfig,
     pub wakeup_storm: WakeupStormConfig,
     /// Which cgroups the cgroups collector watches.
@@ -110,7 +101,7 @@ impl Default for EngineConfig {
             reader: ReaderConfig::default(),
             collapse: CollapseConfig::default(),
             hurting: HurtingConfig::default(),
-            commit_probe: None,
+            commit_timer: None,
             commit_latency: CommitLatencyConfig::default(),
             wakeup_storm: WakeupStormConfig::default(),
             cgroups: CgroupSelection::default(),
@@ -124,6 +115,8 @@ impl Default for EngineConfig {
 pub struct Engine {
     collectors: CollectorSet,
     disabled: Vec<CollectorStatus>,
+    /// The collectors whose failure is an `info` finding (see [`Registry`]).
+    optional: Vec<CollectorName>,
     paths: Paths,
     detector: CollapseDetector,
     commit_detector: CommitLatencyDetector,
@@ -135,80 +128,29 @@ pub struct Engine {
     widener: Widener,
     /// Each collector's failure reason in the previous sample, so that a collector that keeps
     /// failing is logged when its state changes, not every sample.
-    failing: HashMap<&'static str, String>,
-}
-
-/// Everything one sample produced.
-#[derive(Debug, Clone)]
-pub struct Sample {
-    pub snapshot: Snapshot,
-    pub collectors: Vec<CollectorStatus>,
-    pub verdicts: Vec<GroupVerdict>,
-    /// The disk commit detector's verdict, when the probe is enabled.
-    pub commit: Option<CommitVerdict>,
-    pub findings: Vec<Finding>,
-    /// The perf-event wakeup storm verdict (None while the eBPF probes give no rates).
-    pub storm: Option<StormVerdict>,
-    /// Node and per-cgroup pressure rates and verdicts (None on the first sample, or
-    /// without PSI and cgroups).
-    pub pressure: Option<PressureVerdict>,
-    /// The tuning audit's findings (None with the tuning collector off or failed).
-    pub tuning: Option<TuningVerdict>,
-    pub duration: Duration,
-    pub samples_total: u64,
-    /// The read layer after this sample (backend, kept-open files, fallbacks).
-    pub reader: ReaderStatus,
+    failing: HashMap<CollectorName, String>,
 }
 
 impl Engine {
-    /// An engine over every collector of `nodemedic-collect`.
+    /// An engine over the collectors of the [`Registry`] that need no other crate.
     pub fn new(config: EngineConfig) -> Self {
-        Self::with_extra(config, Vec::new())
+        Self::with_registry(config, Registry::new())
     }
 
-    /// An engine over `nodemedic-collect`'s collectors plus `extra` (sources that live in
-    /// other crates), run after them.
-    pub fn with_extra(config: EngineConfig, extra: Vec<Box<dyn Collector>>) -> Self {
-        let cgroups = Box::new(CgroupsCollector::with_interval(
-            config.cgroups.clone(),
-            config.cgroups_interval,
-        ));
-        let tuning = match config.tuning.nic_limits {
-            NicLimitsFrom::Netlink => match netlink_sees_host(&config.paths.sysfs) {
-                Ok(()) => TuningCollector::default(),
-                Err(why) => TuningCollector::new(Box::new(NicLimitsUnavailable(why.to_string()))),
-            },
-            NicLimitsFrom::Files => TuningCollector::new(Box::new(NicLimitsFiles {
-                dir: config.paths.rootfs.join("ethtool"),
-            })),
-        }
-        .with_settings_interval(config.tuning.settings_interval);
-        let set = extra.into_iter().fold(
-            CollectorSet::all().with(cgroups).with(Box::new(tuning)),
-            |set, c| set.with(c),
-        );
-        Self::with_collectors(config, set)
-    }
-
-    fn with_collectors(config: EngineConfig, all: CollectorSet) -> Self {
-        let disabled = all
-            .names()
-            .into_iter()
-            .filter(|n| config.disabled_collectors.contains(*n))
-            .map(|n| CollectorStatus::disabled(n, "disabled in configuration"))
-            .collect();
-        let off = config.disabled_collectors;
-        let all = match &config.commit_probe {
-            Some(probe) => all.with(Box::new(CommitProbeCollector::start(probe))),
-            None => all,
-        };
+    /// An engine over `registry`'s collectors that `config` does not switch off.
+    pub fn with_registry(config: EngineConfig, registry: Registry<'_>) -> Self {
+        let built = registry.build(&config);
         Self {
             commit_detector: CommitLatencyDetector::new(config.commit_latency),
-            collectors: all
-                .filtered(|n| !off.contains(n))
+            collectors: CollectorSet::new(built.collectors)
                 .with_rescan_interval(config.rescan_interval)
                 .with_reader(Reader::with_config(config.reader)),
-            disabled,
+            disabled: built
+                .disabled
+                .into_iter()
+                .map(|n| CollectorStatus::disabled(n, "disabled in configuration"))
+                .collect(),
+            optional: built.optional,
             paths: config.paths,
             detector: CollapseDetector::new(config.collapse, config.hurting),
             storm: WakeupStormDetector::new(config.wakeup_storm),
@@ -229,14 +171,14 @@ impl Engine {
             match &run.outcome {
                 Err(e) => {
                     let reason = e.to_string();
-                    if self.failing.get(run.name) != Some(&reason) {
-                        tracing::warn!(collector = run.name, error = %reason, "collector failed");
+                    if self.failing.get(&run.name) != Some(&reason) {
+                        tracing::warn!(collector = run.name.as_str(), error = %reason, "collector failed");
                         self.failing.insert(run.name, reason);
                     }
                 }
                 Ok(_) => {
-                    if self.failing.remove(run.name).is_some() {
-                        tracing::info!(collector = run.name, "collector recovered");
+                    if self.failing.remove(&run.name).is_some() {
+                        tracing::info!(collector = run.name.as_str(), "collector recovered");
                     }
                 }
             }
@@ -261,8 +203,7 @@ impl Engine {
         if let Some(s) = &mut snapshot.softirqs {
             self.widener.widen_softirqs(s);
         }
-        let mut collectors: Vec<CollectorStatus> =
-            runs.iter().map(CollectorStatus::from_run).collect();
+        let mut collectors: Vec<CollectorStatus> = runs.iter().map(CollectorRun::status).collect();
         self.log_state_changes(&runs);
         collectors.extend(self.disabled.iter().cloned());
         let mut failed = Vec::new();
@@ -295,8 +236,8 @@ impl Engine {
         findings.extend(storm.as_ref().and_then(storm_finding));
         let pressure = guarded("pressure", &mut failed, || self.pressure.observe(&snapshot));
         if let Some(v) = &pressure {
-            for (subject, what, active) in &v.changes {
-                tracing::warn!(subject = %subject, verdict = *what, active = *active, "pressure verdict changed");
+            for c in &v.changes {
+                tracing::warn!(subject = %c.scope, verdict = c.verdict.as_str(), active = c.active, "pressure verdict changed");
             }
             findings.extend(pressure_findings(v));
         }
@@ -312,12 +253,12 @@ impl Engine {
             if let CollectorState::Failed { reason } = &c.state {
                 findings.push(Finding {
                     kind: nodemedic_detect::FindingKind::CollectorFailed,
-                    severity: if OPTIONAL_COLLECTORS.contains(&c.name.as_str()) {
+                    severity: if self.optional.contains(&c.name) {
                         Severity::Info
                     } else {
                         Severity::Warning
                     },
-                    subject: c.name.clone(),
+                    subject: c.name.to_string(),
                     message: format!("collector {} failed: {reason}", c.name),
                 });
             }
@@ -362,19 +303,18 @@ fn guarded<T: Default>(name: &str, failed: &mut Vec<Finding>, f: impl FnOnce() -
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::panic)]
+    use nodemedic_sample::Snapshot;
 
-    use std::path::PathBuf;
-
-    use nodemedic_collect::{CollectError, Collected, Ctx};
+    use nodemedic_collect::{CollectError, Collected, Collector, Ctx};
 
     use super::*;
 
-    /// A collector with a bug.
+    /// A collector with a bug, in the place of the pod names.
     struct Panics;
 
     impl Collector for Panics {
-        fn name(&self) -> &'static str {
-            "panics"
+        fn name(&self) -> CollectorName {
+            CollectorName::KubePods
         }
         fn collect(&self, _: &Ctx<'_>, _: &mut Snapshot) -> Result<Collected, CollectError> {
             panic!("index out of bounds")
@@ -405,20 +345,24 @@ mod tests {
 
     #[test]
     fn a_panicking_collector_costs_only_itself_sample_after_sample() {
-        let root =
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/8cpu-collapsed");
         let config = EngineConfig {
-            paths: Paths::under(root),
+            paths: Paths::under(nodemedic_testkit::fixture("8cpu-collapsed")),
             collapse: CollapseConfig {
                 raise_after: 2,
                 ..Default::default()
             },
             ..Default::default()
         };
-        let mut engine = Engine::with_extra(config, vec![Box::new(Panics)]);
+        let registry =
+            Registry::new().build_with(CollectorName::KubePods, |_| Some(Box::new(Panics)));
+        let mut engine = Engine::with_registry(config, registry);
         for n in 1..=2 {
             let s = engine.sample();
-            let bad = s.collectors.iter().find(|c| c.name == "panics").unwrap();
+            let bad = s
+                .collectors
+                .iter()
+                .find(|c| c.name == CollectorName::KubePods)
+                .unwrap();
             assert!(
                 matches!(&bad.state, CollectorState::Failed { reason } if reason.contains("index out of bounds")),
                 "{bad:?}"
@@ -426,13 +370,13 @@ mod tests {
             assert!(s
                 .collectors
                 .iter()
-                .filter(|c| c.name != "panics")
+                .filter(|c| c.name != CollectorName::KubePods)
                 .all(|c| c.is_success()));
             assert!(s
                 .findings
                 .iter()
                 .any(|f| f.kind == nodemedic_detect::FindingKind::CollectorFailed
-                    && f.subject == "panics"));
+                    && f.subject == "kube_pods"));
             let nic = s
                 .verdicts
                 .iter()
@@ -442,7 +386,7 @@ mod tests {
             assert_eq!(s.samples_total, n);
         }
         assert!(
-            engine.failing.contains_key("panics"),
+            engine.failing.contains_key(&CollectorName::KubePods),
             "logged once, remembered"
         );
     }

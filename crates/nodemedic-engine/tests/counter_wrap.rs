@@ -6,33 +6,19 @@
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use nodemedic_collect::Paths;
-use nodemedic_engine::{Engine, EngineConfig, Sample};
+use nodemedic_engine::{Engine, EngineConfig};
 use nodemedic_export::{render, ExportInput, Format, MetricsOptions};
+use nodemedic_sample::Sample;
+use nodemedic_testkit::copy_fixture;
 
 const WRAP: u64 = 1 << 32;
 /// How far below 2^32 the first reading starts: every count under this wraps on the next step.
 const HEADROOM: u64 = 1_000;
 /// What every per-CPU count moves by between two samples.
 const STEP: u64 = 5_000;
-
-fn copy_fixture(name: &str) -> tempfile::TempDir {
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures")
-        .join(name);
-    let dir = tempfile::tempdir().unwrap();
-    let ok = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(format!("{}/.", src.display()))
-        .arg(dir.path())
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "cp -a {}", src.display());
-    dir
-}
 
 /// Rewrites the per-CPU counts of a `/proc/interrupts`-shaped table as a 32-bit kernel would
 /// print them after `steps` steps: `(original + 2^32 - HEADROOM + steps * STEP) mod 2^32`.
@@ -118,7 +104,7 @@ fn counts_crossing_2_pow_32_give_the_true_rate_and_monotonic_totals() {
         let sample = engine.sample();
         for c in &sample.collectors {
             assert!(
-                c.warnings.is_empty() || c.name != "interrupts",
+                c.warnings.is_empty() || c.name != nodemedic_collect::CollectorName::Interrupts,
                 "{}: {:?}",
                 c.name,
                 c.warnings

@@ -24,7 +24,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use nodemedic_collect::{CollectorState, Paths};
-use nodemedic_engine::{Engine, EngineConfig, Sample};
+use nodemedic_engine::{Engine, EngineConfig};
+use nodemedic_sample::Sample;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fault {
@@ -281,18 +282,7 @@ const KINDS: &[Kind] = &[
 // Trees
 
 fn copy_fixture(name: &str) -> tempfile::TempDir {
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures")
-        .join(name);
-    let dir = tempfile::tempdir().unwrap();
-    let ok = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(format!("{}/.", src.display()))
-        .arg(dir.path())
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "cp -a {}", src.display());
+    let dir = nodemedic_testkit::copy_fixture(name);
     // The tree must be readable by the unprivileged child of the EACCES cases.
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     if name == IRQ_SIDE {

@@ -26,13 +26,12 @@
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use nodemedic_collect::{CollectorSet, CollectorStatus, Paths};
 use nodemedic_detect::{CollapseConfig, CollapseDetector, GroupVerdict, HurtingConfig};
 use nodemedic_export::{render, ExportInput, Format, MetricsOptions, ProcessStats};
-use nodemedic_kernel::Snapshot;
+use nodemedic_sample::Snapshot;
 use prometheus::proto::{self, MetricFamily, MetricType};
 use prometheus::{CounterVec, GaugeVec, Opts, Registry, TextEncoder};
 
@@ -44,9 +43,7 @@ fn main() {
         .unwrap_or(200);
     let fixture =
         std::env::var("NODEMEDIC_BENCH_FIXTURE").unwrap_or_else(|_| "256cpu-collapsed".into());
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures")
-        .join(&fixture);
+    let root = nodemedic_testkit::fixtures_dir().join(&fixture);
     let root = root.canonicalize().unwrap_or_else(|e| {
         eprintln!("fixture {}: {e}", root.display());
         std::process::exit(2)
@@ -77,12 +74,15 @@ fn main() {
         let (snap, runs) = set.sample(&paths, at);
         collect.push(t.elapsed());
         for r in &runs {
-            per_collector.entry(r.name).or_default().push(r.duration);
+            per_collector
+                .entry(r.name.as_str())
+                .or_default()
+                .push(r.duration);
         }
         let t = Instant::now();
         let verdicts = detector.observe(&snap);
         detect.push(t.elapsed());
-        let statuses: Vec<CollectorStatus> = runs.iter().map(CollectorStatus::from_run).collect();
+        let statuses: Vec<CollectorStatus> = runs.iter().map(|r| r.status()).collect();
         last = Some((snap, statuses, verdicts));
     }
     let Some((snap, statuses, verdicts)) = last else {

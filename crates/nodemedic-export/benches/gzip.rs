@@ -5,7 +5,6 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use nodemedic_collect::{CollectorSet, Paths};
@@ -18,8 +17,7 @@ fn median(mut v: Vec<Duration>) -> f64 {
 }
 
 fn main() {
-    let root =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/256cpu-collapsed");
+    let root = nodemedic_testkit::fixture("256cpu-collapsed");
     let mut set = CollectorSet::all();
     let mut detector = CollapseDetector::new(CollapseConfig::default(), HurtingConfig::default());
     let mut snap = None;

@@ -1,12 +1,21 @@
-//! Outputs: the Prometheus exposition of a sample.
+//! The HTTP output: nodemedic's endpoint (`/metrics`, `/status`, `/healthz`, `/readyz`) over
+//! the latest sample and what the remediator and the Kubernetes reporter publish, and the
+//! renderings it and `nodemedic check` share:
+//!
+//! - [`encoder`] and the `metrics` modules: the Prometheus exposition of a sample;
+//! - [`report`]: the report shapes of `/status` and `check --format json`;
+//! - [`text`]: `check`'s text report;
+//! - [`endpoint`]: the routes, served by the toolkit in `nodemedic-webkit`.
 
 pub mod encoder;
+pub mod endpoint;
 mod metrics;
 mod perf;
 mod pressure;
+pub mod report;
+pub mod text;
 mod tuning;
 
 pub use encoder::{Encoder, Format, Kind};
-pub use metrics::{
-    render, render_with_tuning, ExportInput, MetricsOptions, ProcessStats, RemediationExport,
-};
+pub use endpoint::{Endpoint, EndpointConfig};
+pub use metrics::{render, render_with_tuning, ExportInput, MetricsOptions, ProcessStats};

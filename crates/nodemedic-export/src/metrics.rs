@@ -4,10 +4,12 @@
 //! never per IRQ × CPU (a 256-CPU node with 400 IRQs would otherwise expose 100,000 series).
 //! The full matrix is opt-in.
 
-use nodemedic_collect::{CollectorState, CollectorStatus};
-use nodemedic_detect::{GroupVerdict, TuningVerdict};
+use nodemedic_kernel::interrupts::Interrupts;
 use nodemedic_kernel::irqbalance::IrqbalancePackage;
-use nodemedic_kernel::Snapshot;
+use nodemedic_sample::remedy::{Mode, RemedyState};
+use nodemedic_sample::Snapshot;
+use nodemedic_sample::{CollectorState, CollectorStatus};
+use nodemedic_sample::{GroupVerdict, TuningVerdict};
 use serde::{Deserialize, Serialize};
 
 use crate::encoder::{Encoder, Format, Kind};
@@ -33,7 +35,7 @@ impl Default for MetricsOptions {
     }
 }
 
-pub use nodemedic_kernel::snapshot::ProcessStats;
+pub use nodemedic_sample::snapshot::ProcessStats;
 
 /// Everything one exposition is made of.
 pub struct ExportInput<'a> {
@@ -42,22 +44,10 @@ pub struct ExportInput<'a> {
     pub collectors: &'a [CollectorStatus],
     pub samples_total: u64,
     pub process: Option<ProcessStats>,
-    pub remediation: Option<RemediationExport<'a>>,
+    /// The remediator's state after its latest sample (`None`: no remediator in this process).
+    pub remediation: Option<&'a RemedyState>,
     /// The pressure detector's verdicts (quota-bound, starved, node saturated).
-    pub pressure: Option<&'a nodemedic_detect::PressureVerdict>,
-}
-
-/// The remediator's counters, as plain values (the exporter does not know the remediator).
-pub struct RemediationExport<'a> {
-    /// `off`, `dry-run` or `on`.
-    pub mode: &'a str,
-    pub paused: bool,
-    /// Decisions by (action, result).
-    pub decisions: &'a [((&'static str, &'static str), u64)],
-    pub last_action_timestamp: Option<f64>,
-    /// irqbalance's state as systemd last told it (`running`, `stopped`, `not_installed`,
-    /// `unknown`); `None` when the remediator has not asked (mode off).
-    pub irqbalance_state: Option<&'a str>,
+    pub pressure: Option<&'a nodemedic_sample::PressureVerdict>,
 }
 
 pub fn render(input: &ExportInput<'_>, opts: &MetricsOptions, format: Format) -> (String, usize) {
@@ -78,7 +68,7 @@ pub fn render_with_tuning(
     let mut e = Encoder::new(format);
     self_metrics(&mut e, input);
     if let Some(snap) = input.snapshot {
-        node_facts(&mut e, snap, input.remediation.as_ref());
+        node_facts(&mut e, snap, input.remediation);
         topology(&mut e, snap);
         interrupts(&mut e, snap, input.verdicts, opts);
         softirqs(&mut e, snap, opts);
@@ -92,7 +82,7 @@ pub fn render_with_tuning(
     }
     crate::tuning::findings(&mut e, tuning);
     groups(&mut e, input.verdicts);
-    if let Some(r) = &input.remediation {
+    if let Some(r) = input.remediation {
         remediation(&mut e, r);
     }
     let series = e.series();
@@ -120,7 +110,7 @@ fn self_metrics(e: &mut Encoder, input: &ExportInput<'_>) {
     );
     for c in &running {
         e.sample(
-            &[("collector", &c.name)],
+            &[("collector", c.name.as_str())],
             f64::from(u8::from(c.is_success())),
         );
     }
@@ -130,7 +120,7 @@ fn self_metrics(e: &mut Encoder, input: &ExportInput<'_>) {
         "How long the collector took in the last sample.",
     );
     for c in &running {
-        e.sample(&[("collector", &c.name)], c.last_duration_seconds);
+        e.sample(&[("collector", c.name.as_str())], c.last_duration_seconds);
     }
     e.family(
         "nodemedic_scrape_collector_warnings",
@@ -138,7 +128,7 @@ fn self_metrics(e: &mut Encoder, input: &ExportInput<'_>) {
         "Problems the collector worked around in the last sample (skipped lines, vanished IRQs); see /status.",
     );
     for c in &running {
-        e.sample(&[("collector", &c.name)], c.warnings.len() as f64);
+        e.sample(&[("collector", c.name.as_str())], c.warnings.len() as f64);
     }
     e.family(
         "nodemedic_samples",
@@ -212,22 +202,7 @@ fn interrupts(e: &mut Encoder, snap: &Snapshot, verdicts: &[GroupVerdict], opts:
     let Some(ints) = &snap.interrupts else {
         return;
     };
-    let group_by_irq: std::collections::HashMap<u32, &str> = verdicts
-        .iter()
-        .flat_map(|v| {
-            v.group
-                .irqs
-                .iter()
-                .chain(&v.group.other_irqs)
-                .map(move |irq| (*irq, v.group.name.as_str()))
-        })
-        .collect();
-    let group_of = |irq: u32| -> &str { group_by_irq.get(&irq).copied().unwrap_or("") };
-    let labels: Vec<(String, &str, String)> = ints
-        .irqs
-        .iter()
-        .map(|l| (l.irq.to_string(), group_of(l.irq), l.actions.join(",")))
-        .collect();
+    let labels = irq_labels(ints, verdicts);
     e.family(
         "nodemedic_irq_interrupts",
         Kind::Counter,
@@ -239,62 +214,9 @@ fn interrupts(e: &mut Encoder, snap: &Snapshot, verdicts: &[GroupVerdict], opts:
             line.total() as f64,
         );
     }
-    e.family(
-        "nodemedic_irq_effective_cpu",
-        Kind::Gauge,
-        "Lowest CPU the IRQ is delivered to (effective_affinity, else smp_affinity).",
-    );
-    for (irq, group, _) in &labels {
-        let cpu = irq
-            .parse()
-            .ok()
-            .and_then(|n: u32| snap.affinity.get(&n))
-            .and_then(|a| a.delivery_cpus())
-            .and_then(|c| c.first());
-        if let Some(cpu) = cpu {
-            e.sample(&[("irq", irq), ("group", group)], f64::from(cpu));
-        }
-    }
-    e.family(
-        "nodemedic_irq_affinity_cpus",
-        Kind::Gauge,
-        "Number of CPUs in the IRQ's smp_affinity (where it may be delivered).",
-    );
-    for (irq, group, _) in &labels {
-        if let Some(smp) = irq
-            .parse()
-            .ok()
-            .and_then(|n: u32| snap.affinity.get(&n)?.smp.as_ref())
-        {
-            e.sample(&[("irq", irq), ("group", group)], smp.len() as f64);
-        }
-    }
-    e.family(
-        "nodemedic_irq_effective_affinity_cpus",
-        Kind::Gauge,
-        "Number of CPUs in the IRQ's effective_affinity (where it is delivered).",
-    );
-    for (irq, group, _) in &labels {
-        if let Some(eff) = irq
-            .parse()
-            .ok()
-            .and_then(|n: u32| snap.affinity.get(&n)?.effective.as_ref())
-        {
-            e.sample(&[("irq", irq), ("group", group)], eff.len() as f64);
-        }
-    }
+    irq_placement(e, snap, &labels);
     let cpu_names: Vec<String> = ints.cpus.iter().map(u32::to_string).collect();
-    // Plus the IRQs that went away while nodemedic watched, so a freed IRQ does not make
-    // the per-CPU counter go backwards.
-    let mut per_cpu = vec![0u64; ints.cpus.len()];
-    for (i, r) in ints.retired.iter().enumerate().take(per_cpu.len()) {
-        per_cpu[i] = *r;
-    }
-    for line in &ints.irqs {
-        for (i, c) in line.counts.iter().enumerate() {
-            per_cpu[i] = per_cpu[i].saturating_add(*c);
-        }
-    }
+    let per_cpu = device_interrupts_per_cpu(ints);
     e.family(
         "nodemedic_cpu_device_interrupts",
         Kind::Counter,
@@ -330,6 +252,92 @@ fn interrupts(e: &mut Encoder, snap: &Snapshot, verdicts: &[GroupVerdict], opts:
             }
         }
     }
+}
+
+/// Each IRQ's labels: its number, its device group (empty when in none) and its handlers.
+fn irq_labels<'v>(
+    ints: &Interrupts,
+    verdicts: &'v [GroupVerdict],
+) -> Vec<(String, &'v str, String)> {
+    let group_by_irq: std::collections::HashMap<u32, &str> = verdicts
+        .iter()
+        .flat_map(|v| {
+            v.group
+                .irqs
+                .iter()
+                .chain(&v.group.other_irqs)
+                .map(move |irq| (*irq, v.group.name.as_str()))
+        })
+        .collect();
+    let group_of = |irq: u32| -> &str { group_by_irq.get(&irq).copied().unwrap_or("") };
+    ints.irqs
+        .iter()
+        .map(|l| (l.irq.to_string(), group_of(l.irq), l.actions.join(",")))
+        .collect()
+}
+
+/// Where each IRQ may go and goes: its lowest delivery CPU and the sizes of its affinities.
+fn irq_placement(e: &mut Encoder, snap: &Snapshot, labels: &[(String, &str, String)]) {
+    e.family(
+        "nodemedic_irq_effective_cpu",
+        Kind::Gauge,
+        "Lowest CPU the IRQ is delivered to (effective_affinity, else smp_affinity).",
+    );
+    for (irq, group, _) in labels {
+        let cpu = irq
+            .parse()
+            .ok()
+            .and_then(|n: u32| snap.affinity.get(&n))
+            .and_then(|a| a.delivery_cpus())
+            .and_then(|c| c.first());
+        if let Some(cpu) = cpu {
+            e.sample(&[("irq", irq), ("group", group)], f64::from(cpu));
+        }
+    }
+    e.family(
+        "nodemedic_irq_affinity_cpus",
+        Kind::Gauge,
+        "Number of CPUs in the IRQ's smp_affinity (where it may be delivered).",
+    );
+    for (irq, group, _) in labels {
+        if let Some(smp) = irq
+            .parse()
+            .ok()
+            .and_then(|n: u32| snap.affinity.get(&n)?.smp.as_ref())
+        {
+            e.sample(&[("irq", irq), ("group", group)], smp.len() as f64);
+        }
+    }
+    e.family(
+        "nodemedic_irq_effective_affinity_cpus",
+        Kind::Gauge,
+        "Number of CPUs in the IRQ's effective_affinity (where it is delivered).",
+    );
+    for (irq, group, _) in labels {
+        if let Some(eff) = irq
+            .parse()
+            .ok()
+            .and_then(|n: u32| snap.affinity.get(&n)?.effective.as_ref())
+        {
+            e.sample(&[("irq", irq), ("group", group)], eff.len() as f64);
+        }
+    }
+}
+
+/// Device interrupts per CPU (aligned with `ints.cpus`), summed over IRQs, plus the IRQs
+/// that went away while nodemedic watched, so a freed IRQ does not make the per-CPU counter
+/// go backwards.
+fn device_interrupts_per_cpu(ints: &Interrupts) -> Vec<u64> {
+    let mut per_cpu = vec![0u64; ints.cpus.len()];
+    for (i, r) in ints.retired.iter().enumerate().take(per_cpu.len()) {
+        per_cpu[i] = *r;
+    }
+    for line in &ints.irqs {
+        for (i, c) in line.counts.iter().enumerate() {
+            per_cpu[i] = per_cpu[i].saturating_add(*c);
+        }
+    }
+    per_cpu
 }
 
 fn softirqs(e: &mut Encoder, snap: &Snapshot, opts: &MetricsOptions) {
@@ -419,7 +427,7 @@ fn groups(e: &mut Encoder, verdicts: &[GroupVerdict]) {
 /// What a fleet groups nodes by, node_exporter's `node_uname_info` way: one series of value 1
 /// per family, the facts as labels, `unknown` where a fact could not be read (`/status` says
 /// why).
-fn node_facts(e: &mut Encoder, snap: &Snapshot, remediation: Option<&RemediationExport<'_>>) {
+fn node_facts(e: &mut Encoder, snap: &Snapshot, remediation: Option<&RemedyState>) {
     let settings = snap.tuning.as_ref().map(|t| &t.settings);
     e.family(
         "nodemedic_node",
@@ -441,7 +449,10 @@ fn node_facts(e: &mut Encoder, snap: &Snapshot, remediation: Option<&Remediation
         "irqbalance's state (systemd's, or not_installed per the package database) and its package version; unknown where not known (see /status).",
     );
     let package = snap.irqbalance.as_ref().map(|c| &c.package);
-    let state = match (remediation.and_then(|r| r.irqbalance_state), package) {
+    let asked = remediation
+        .and_then(|r| r.irqbalance.as_ref())
+        .map(|s| s.as_str());
+    let state = match (asked, package) {
         (Some(s), _) if s != "unknown" => s,
         (_, Some(IrqbalancePackage::NotInstalled { .. })) => "not_installed",
         _ => "unknown",
@@ -450,14 +461,17 @@ fn node_facts(e: &mut Encoder, snap: &Snapshot, remediation: Option<&Remediation
     e.sample(&[("state", state), ("version", version)], 1.0);
 }
 
-fn remediation(e: &mut Encoder, r: &RemediationExport<'_>) {
+fn remediation(e: &mut Encoder, r: &RemedyState) {
     e.family(
         "nodemedic_remediation_mode",
         Kind::Gauge,
         "The remediator's mode (1 for the active one): off, dry-run or on; paused is 1 while paused.",
     );
-    for m in ["off", "dry-run", "on"] {
-        e.sample(&[("mode", m)], f64::from(u8::from(r.mode == m)));
+    for m in [Mode::Off, Mode::DryRun, Mode::On] {
+        e.sample(
+            &[("mode", m.as_str())],
+            f64::from(u8::from(r.mode == Some(m))),
+        );
     }
     e.family(
         "nodemedic_remediation_paused",
@@ -470,8 +484,11 @@ fn remediation(e: &mut Encoder, r: &RemediationExport<'_>) {
         Kind::Counter,
         "Remediation decisions by action (irqbalance_restart, native_rebalance, verify, escalate) and result.",
     );
-    for ((action, result), n) in r.decisions {
-        e.sample(&[("action", action), ("result", result)], *n as f64);
+    for ((action, result), n) in &r.counts {
+        e.sample(
+            &[("action", action.as_str()), ("result", result.as_str())],
+            *n as f64,
+        );
     }
     if let Some(ts) = r.last_action_timestamp {
         e.family(
@@ -493,7 +510,7 @@ fn disk_commit(e: &mut Encoder, snap: &Snapshot) {
         "Latency of a 2,300-byte write + fdatasync in the probe's directory (etcd's wal_fsync buckets).",
     );
     let labels = [("directory", c.directory.as_str())];
-    for (bound, n) in nodemedic_kernel::snapshot::WAL_FSYNC_BUCKETS
+    for (bound, n) in nodemedic_sample::snapshot::WAL_FSYNC_BUCKETS
         .iter()
         .zip(c.buckets.iter())
     {
@@ -509,4 +526,26 @@ fn disk_commit(e: &mut Encoder, snap: &Snapshot) {
         "Probe writes or fdatasyncs that failed (see /status for the last error).",
     );
     e.sample(&labels, c.errors as f64);
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// Per CPU: every IRQ's count, a short row included, plus what IRQs that went away had.
+    #[test]
+    fn device_interrupts_per_cpu_keep_what_freed_irqs_had() {
+        let mut ints = nodemedic_kernel::interrupts::parse(
+            "           CPU0       CPU1       CPU2\n\
+             \x20 24:         10          0          5   PCI-MSI 1-edge      virtio0-input.0\n\
+             \x20 25:          1          2\n\
+             NMI:          7          7          7   Non-maskable interrupts\n",
+        )
+        .unwrap();
+        assert_eq!(device_interrupts_per_cpu(&ints), vec![11, 2, 5]);
+        ints.retired = vec![100, 200, 300, 400];
+        assert_eq!(device_interrupts_per_cpu(&ints), vec![111, 202, 305]);
+    }
 }

@@ -2,8 +2,8 @@
 //! totals, one series per hooked function, the top-N owners (bounded by configuration,
 //! default 10) and, only when switched on, one per CPU.
 
-use nodemedic_kernel::perf::PerfProbes;
-use nodemedic_kernel::Snapshot;
+use nodemedic_sample::perf::PerfProbes;
+use nodemedic_sample::Snapshot;
 
 use crate::encoder::{Encoder, Kind};
 
@@ -15,6 +15,14 @@ pub(crate) fn perf_probes(e: &mut Encoder, snap: &Snapshot) {
     if p.down_reason.is_some() {
         return;
     }
+    totals(e, p);
+    owners(e, p);
+    per_cpu(e, p);
+    probes_own(e, p);
+}
+
+/// Node-wide outputs and wakeups.
+fn totals(e: &mut Encoder, p: &PerfProbes) {
     e.family(
         "nodemedic_perf_event_outputs",
         Kind::Counter,
@@ -42,7 +50,10 @@ pub(crate) fn perf_probes(e: &mut Encoder, snap: &Snapshot) {
         "Outputs and wakeups whose owning process found the probes' bounded owner map full (counted in the node totals only).",
     );
     e.sample(&[], p.totals.untracked as f64);
+}
 
+/// The busiest owning processes, and how many the probes track.
+fn owners(e: &mut Encoder, p: &PerfProbes) {
     let pids: Vec<String> = p.owners.iter().map(|o| o.pid.to_string()).collect();
     e.family(
         "nodemedic_perf_event_owner_outputs",
@@ -66,27 +77,34 @@ pub(crate) fn perf_probes(e: &mut Encoder, snap: &Snapshot) {
         "Owning processes in the probes' in-kernel owner map (exported: the busiest of them).",
     );
     e.sample(&[], p.owners_tracked as f64);
+}
 
-    if !p.per_cpu.is_empty() {
-        let cpus: Vec<String> = p.per_cpu.iter().map(|(c, _)| c.to_string()).collect();
-        e.family(
-            "nodemedic_perf_event_cpu_outputs",
-            Kind::Counter,
-            "perf-event records written on the CPU (BPF and sampling).",
-        );
-        for (cpu, (_, c)) in cpus.iter().zip(&p.per_cpu) {
-            e.sample(&[("cpu", cpu)], c.outputs() as f64);
-        }
-        e.family(
-            "nodemedic_perf_event_cpu_wakeups",
-            Kind::Counter,
-            "perf_event_wakeup() calls on the CPU.",
-        );
-        for (cpu, (_, c)) in cpus.iter().zip(&p.per_cpu) {
-            e.sample(&[("cpu", cpu)], c.wakeups as f64);
-        }
+/// Per CPU, when switched on.
+fn per_cpu(e: &mut Encoder, p: &PerfProbes) {
+    if p.per_cpu.is_empty() {
+        return;
     }
+    let cpus: Vec<String> = p.per_cpu.iter().map(|(c, _)| c.to_string()).collect();
+    e.family(
+        "nodemedic_perf_event_cpu_outputs",
+        Kind::Counter,
+        "perf-event records written on the CPU (BPF and sampling).",
+    );
+    for (cpu, (_, c)) in cpus.iter().zip(&p.per_cpu) {
+        e.sample(&[("cpu", cpu)], c.outputs() as f64);
+    }
+    e.family(
+        "nodemedic_perf_event_cpu_wakeups",
+        Kind::Counter,
+        "perf_event_wakeup() calls on the CPU.",
+    );
+    for (cpu, (_, c)) in cpus.iter().zip(&p.per_cpu) {
+        e.sample(&[("cpu", cpu)], c.wakeups as f64);
+    }
+}
 
+/// The probes' own ring buffer, and what their programs cost when BPF stats are on.
+fn probes_own(e: &mut Encoder, p: &PerfProbes) {
     e.family(
         "nodemedic_probe_ringbuf_records",
         Kind::Counter,

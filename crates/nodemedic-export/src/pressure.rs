@@ -6,22 +6,20 @@
 //! `pod_uid`, `qos` and `container_id`; systemd services carry `unit`. Cardinality: one set
 //! per pod by default (containers are opt-in), and only the resources the kernel reports.
 
-use nodemedic_detect::pressure::CgroupRates;
-use nodemedic_detect::PressureVerdict;
 use nodemedic_kernel::cgroup::{CgroupStats, Workload};
-use nodemedic_kernel::psi::Psi;
-use nodemedic_kernel::Snapshot;
+use nodemedic_kernel::psi::{Psi, PsiResource};
+use nodemedic_sample::verdict::CgroupRates;
+use nodemedic_sample::PressureVerdict;
+use nodemedic_sample::Snapshot;
 
 use crate::encoder::{Encoder, Kind};
-
-const RESOURCES: [&str; 4] = ["cpu", "memory", "io", "irq"];
 
 pub(crate) fn node(e: &mut Encoder, snap: &Snapshot) {
     let Some(p) = &snap.pressure else {
         return;
     };
-    for resource in RESOURCES {
-        let Some(psi) = p.get(resource) else {
+    for resource in PsiResource::ALL {
+        let Some(psi) = p.get(&resource) else {
             continue;
         };
         if let Some(some) = psi.some {
@@ -37,7 +35,7 @@ pub(crate) fn node(e: &mut Encoder, snap: &Snapshot) {
         }
         // The system-level cpu `full` line is always zero (some CPU is always running), so
         // it is not exported: a series that cannot move misleads.
-        if let Some(full) = psi.full.filter(|_| resource != "cpu") {
+        if let Some(full) = psi.full.filter(|_| resource != PsiResource::Cpu) {
             e.family(
                 &format!("nodemedic_pressure_{resource}_stalled_seconds"),
                 Kind::Counter,
@@ -51,18 +49,22 @@ pub(crate) fn node(e: &mut Encoder, snap: &Snapshot) {
         Kind::Gauge,
         "The kernel's running averages of PSI (share of wall time stalled) over 10 s, 60 s and 300 s, by resource and kind (some, full).",
     );
-    for resource in RESOURCES {
-        let Some(psi) = p.get(resource) else {
+    for resource in PsiResource::ALL {
+        let Some(psi) = p.get(&resource) else {
             continue;
         };
         for (kind, line) in [("some", psi.some), ("full", psi.full)] {
             let Some(l) = line else { continue };
-            if resource == "cpu" && kind == "full" {
+            if resource == PsiResource::Cpu && kind == "full" {
                 continue;
             }
             for (window, v) in [("10s", l.avg10), ("60s", l.avg60), ("300s", l.avg300)] {
                 e.sample(
-                    &[("resource", resource), ("kind", kind), ("window", window)],
+                    &[
+                        ("resource", resource.as_str()),
+                        ("kind", kind),
+                        ("window", window),
+                    ],
                     // The kernel prints percent with two decimals; keep exactly those digits.
                     (v * 100.0).round() / 10_000.0,
                 );
@@ -71,12 +73,12 @@ pub(crate) fn node(e: &mut Encoder, snap: &Snapshot) {
     }
 }
 
-fn what(resource: &str) -> &'static str {
+fn what(resource: PsiResource) -> &'static str {
     match resource {
-        "cpu" => "a CPU",
-        "memory" => "memory (reclaim, refaults, swap-in)",
-        "io" => "I/O",
-        _ => "IRQ/softirq processing",
+        PsiResource::Cpu => "a CPU",
+        PsiResource::Memory => "memory (reclaim, refaults, swap-in)",
+        PsiResource::Io => "I/O",
+        PsiResource::Irq => "IRQ/softirq processing",
     }
 }
 
@@ -136,46 +138,39 @@ pub(crate) fn cgroups(e: &mut Encoder, snap: &Snapshot) {
     );
     e.sample(&[], c.mounts.writable.len() as f64);
 
-    let family = |e: &mut Encoder,
-                  name: &str,
-                  kind: Kind,
-                  help: &str,
-                  value: &dyn Fn(&CgroupStats) -> Option<f64>| {
-        let values: Vec<(&Labels, f64)> = groups
-            .iter()
-            .filter_map(|(l, g)| Some((l, value(g)?)))
-            .collect();
-        if values.is_empty() {
-            return;
-        }
-        e.family(name, kind, help);
-        for (l, v) in values {
-            e.sample(&l.get(), v);
-        }
-    };
-    family(
+    cpu_families(e, &groups);
+    pressure_families(e, &groups);
+}
+
+/// The cgroups' CFS quota, CPU use and throttling.
+fn cpu_families(e: &mut Encoder, groups: &[(Labels, &CgroupStats)]) {
+    cgroup_family(
         e,
+        groups,
         "nodemedic_cgroup_cpu_quota_cores",
         Kind::Gauge,
         "The cgroup's CFS CPU quota in CPUs (cpu.max or cpu.cfs_quota_us / period); absent when unlimited (max).",
         &|g| g.cpu_max.and_then(|m| m.cores()),
     );
-    family(
+    cgroup_family(
         e,
+        groups,
         "nodemedic_cgroup_cpu_period_seconds",
         Kind::Gauge,
         "The cgroup's CFS period: the quota is enforced per period.",
         &|g| g.cpu_max.map(|m| m.period_us as f64 / 1e6),
     );
-    family(
+    cgroup_family(
         e,
+        groups,
         "nodemedic_cgroup_cpu_usage_seconds",
         Kind::Counter,
         "CPU time used by the cgroup's tasks (cpu.stat usage_usec, or v1 cpuacct.usage).",
         &|g| g.cpu_stat.and_then(|s| s.usage_us).map(|u| u as f64 / 1e6),
     );
-    family(
+    cgroup_family(
         e,
+        groups,
         "nodemedic_cgroup_cpu_periods",
         Kind::Counter,
         "CFS enforcement periods in which the cgroup had runnable tasks (cpu.stat nr_periods).",
@@ -185,8 +180,9 @@ pub(crate) fn cgroups(e: &mut Encoder, snap: &Snapshot) {
                 .map(|s| s.nr_periods as f64)
         },
     );
-    family(
+    cgroup_family(
         e,
+        groups,
         "nodemedic_cgroup_cpu_throttled_periods",
         Kind::Counter,
         "Periods in which the cgroup used up its quota and was throttled (cpu.stat nr_throttled).",
@@ -196,8 +192,9 @@ pub(crate) fn cgroups(e: &mut Encoder, snap: &Snapshot) {
                 .map(|s| s.nr_throttled as f64)
         },
     );
-    family(
+    cgroup_family(
         e,
+        groups,
         "nodemedic_cgroup_cpu_throttled_seconds",
         Kind::Counter,
         "Time the cgroup's tasks were held off the CPU by its quota (cpu.stat throttled_usec / throttled_time).",
@@ -207,25 +204,32 @@ pub(crate) fn cgroups(e: &mut Encoder, snap: &Snapshot) {
         .iter()
         .any(|(_, g)| g.cpu_stat.is_some_and(|s| s.nr_bursts.is_some()))
     {
-        family(
+        cgroup_family(
             e,
+            groups,
             "nodemedic_cgroup_cpu_bursts",
             Kind::Counter,
             "Periods in which the cgroup used burst capacity beyond its quota (cpu.stat nr_bursts, Linux 5.14+).",
             &|g| g.cpu_stat.and_then(|s| s.nr_bursts).map(|n| n as f64),
         );
-        family(
+        cgroup_family(
             e,
+            groups,
             "nodemedic_cgroup_cpu_burst_seconds",
             Kind::Counter,
             "CPU time used beyond the quota from burst capacity (cpu.stat burst_usec).",
             &|g| g.cpu_stat.and_then(|s| s.burst_us).map(|n| n as f64 / 1e6),
         );
     }
-    for resource in ["cpu", "memory", "io"] {
+}
+
+/// The cgroups' PSI, per resource.
+fn pressure_families(e: &mut Encoder, groups: &[(Labels, &CgroupStats)]) {
+    for resource in [PsiResource::Cpu, PsiResource::Memory, PsiResource::Io] {
         let psi = |g: &CgroupStats| -> Option<Psi> { g.pressure.get(resource).copied() };
-        family(
+        cgroup_family(
             e,
+            groups,
             &format!("nodemedic_cgroup_pressure_{resource}_waiting_seconds"),
             Kind::Counter,
             &format!(
@@ -234,13 +238,36 @@ pub(crate) fn cgroups(e: &mut Encoder, snap: &Snapshot) {
             ),
             &|g| psi(g).and_then(|p| p.some).map(|l| l.total_seconds()),
         );
-        family(
+        cgroup_family(
             e,
+            groups,
             &format!("nodemedic_cgroup_pressure_{resource}_stalled_seconds"),
             Kind::Counter,
             &format!("Time in which all of the cgroup's non-idle tasks waited for {} at once (PSI full).", what(resource)),
             &|g| psi(g).and_then(|p| p.full).map(|l| l.total_seconds()),
         );
+    }
+}
+
+/// A family with a sample for each cgroup that has a `value`; none without any.
+fn cgroup_family(
+    e: &mut Encoder,
+    groups: &[(Labels, &CgroupStats)],
+    name: &str,
+    kind: Kind,
+    help: &str,
+    value: &dyn Fn(&CgroupStats) -> Option<f64>,
+) {
+    let values: Vec<(&Labels, f64)> = groups
+        .iter()
+        .filter_map(|(l, g)| Some((l, value(g)?)))
+        .collect();
+    if values.is_empty() {
+        return;
+    }
+    e.family(name, kind, help);
+    for (l, v) in values {
+        e.sample(&l.get(), v);
     }
 }
 
@@ -280,7 +307,7 @@ pub(crate) fn verdicts(e: &mut Encoder, snap: &Snapshot, verdict: Option<&Pressu
         (
             "nodemedic_cgroup_starved",
             "Whether the pod or service is judged starved: its tasks wait for CPU or memory above the thresholds (with hysteresis). Containers share their pod's verdict.",
-            |r| (r.kind != "container").then_some(r.starved),
+            |r| (!matches!(r.workload, Workload::Container { .. })).then_some(r.starved),
         ),
     ];
     for (name, help, pick) in families {

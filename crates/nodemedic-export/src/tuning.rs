@@ -13,9 +13,9 @@
 //! `nodemedic_cpufreq_policies` samples (the audit's `iommu_absent` and `cpufreq_absent`
 //! findings say whose settings those are).
 
-use nodemedic_detect::tuning::TuningVerdict;
 use nodemedic_kernel::tuning::{NicStats, Tuning};
-use nodemedic_kernel::Snapshot;
+use nodemedic_sample::Snapshot;
+use nodemedic_sample::TuningVerdict;
 
 use crate::encoder::{Encoder, Kind};
 
@@ -180,12 +180,12 @@ mod tests {
     use std::collections::BTreeMap;
     use std::sync::Arc;
 
-    use nodemedic_detect::finding::Severity;
-    use nodemedic_detect::tuning::{TuningFinding, TuningRule};
     use nodemedic_kernel::tuning::{
         Channels, CpufreqPolicy, IommuDomain, IommuGroup, NicSettings, Queried, Rings,
         TuningSettings,
     };
+    use nodemedic_sample::finding::Severity;
+    use nodemedic_sample::verdict::{TuningFinding, TuningRule};
 
     use super::*;
     use crate::encoder::Format;

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::mounts::CgroupMounts;
-use crate::psi::Psi;
+use crate::psi::{Psi, PsiResource};
 use crate::{body, whole_lines, SkipReason};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -183,8 +183,9 @@ pub fn parse_cpu_stat(text: &str) -> Result<CpuStat, CgroupFileError> {
 
 /// The kernel's own `key value` line: a printable ASCII key, one space, decimal digits. The
 /// same two words as splitting at whitespace gives, without decoding the line as Unicode
-/// (500 pods make 500 `cpu.stat` files per reading); `None` for any other line.
-pub(crate) fn key_value(line: &str) -> Option<(&str, &str)> {
+/// (500 pods make 500 `cpu.stat` files per reading); `None` for any other line. Public for
+/// the fuzz targets (`fuzz/logic`), which check that claim.
+pub fn key_value(line: &str) -> Option<(&str, &str)> {
     let (key, value) = line.split_once(' ')?;
     let plain = !key.is_empty()
         && !value.is_empty()
@@ -233,6 +234,19 @@ pub enum Workload {
         unit: String,
     },
     Other,
+}
+
+impl Workload {
+    /// What the cgroup holds, as `/status` and `check` name it: the `kind` of its serialized
+    /// form.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Pod { .. } => "pod",
+            Self::Container { .. } => "container",
+            Self::Service { .. } => "service",
+            Self::Other => "other",
+        }
+    }
 }
 
 /// Classifies a cgroup path such as
@@ -346,13 +360,13 @@ pub struct CgroupPressure {
 }
 
 impl CgroupPressure {
-    /// The pressure of `resource` (`cpu`, `memory` or `io`).
-    pub fn get(&self, resource: &str) -> Option<&Psi> {
+    /// The pressure of `resource` (cgroups have no `irq.pressure`).
+    pub fn get(&self, resource: PsiResource) -> Option<&Psi> {
         match resource {
-            "cpu" => self.cpu.as_ref(),
-            "memory" => self.memory.as_ref(),
-            "io" => self.io.as_ref(),
-            _ => None,
+            PsiResource::Cpu => self.cpu.as_ref(),
+            PsiResource::Memory => self.memory.as_ref(),
+            PsiResource::Io => self.io.as_ref(),
+            PsiResource::Irq => None,
         }
     }
 }

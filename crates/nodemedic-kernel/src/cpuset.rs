@@ -321,13 +321,8 @@ mod tests {
             }
             Some(cpus)
         }
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rng = nodemedic_testkit::XorShift64::new(0x2545_f491_4f6c_dd1d);
+        let mut next = move || rng.next_u64();
         let alphabet = b"0123456789abcdefABCDEF,, xg";
         for _ in 0..20_000 {
             let len = (next() % 40) as usize;

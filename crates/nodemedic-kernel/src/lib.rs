@@ -2,27 +2,23 @@
 //!
 //! Every parser takes `&str` and returns a typed value or a typed error. None of them does
 //! I/O and none of them panics on any input: they are fuzzed (see `fuzz/` at the repository
-//! root, which calls [`fuzz_logic`]). Lines that cannot be understood are not silently
-//! dropped: parsers that tolerate a bad line report it as a [`SkippedLine`] so the caller can
-//! surface it.
+//! root: its targets and its corpus replay test call `fuzz/logic`). Lines that cannot be
+//! understood are not silently dropped: parsers that tolerate a bad line report it as a
+//! [`SkippedLine`] so the caller can surface it.
 
 pub mod cgroup;
 pub mod counter;
 pub mod cpuset;
 pub mod device;
-pub mod fuzz_logic;
 pub mod interrupts;
 pub mod irqbalance;
 pub mod mounts;
-pub mod perf;
 pub mod psi;
-pub mod snapshot;
 pub mod softirqs;
 pub mod softnet;
 pub mod tuning;
 
 pub use cpuset::{CpuSet, CpuSetError};
-pub use snapshot::Snapshot;
 
 /// A line a tolerant parser could not use, with the reason. Line numbers start at 1.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

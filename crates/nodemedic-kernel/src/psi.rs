@@ -29,6 +29,61 @@ impl PsiLine {
     }
 }
 
+/// A resource that PSI reports stalls on: the name of its file under `/proc/pressure` (and,
+/// but for `irq`, of the cgroup's `<resource>.pressure`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PsiResource {
+    Cpu,
+    Memory,
+    Io,
+    /// Only `full`, and only with `CONFIG_IRQ_TIME_ACCOUNTING` (Linux 6.1 and later).
+    Irq,
+}
+
+impl PsiResource {
+    pub const ALL: [Self; 4] = [Self::Cpu, Self::Memory, Self::Io, Self::Irq];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cpu => "cpu",
+            Self::Memory => "memory",
+            Self::Io => "io",
+            Self::Irq => "irq",
+        }
+    }
+
+    /// The resource whose file is named `name`, if there is one.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for PsiResource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// By name, so that maps keyed by resource list them as the files sort (`cpu`, `io`, `irq`,
+/// `memory`).
+impl Ord for PsiResource {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl PartialOrd for PsiResource {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Serialize for PsiResource {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Psi {
     pub some: Option<PsiLine>,
@@ -56,8 +111,9 @@ pub fn parse(text: &str) -> Result<Psi, PsiError> {
     }
 }
 
-/// [`parse`] line by line, for whatever [`parse_exact`] does not take.
-pub(crate) fn parse_lines(text: &str) -> Result<Psi, PsiError> {
+/// [`parse`] line by line, for whatever [`parse_exact`] does not take. Public for the fuzz
+/// targets (`fuzz/logic`), which check that both readers agree.
+pub fn parse_lines(text: &str) -> Result<Psi, PsiError> {
     // A PSI file is one read; a cut line means the copy is damaged, not that the kernel
     // added something.
     let lines = crate::whole_lines(text).map_err(|line| PsiError::BadLine {
@@ -134,8 +190,9 @@ fn parse_line(
 /// avg60=%lu.%02lu avg300=%lu.%02lu total=%llu` and a newline, each kind at most once.
 /// `None` for anything else, which [`parse`] then reads (or rejects) line by line. Whatever
 /// this accepts, the line parser reads to the same values (see the tests); it is three
-/// times cheaper, and 500 pods make 1,500 of these files per reading.
-pub(crate) fn parse_exact(text: &[u8]) -> Option<Psi> {
+/// times cheaper, and 500 pods make 1,500 of these files per reading. Public for the fuzz
+/// targets (`fuzz/logic`), which check that claim.
+pub fn parse_exact(text: &[u8]) -> Option<Psi> {
     let mut psi = Psi::default();
     let mut rest = text;
     while !rest.is_empty() {
@@ -217,6 +274,21 @@ mod tests {
 
     use crate::body;
 
+    #[test]
+    fn every_resource_reads_back_from_its_name_and_sorts_by_it() {
+        for r in PsiResource::ALL {
+            assert_eq!(PsiResource::from_name(r.as_str()), Some(r), "{r}");
+            assert_eq!(r.to_string(), r.as_str());
+        }
+        assert_eq!(PsiResource::from_name("cpu.pressure"), None);
+        let mut sorted = PsiResource::ALL;
+        sorted.sort();
+        assert_eq!(
+            sorted.map(PsiResource::as_str),
+            ["cpu", "io", "irq", "memory"]
+        );
+    }
+
     /// The parser as it was before it stopped allocating: lines split by the crate's `body`,
     /// averages read by `str::parse`. The reference for `matches_the_model`.
     fn model(text: &str) -> Result<Psi, PsiError> {
@@ -241,13 +313,8 @@ mod tests {
     /// on valid files and on files damaged in every way a generator can think of.
     #[test]
     fn matches_the_model() {
-        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut rng = nodemedic_testkit::XorShift64::new(0x9e37_79b9_7f4a_7c15);
+        let mut next = move |n: u64| rng.below(n);
         let pieces = [
             "some",
             "full",

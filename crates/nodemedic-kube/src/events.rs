@@ -10,7 +10,8 @@ use kube::api::{Api, PostParams};
 use kube::Client;
 use nodemedic_detect::pressure::CgroupRates;
 use nodemedic_detect::{FindingKind, GroupVerdict};
-use nodemedic_remedy::Decision;
+use nodemedic_kernel::cgroup::Workload;
+use nodemedic_sample::remedy::Decision;
 
 pub struct NodeEvent {
     pub type_: &'static str,
@@ -42,7 +43,7 @@ pub fn for_pod_finding(
         FindingKind::Starved => "CPUStarved",
         _ => return None,
     };
-    if c.kind != "pod" {
+    if !matches!(c.workload, Workload::Pod { .. }) {
         return None;
     }
     let regarding = Regarding::Pod {
@@ -95,7 +96,7 @@ pub fn for_verdict(v: &GroupVerdict) -> NodeEvent {
 }
 
 pub fn for_decision(d: &Decision) -> NodeEvent {
-    use nodemedic_remedy::{DecisionAction as A, DecisionResult as R};
+    use nodemedic_sample::remedy::{DecisionAction as A, DecisionResult as R};
     let ok = matches!(d.result, R::Done | R::Verified | R::DryRun | R::Resumed);
     let reason = match (d.action, d.result) {
         (A::Verify, R::Verified) => "RemediationVerified".to_string(),
@@ -250,15 +251,22 @@ mod tests {
         assert!(l.admit("A", "x", t + Duration::from_secs(601)));
     }
 
-    fn rates(kind: &'static str, named: bool) -> CgroupRates {
-        use nodemedic_kernel::cgroup::{Qos, Workload};
+    /// A pod's cgroup, or with `container` one of its containers'.
+    fn rates(container: bool, named: bool) -> CgroupRates {
+        use nodemedic_kernel::cgroup::Qos;
+        let (uid, qos) = ("0a1b".to_string(), Qos::Burstable);
         CgroupRates {
             path: "kubepods/burstable/pod0a1b".into(),
-            workload: Workload::Pod {
-                uid: "0a1b".into(),
-                qos: Qos::Burstable,
+            workload: if container {
+                Workload::Container {
+                    uid,
+                    qos,
+                    runtime: None,
+                    id: "abc".into(),
+                }
+            } else {
+                Workload::Pod { uid, qos }
             },
-            kind,
             pod_uid: Some("0a1b".into()),
             qos: Some(Qos::Burstable),
             name: "shop/web-0".into(),
@@ -280,7 +288,7 @@ mod tests {
     /// measured and what to do; a container's cgroup, or a pod without names, gets none.
     #[test]
     fn quota_bound_pods_get_an_event_on_the_pod() {
-        let c = rates("pod", true);
+        let c = rates(false, true);
         let f = nodemedic_detect::pressure::cgroup_findings(&c);
         assert_eq!(f.len(), 1);
         let (regarding, e) = for_pod_finding(&c, &f[0]).unwrap();
@@ -304,8 +312,8 @@ mod tests {
             "{}",
             e.note
         );
-        assert!(for_pod_finding(&rates("container", true), &f[0]).is_none());
-        assert!(for_pod_finding(&rates("pod", false), &f[0]).is_none());
+        assert!(for_pod_finding(&rates(true, true), &f[0]).is_none());
+        assert!(for_pod_finding(&rates(false, false), &f[0]).is_none());
     }
 
     #[test]

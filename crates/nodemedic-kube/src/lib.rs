@@ -22,14 +22,14 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::Client;
 use nodemedic_detect::pressure::PressureVerdict;
 use nodemedic_detect::GroupVerdict;
-use nodemedic_remedy::Decision;
+use nodemedic_sample::remedy::Decision;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 pub use events::{EventLimiter, Regarding};
+pub use nodemedic_sample::kube::{KubeState, KubeStatus};
 pub use pods::{list_pods, watch_pods, PodDirectory, PodNamesCollector};
 pub use retry::Retry;
-pub use task::{KubeState, KubeStatus, SharedKube};
 
 pub const CONDITION_TYPE: &str = "IRQAffinityCollapsed";
 pub const LABEL: &str = "nodemedic.io/irq-collapsed";
@@ -268,7 +268,7 @@ impl Reporter {
             events.extend(
                 decisions
                     .iter()
-                    .filter(|d| d.result != nodemedic_remedy::DecisionResult::Pending)
+                    .filter(|d| d.result != nodemedic_sample::remedy::DecisionResult::Pending)
                     .map(|d| (Regarding::Node, events::for_decision(d))),
             );
             for (regarding, e) in events {

@@ -10,9 +10,9 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::runtime::watcher;
 use kube::{Api, Client};
-use nodemedic_collect::{CollectError, Collected, Collector, Ctx};
-use nodemedic_kernel::snapshot::PodIdentity;
-use nodemedic_kernel::Snapshot;
+use nodemedic_collect::{CollectError, Collected, Collector, CollectorName, Ctx};
+use nodemedic_sample::snapshot::PodIdentity;
+use nodemedic_sample::Snapshot;
 
 use crate::Retry;
 
@@ -230,16 +230,14 @@ pub struct PodNamesCollector {
 }
 
 impl PodNamesCollector {
-    pub const NAME: &'static str = "kube_pods";
-
     pub fn new(dir: PodDirectory) -> Self {
         Self { dir }
     }
 }
 
 impl Collector for PodNamesCollector {
-    fn name(&self) -> &'static str {
-        Self::NAME
+    fn name(&self) -> CollectorName {
+        CollectorName::KubePods
     }
 
     fn collect(&self, _ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

@@ -1,57 +1,19 @@
 //! Kubernetes reporting task: condition, label, Events, pause annotation.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nodemedic_engine::Sample;
-use nodemedic_remedy::{Decision, Pause, PauseFlag};
-use serde::Serialize;
+use nodemedic_sample::kube::{KubeState, KubeStatus};
+use nodemedic_sample::remedy::{Decision, Pause, PauseFlag};
+use nodemedic_sample::Sample;
 use tokio::sync::{mpsc, watch};
 
 use crate::{KubeConfig, KubeError, Reporter, Retry};
 
-/// Where Kubernetes reporting stands, for `/status`.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum KubeState {
-    /// Not started yet (the first sample is not in).
-    #[default]
-    Starting,
-    /// Not running in Kubernetes (no node name), or switched off.
-    Disabled,
-    /// The last round with the API succeeded.
-    Active,
-    /// The last round failed, or the configuration is wrong: `reason` says why.
-    Failed,
-}
-
-impl KubeState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Starting => "starting",
-            Self::Disabled => "disabled",
-            Self::Active => "active",
-            Self::Failed => "failed",
-        }
-    }
-}
-
-#[derive(Debug, Default, Clone, Serialize)]
-pub struct KubeStatus {
-    pub state: KubeState,
-    pub node: Option<String>,
-    pub reason: Option<String>,
-    pub paused_by_annotation: bool,
-}
-
-pub type SharedKube = Arc<Mutex<KubeStatus>>;
-
 const PAUSE_POLL: Duration = Duration::from_secs(10);
 
-fn set(status: &SharedKube, f: impl FnOnce(&mut KubeStatus)) {
-    if let Ok(mut s) = status.lock() {
-        f(&mut s);
-    }
+fn set(status: &watch::Sender<KubeStatus>, f: impl FnOnce(&mut KubeStatus)) {
+    status.send_modify(f);
 }
 
 pub async fn run(
@@ -59,7 +21,7 @@ pub async fn run(
     mut samples: watch::Receiver<Option<Arc<Sample>>>,
     mut decisions: mpsc::Receiver<Decision>,
     pause: PauseFlag,
-    status: SharedKube,
+    status: watch::Sender<KubeStatus>,
 ) {
     let node = match cfg.resolve() {
         Ok(Some(node)) => node,
@@ -149,7 +111,7 @@ struct Round<'a> {
     cfg: &'a KubeConfig,
     node: &'a str,
     pause: &'a PauseFlag,
-    status: &'a SharedKube,
+    status: &'a watch::Sender<KubeStatus>,
 }
 
 impl Round<'_> {

@@ -2,22 +2,21 @@
 //! [`Snapshot::perf`], and reported failed with their one reason when they could not load.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aya::maps::{MapData, RingBuf};
-use nodemedic_collect::{CollectError, Collected, Collector, Ctx};
-use nodemedic_kernel::perf::{
+use nodemedic_collect::{CollectError, Collected, Collector, CollectorName, Ctx};
+use nodemedic_sample::perf::{
     PerfCounters, PerfHook, PerfOwner, PerfOwnerRate, PerfProbes as PerfSection, PerfProgramStats,
     PerfRates, PerfRing,
 };
-use nodemedic_kernel::Snapshot;
+use nodemedic_sample::Snapshot;
 
 use crate::abi::{CpuCounts, EventKind, OwnerCounts, ProbeEvent};
 use crate::probe::{PerfProbes, ProbeOptions, HOOKS};
-
-pub const COLLECTOR_NAME: &str = "perf_probes";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CollectorOptions {
@@ -65,11 +64,6 @@ enum State {
 #[error("eBPF probes down: {0}")]
 pub struct ProbesDown(DownReason);
 
-/// The state of a collector that never loaded the probes (switched off).
-#[derive(Debug, thiserror::Error)]
-#[error("not loaded")]
-struct NotLoaded;
-
 struct Inner {
     state: State,
     previous: Option<Previous>,
@@ -116,20 +110,6 @@ impl PerfProbeCollector {
         }
     }
 
-    /// A collector that never loaded anything, for a configuration that switches the probes
-    /// off: the engine lists it as disabled and never runs it.
-    pub fn not_loaded(opts: CollectorOptions) -> Self {
-        Self {
-            inner: Mutex::new(Inner {
-                state: State::Down(Arc::new(NotLoaded)),
-                previous: None,
-            }),
-            ring: Mutex::new(None),
-            counters: Arc::new(RingCounters::default()),
-            opts,
-        }
-    }
-
     /// Why the probes are down, if they are.
     pub fn down_reason(&self) -> Option<String> {
         let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
@@ -164,51 +144,13 @@ impl PerfProbeCollector {
 
         // Owners that exited give their slot back (on rescans, so the check is rare).
         if ctx.rescan {
-            let gone: Vec<u32> = readings
-                .owners
-                .iter()
-                .map(|o| o.tgid)
-                .filter(|&t| t != 0 && !ctx.paths.procfs.join(t.to_string()).exists())
-                .collect();
-            if !gone.is_empty() {
-                let n = probes.forget_owners(&gone);
-                tracing::debug!(
-                    forgotten = n,
-                    "exited perf-event owners removed from the probe map"
-                );
-            }
+            forget_exited(probes, &readings.owners, &ctx.paths.procfs);
         }
 
-        let rates = inner.previous.as_ref().and_then(|prev| {
-            let dt = now.checked_sub(prev.at)?.as_secs_f64();
-            (dt > 0.0).then(|| {
-                let outputs = totals.outputs().saturating_sub(prev.totals.outputs()) as f64;
-                let wakeups = totals.wakeups.saturating_sub(prev.totals.wakeups) as f64;
-                (dt, outputs, wakeups)
-            })
-        });
-        let owner_rate = |o: &OwnerCounts| -> (f64, f64) {
-            match (&inner.previous, rates) {
-                (Some(prev), Some((dt, _, _))) => {
-                    let (po, pw) = prev.owners.get(&o.tgid).copied().unwrap_or((0, 0));
-                    (
-                        o.outputs().saturating_sub(po) as f64 / dt,
-                        o.wakeups.saturating_sub(pw) as f64 / dt,
-                    )
-                }
-                _ => (0.0, 0.0),
-            }
-        };
-        let mut ranked: Vec<(&OwnerCounts, (f64, f64))> =
-            readings.owners.iter().map(|o| (o, owner_rate(o))).collect();
-        ranked.sort_by(|(a, (ao, aw)), (b, (bo, bw))| {
-            bw.total_cmp(aw)
-                .then(bo.total_cmp(ao))
-                .then(b.wakeups.cmp(&a.wakeups))
-                .then(b.outputs().cmp(&a.outputs()))
-                .then(a.tgid.cmp(&b.tgid))
-        });
-        ranked.truncate(self.opts.top_owners);
+        let previous = inner.previous.as_ref();
+        let rates = previous.and_then(|prev| interval(prev, &totals, now));
+        let since = previous.zip(rates.map(|(dt, _, _)| dt));
+        let ranked = rank_owners(&readings.owners, since, self.opts.top_owners);
 
         let section = PerfSection {
             method: Some(probes.method().as_str().to_owned()),
@@ -244,25 +186,7 @@ impl PerfProbeCollector {
                 })
                 .collect(),
             owners_tracked: readings.owners.len(),
-            rates: rates.map(|(dt, outputs, wakeups)| PerfRates {
-                interval_seconds: dt,
-                outputs_per_second: outputs / dt,
-                wakeups_per_second: wakeups / dt,
-                wakeup_ratio: if outputs > 0.0 {
-                    wakeups / outputs
-                } else {
-                    0.0
-                },
-                owners: ranked
-                    .iter()
-                    .map(|(o, (orate, wrate))| PerfOwnerRate {
-                        pid: o.tgid,
-                        comm: o.comm.clone(),
-                        outputs_per_second: *orate,
-                        wakeups_per_second: *wrate,
-                    })
-                    .collect(),
-            }),
+            rates: rates.map(|rates| perf_rates(rates, &ranked)),
             programs: readings
                 .programs
                 .iter()
@@ -293,6 +217,92 @@ impl PerfProbeCollector {
     }
 }
 
+/// Gives the probe map's slots of owners that exited back.
+fn forget_exited(probes: &mut PerfProbes, owners: &[OwnerCounts], procfs: &Path) {
+    let gone: Vec<u32> = owners
+        .iter()
+        .map(|o| o.tgid)
+        .filter(|&t| t != 0 && !procfs.join(t.to_string()).exists())
+        .collect();
+    if !gone.is_empty() {
+        let n = probes.forget_owners(&gone);
+        tracing::debug!(
+            forgotten = n,
+            "exited perf-event owners removed from the probe map"
+        );
+    }
+}
+
+/// Seconds since the previous sample and the outputs and wakeups within them; none when no
+/// time passed.
+fn interval(prev: &Previous, totals: &CpuCounts, now: Duration) -> Option<(f64, f64, f64)> {
+    let dt = now.checked_sub(prev.at)?.as_secs_f64();
+    (dt > 0.0).then(|| {
+        let outputs = totals.outputs().saturating_sub(prev.totals.outputs()) as f64;
+        let wakeups = totals.wakeups.saturating_sub(prev.totals.wakeups) as f64;
+        (dt, outputs, wakeups)
+    })
+}
+
+/// The `top` busiest owners with their output and wakeup rates since the previous sample
+/// (`since`, with the seconds in between), busiest first: by wakeup rate, output rate, then
+/// wakeups and outputs since the probes loaded.
+fn rank_owners<'o>(
+    owners: &'o [OwnerCounts],
+    since: Option<(&Previous, f64)>,
+    top: usize,
+) -> Vec<(&'o OwnerCounts, (f64, f64))> {
+    let owner_rate = |o: &OwnerCounts| -> (f64, f64) {
+        match since {
+            Some((prev, dt)) => {
+                let (po, pw) = prev.owners.get(&o.tgid).copied().unwrap_or((0, 0));
+                (
+                    o.outputs().saturating_sub(po) as f64 / dt,
+                    o.wakeups.saturating_sub(pw) as f64 / dt,
+                )
+            }
+            None => (0.0, 0.0),
+        }
+    };
+    let mut ranked: Vec<(&OwnerCounts, (f64, f64))> =
+        owners.iter().map(|o| (o, owner_rate(o))).collect();
+    ranked.sort_by(|(a, (ao, aw)), (b, (bo, bw))| {
+        bw.total_cmp(aw)
+            .then(bo.total_cmp(ao))
+            .then(b.wakeups.cmp(&a.wakeups))
+            .then(b.outputs().cmp(&a.outputs()))
+            .then(a.tgid.cmp(&b.tgid))
+    });
+    ranked.truncate(top);
+    ranked
+}
+
+/// The interval's rates, node-wide and of the ranked owners.
+fn perf_rates(
+    (dt, outputs, wakeups): (f64, f64, f64),
+    ranked: &[(&OwnerCounts, (f64, f64))],
+) -> PerfRates {
+    PerfRates {
+        interval_seconds: dt,
+        outputs_per_second: outputs / dt,
+        wakeups_per_second: wakeups / dt,
+        wakeup_ratio: if outputs > 0.0 {
+            wakeups / outputs
+        } else {
+            0.0
+        },
+        owners: ranked
+            .iter()
+            .map(|(o, (orate, wrate))| PerfOwnerRate {
+                pid: o.tgid,
+                comm: o.comm.clone(),
+                outputs_per_second: *orate,
+                wakeups_per_second: *wrate,
+            })
+            .collect(),
+    }
+}
+
 fn counters(c: &CpuCounts) -> PerfCounters {
     PerfCounters {
         bpf_outputs: c.bpf_outputs,
@@ -303,8 +313,8 @@ fn counters(c: &CpuCounts) -> PerfCounters {
 }
 
 impl Collector for PerfProbeCollector {
-    fn name(&self) -> &'static str {
-        COLLECTOR_NAME
+    fn name(&self) -> CollectorName {
+        CollectorName::PerfProbes
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snapshot: &mut Snapshot) -> Result<Collected, CollectError> {
@@ -409,5 +419,71 @@ impl RingReader {
                 _ = tick.tick() => Self::drain(fd.get_mut(), &self.counters),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner(tgid: u32, bpf_outputs: u64, wakeups: u64) -> OwnerCounts {
+        OwnerCounts {
+            tgid,
+            comm: format!("task{tgid}"),
+            bpf_outputs,
+            sample_outputs: 0,
+            wakeups,
+        }
+    }
+
+    fn previous(at: u64, wakeups: u64, owners: &[(u32, (u64, u64))]) -> Previous {
+        Previous {
+            at: Duration::from_secs(at),
+            totals: CpuCounts {
+                wakeups,
+                ..CpuCounts::default()
+            },
+            owners: owners.iter().copied().collect(),
+        }
+    }
+
+    #[test]
+    fn an_interval_needs_time_to_have_passed() {
+        let prev = previous(10, 100, &[]);
+        let totals = CpuCounts {
+            bpf_outputs: 40,
+            sample_outputs: 20,
+            wakeups: 130,
+            ..CpuCounts::default()
+        };
+        assert_eq!(
+            interval(&prev, &totals, Duration::from_secs(12)),
+            Some((2.0, 60.0, 30.0))
+        );
+        assert_eq!(interval(&prev, &totals, Duration::from_secs(10)), None);
+        assert_eq!(interval(&prev, &totals, Duration::from_secs(9)), None);
+    }
+
+    #[test]
+    fn owners_rank_by_their_rates_since_the_previous_sample() {
+        // 1 woke most in all but not since; 3 is new: counted from zero.
+        let owners = [
+            owner(1, 0, 1000),
+            owner(2, 10, 20),
+            owner(3, 40, 10),
+            owner(4, 0, 0),
+        ];
+        let prev = previous(0, 0, &[(1, (0, 1000)), (2, (0, 0))]);
+        let ranked = rank_owners(&owners, Some((&prev, 2.0)), 3);
+        let got: Vec<(u32, (f64, f64))> = ranked.iter().map(|(o, r)| (o.tgid, *r)).collect();
+        assert_eq!(
+            got,
+            vec![(2, (5.0, 10.0)), (3, (20.0, 5.0)), (1, (0.0, 0.0))]
+        );
+
+        // Without a previous sample, by what they did since the probes loaded.
+        let ranked = rank_owners(&owners, None, 4);
+        let got: Vec<u32> = ranked.iter().map(|(o, _)| o.tgid).collect();
+        assert_eq!(got, vec![1, 2, 3, 4]);
     }
 }

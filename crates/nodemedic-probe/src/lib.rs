@@ -13,8 +13,7 @@ mod probe;
 
 pub use abi::{CpuCounts, EventKind, OwnerCounts, ProbeEvent};
 pub use collector::{
-    CollectorOptions, PerfProbeCollector, RingCounters, RingReader, COLLECTOR_NAME,
-    RING_DRAIN_INTERVAL,
+    CollectorOptions, PerfProbeCollector, RingCounters, RingReader, RING_DRAIN_INTERVAL,
 };
 pub use probe::{
     error_chain, AttachMode, Hook, HookStatus, Method, PerfProbes, ProbeError, ProbeOptions,

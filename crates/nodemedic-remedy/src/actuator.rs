@@ -8,8 +8,9 @@ use nodemedic_kernel::CpuSet;
 use zbus::zvariant::OwnedObjectPath;
 
 use crate::config::{IrqbalanceMethod, IrqbalanceStep};
-use crate::policy::{FailureClass, IrqbalanceState, Outcome, Step, StepFailure, Target};
+use crate::policy::{Outcome, Step, StepFailure, Target};
 use crate::spread;
+use crate::{FailureClass, IrqbalanceState};
 
 const DBUS_TIMEOUT: Duration = Duration::from_secs(10);
 /// `systemctl try-restart` waits for the restart job; irqbalance restarts in well under this.

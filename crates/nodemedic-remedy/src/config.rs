@@ -1,28 +1,7 @@
 use std::time::Duration;
 
+use nodemedic_sample::remedy::Mode;
 use serde::{Deserialize, Serialize};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Mode {
-    /// Never decide anything.
-    Off,
-    /// Decide, log, count and report; change nothing.
-    DryRun,
-    /// Act.
-    On,
-}
-
-impl Mode {
-    /// The spelling used in the config file and in metrics labels.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Off => "off",
-            Mode::DryRun => "dry-run",
-            Mode::On => "on",
-        }
-    }
-}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

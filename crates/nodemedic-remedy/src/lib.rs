@@ -12,9 +12,12 @@ pub mod policy;
 pub mod spread;
 pub mod task;
 
-pub use config::{Mode, RemediationConfig};
-pub use policy::{
-    ActionKind, Decision, DecisionAction, DecisionResult, FailureClass, Outcome, Policy, Step,
-    StepFailure,
+pub use config::RemediationConfig;
+pub use policy::{Outcome, Policy, Step, StepFailure};
+pub use task::{Actuate, RealActuators};
+// What the remediator tells the rest of the daemon: types of the sample, so that the outputs
+// read them without importing this crate.
+pub use nodemedic_sample::remedy::{
+    ActionKind, Decision, DecisionAction, DecisionResult, FailureClass, IrqbalanceState, Mode,
+    Pause, PauseFlag, RemedyState,
 };
-pub use task::{Actuate, Pause, PauseFlag, RealActuators, RemedyState, SharedRemedy};

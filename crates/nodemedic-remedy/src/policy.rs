@@ -13,79 +13,11 @@ use nodemedic_detect::{Finding, GroupVerdict, Severity};
 use nodemedic_kernel::CpuSet;
 use serde::Serialize;
 
-use crate::config::{Mode, RemediationConfig};
+use crate::config::RemediationConfig;
 use crate::dpkg::has_rebalance_bug;
-
-/// What nodemedic knows about irqbalance on the node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "state", rename_all = "snake_case")]
-pub enum IrqbalanceState {
-    Running {
-        version: Option<String>,
-    },
-    /// Installed but not running, or disabled/masked: someone stopped it on purpose.
-    Stopped {
-        detail: String,
-        version: Option<String>,
-    },
-    NotInstalled,
-    /// Could not find out (no D-Bus access, for instance), or was not asked.
-    Unknown {
-        detail: String,
-        /// From the package database, which needs no D-Bus.
-        version: Option<String>,
-    },
-}
-
-impl IrqbalanceState {
-    /// The same state with the version the package database gave (systemd does not know it).
-    pub fn with_version(mut self, package_version: Option<&str>) -> Self {
-        match &mut self {
-            IrqbalanceState::Running { version }
-            | IrqbalanceState::Stopped { version, .. }
-            | IrqbalanceState::Unknown { version, .. } => {
-                *version = package_version.map(str::to_string);
-            }
-            IrqbalanceState::NotInstalled => {}
-        }
-        self
-    }
-
-    /// The label of `nodemedic_irqbalance_info{state}`.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            IrqbalanceState::Running { .. } => "running",
-            IrqbalanceState::Stopped { .. } => "stopped",
-            IrqbalanceState::NotInstalled => "not_installed",
-            IrqbalanceState::Unknown { .. } => "unknown",
-        }
-    }
-
-    pub fn version(&self) -> Option<&str> {
-        match self {
-            IrqbalanceState::Running { version }
-            | IrqbalanceState::Stopped { version, .. }
-            | IrqbalanceState::Unknown { version, .. } => version.as_deref(),
-            _ => None,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ActionKind {
-    IrqbalanceRestart,
-    NativeRebalance,
-}
-
-impl ActionKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ActionKind::IrqbalanceRestart => "irqbalance_restart",
-            ActionKind::NativeRebalance => "native_rebalance",
-        }
-    }
-}
+use crate::{
+    ActionKind, Decision, DecisionAction, DecisionResult, FailureClass, IrqbalanceState, Mode,
+};
 
 /// A group an action is aimed at, with what the native step needs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -103,128 +35,6 @@ pub struct Step {
     pub id: u64,
     pub kind: ActionKind,
     pub targets: Vec<Target>,
-}
-
-/// One audit entry.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Decision {
-    pub timestamp: f64,
-    pub action: DecisionAction,
-    pub groups: Vec<String>,
-    pub mode: Mode,
-    pub reason: String,
-    /// What was measured, or the error text of a failed step.
-    pub evidence: String,
-    /// Bounded: it is a label.
-    pub result: DecisionResult,
-}
-
-/// What a decision is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum DecisionAction {
-    Act(ActionKind),
-    Verify,
-    Escalate,
-    Pause,
-    /// A completion for a step the policy does not know (a bug in the caller).
-    Unknown,
-}
-
-impl DecisionAction {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DecisionAction::Act(kind) => kind.as_str(),
-            DecisionAction::Verify => "verify",
-            DecisionAction::Escalate => "escalate",
-            DecisionAction::Pause => "pause",
-            DecisionAction::Unknown => "unknown",
-        }
-    }
-}
-
-/// How a decision came out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum DecisionResult {
-    /// A step handed to the actuators; its completion follows.
-    Pending,
-    DryRun,
-    Done,
-    Failed(FailureClass),
-    Verified,
-    NotVerified,
-    Escalated,
-    Paused,
-    Resumed,
-    Ignored,
-}
-
-impl DecisionResult {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DecisionResult::Pending => "pending",
-            DecisionResult::DryRun => "dry_run",
-            DecisionResult::Done => "done",
-            DecisionResult::Failed(class) => class.as_str(),
-            DecisionResult::Verified => "verified",
-            DecisionResult::NotVerified => "not_verified",
-            DecisionResult::Escalated => "escalated",
-            DecisionResult::Paused => "paused",
-            DecisionResult::Resumed => "resumed",
-            DecisionResult::Ignored => "ignored",
-        }
-    }
-
-    /// An action was taken (or would have been, in dry-run), whatever its outcome.
-    pub fn is_action(self) -> bool {
-        matches!(
-            self,
-            DecisionResult::Done | DecisionResult::DryRun | DecisionResult::Failed(_)
-        )
-    }
-}
-
-macro_rules! serialize_as_str {
-    ($($t:ty),*) => {$(
-        impl Serialize for $t {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.serialize_str(self.as_str())
-            }
-        }
-    )*};
-}
-serialize_as_str!(DecisionAction, DecisionResult, FailureClass);
-
-/// Why a step failed, from its error's type (an io error kind, a D-Bus error name, a
-/// timeout), for the `result` label: the error text itself would make every distinct message
-/// a new series. The text stays in the decision's `evidence` (`/status`, the audit log).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum FailureClass {
-    Timeout,
-    Permission,
-    /// What the step needs is not there: the bus, the unit, the IRQ.
-    Unavailable,
-    Other,
-}
-
-impl FailureClass {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FailureClass::Timeout => "failed_timeout",
-            FailureClass::Permission => "failed_permission",
-            FailureClass::Unavailable => "failed_unavailable",
-            FailureClass::Other => "failed",
-        }
-    }
-
-    pub fn of_io(e: &std::io::Error) -> Self {
-        use std::io::ErrorKind as K;
-        match e.kind() {
-            K::TimedOut => FailureClass::Timeout,
-            K::PermissionDenied => FailureClass::Permission,
-            K::NotFound | K::ConnectionRefused | K::AddrNotAvailable => FailureClass::Unavailable,
-            _ => FailureClass::Other,
-        }
-    }
 }
 
 /// A failed step: its class and what happened.
@@ -323,7 +133,6 @@ impl Policy {
         irqbalance: &IrqbalanceState,
         pause: Option<&str>,
     ) -> (Vec<Decision>, Option<Step>) {
-        let paused = pause.is_some();
         let mut log = Vec::new();
         if self.cfg.mode == Mode::Off || self.in_flight.is_some() {
             return (log, None);
@@ -337,26 +146,8 @@ impl Policy {
             }
             log.extend(self.verify(timestamp, verdicts));
         }
-        if paused != self.was_paused {
-            self.was_paused = paused;
-            log.push(self.entry(
-                timestamp,
-                DecisionAction::Pause,
-                Vec::new(),
-                if paused {
-                    "remediation paused"
-                } else {
-                    "remediation resumed"
-                },
-                pause.unwrap_or_default().to_string(),
-                if paused {
-                    DecisionResult::Paused
-                } else {
-                    DecisionResult::Resumed
-                },
-            ));
-        }
-        if paused {
+        log.extend(self.pause_change(timestamp, pause));
+        if pause.is_some() {
             return (log, None);
         }
         let collapsed: Vec<&GroupVerdict> = verdicts.iter().filter(|v| v.collapsed).collect();
@@ -373,10 +164,58 @@ impl Policy {
                 return (log, None);
             }
         }
-        // Which step does each collapsed group want?
+        let Some((kind, chosen)) = self.choose(timestamp, &collapsed, irqbalance, &mut log) else {
+            return (log, None);
+        };
+        if let Some(reason) = self.cap_reached(now) {
+            for v in chosen {
+                log.push(self.escalate(timestamp, v, reason.clone()));
+            }
+            return (log, None);
+        }
+        self.record_action(now);
+        let (decision, step) = self.act(timestamp, kind, &chosen, irqbalance);
+        log.push(decision);
+        (log, step)
+    }
+
+    /// The audit entry of a pause starting or ending, if it did since the last sample.
+    fn pause_change(&mut self, timestamp: f64, pause: Option<&str>) -> Option<Decision> {
+        let paused = pause.is_some();
+        if paused == self.was_paused {
+            return None;
+        }
+        self.was_paused = paused;
+        Some(self.entry(
+            timestamp,
+            DecisionAction::Pause,
+            Vec::new(),
+            if paused {
+                "remediation paused"
+            } else {
+                "remediation resumed"
+            },
+            pause.unwrap_or_default().to_string(),
+            if paused {
+                DecisionResult::Paused
+            } else {
+                DecisionResult::Resumed
+            },
+        ))
+    }
+
+    /// Which step each collapsed group wants, and the groups of the one to take: restarting
+    /// irqbalance goes first. Groups that want to escalate are escalated into `log` here.
+    fn choose<'v>(
+        &mut self,
+        timestamp: f64,
+        collapsed: &[&'v GroupVerdict],
+        irqbalance: &IrqbalanceState,
+        log: &mut Vec<Decision>,
+    ) -> Option<(ActionKind, Vec<&'v GroupVerdict>)> {
         let mut irqbalance_groups = Vec::new();
         let mut native_groups = Vec::new();
-        for v in &collapsed {
+        for v in collapsed {
             let stage = self
                 .episodes
                 .get(&v.group.key)
@@ -389,32 +228,48 @@ impl Policy {
                 Want::Nothing => {}
             }
         }
-        let (kind, chosen) = if !irqbalance_groups.is_empty() {
-            (ActionKind::IrqbalanceRestart, irqbalance_groups)
+        if !irqbalance_groups.is_empty() {
+            Some((ActionKind::IrqbalanceRestart, irqbalance_groups))
         } else if !native_groups.is_empty() {
-            (ActionKind::NativeRebalance, native_groups)
+            Some((ActionKind::NativeRebalance, native_groups))
         } else {
-            return (log, None);
-        };
+            None
+        }
+    }
+
+    /// Why no action may be taken at `now`, if the hourly or daily cap is reached.
+    fn cap_reached(&self, now: Duration) -> Option<String> {
         let hour = self.actions_within(now, Duration::from_secs(3600));
         let day = self.actions_within(now, Duration::from_secs(86_400));
         if hour >= self.cfg.max_actions_per_hour as usize
             || day >= self.cfg.max_actions_per_day as usize
         {
-            let reason = format!(
+            return Some(format!(
                 "action cap reached ({hour}/{} this hour, {day}/{} today)",
                 self.cfg.max_actions_per_hour, self.cfg.max_actions_per_day
-            );
-            for v in chosen {
-                log.push(self.escalate(timestamp, v, reason.clone()));
-            }
-            return (log, None);
+            ));
         }
+        None
+    }
+
+    /// Counts an action at `now` against the caps and the cooldown.
+    fn record_action(&mut self, now: Duration) {
         self.actions.push_back(now);
         while self.actions.len() > 1000 {
             self.actions.pop_front();
         }
         self.last_action = Some(now);
+    }
+
+    /// The audit entry of taking `kind` on `chosen`, and the step for the actuators: none in
+    /// dry-run. A step is in flight until [`Policy::completed`] reports it.
+    fn act(
+        &mut self,
+        timestamp: f64,
+        kind: ActionKind,
+        chosen: &[&GroupVerdict],
+        irqbalance: &IrqbalanceState,
+    ) -> (Decision, Option<Step>) {
         let targets: Vec<Target> = chosen
             .iter()
             .map(|v| Target {
@@ -430,27 +285,18 @@ impl Policy {
             .map(|v| evidence(v))
             .collect::<Vec<_>>()
             .join("; ");
-        let reason = match kind {
-            ActionKind::IrqbalanceRestart => format!(
-                "IRQs collapsed; asking irqbalance ({}) to re-place them",
-                irqbalance.version().unwrap_or("version unknown")
-            ),
-            ActionKind::NativeRebalance => format!(
-                "IRQs collapsed and irqbalance cannot fix it ({}); spreading them over the eligible CPUs",
-                describe(irqbalance)
-            ),
-        };
+        let reason = action_reason(kind, irqbalance);
         let groups: Vec<String> = targets.iter().map(|t| t.name.clone()).collect();
         if self.cfg.mode == Mode::DryRun {
-            log.push(self.entry(
+            let decision = self.entry(
                 timestamp,
                 DecisionAction::Act(kind),
                 groups,
                 &reason,
                 evidence,
                 DecisionResult::DryRun,
-            ));
-            return (log, None);
+            );
+            return (decision, None);
         }
         let baselines = chosen
             .iter()
@@ -466,16 +312,16 @@ impl Policy {
             targets,
         };
         self.next_id += 1;
-        log.push(self.entry(
+        let decision = self.entry(
             timestamp,
             DecisionAction::Act(kind),
             groups,
             &reason,
             evidence,
             DecisionResult::Pending,
-        ));
+        );
         self.in_flight = Some((step.clone(), baselines));
-        (log, Some(step))
+        (decision, Some(step))
     }
 
     /// Reports how a step went. A step that ran starts verification; one that failed moves
@@ -724,6 +570,20 @@ enum Want {
     Nothing,
 }
 
+/// The reason an action's audit entry gives.
+fn action_reason(kind: ActionKind, irqbalance: &IrqbalanceState) -> String {
+    match kind {
+        ActionKind::IrqbalanceRestart => format!(
+            "IRQs collapsed; asking irqbalance ({}) to re-place them",
+            irqbalance.version().unwrap_or("version unknown")
+        ),
+        ActionKind::NativeRebalance => format!(
+            "IRQs collapsed and irqbalance cannot fix it ({}); spreading them over the eligible CPUs",
+            describe(irqbalance)
+        ),
+    }
+}
+
 fn describe(irqb: &IrqbalanceState) -> String {
     match irqb {
         IrqbalanceState::Running { .. } => "irqbalance is running".into(),
@@ -753,4 +613,57 @@ fn evidence(v: &GroupVerdict) -> String {
 fn fmt_share(s: Option<f64>) -> String {
     s.map(|s| format!("{:.0}%", s * 100.0))
         .unwrap_or_else(|| "-".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_action_gives_irqbalance_version_or_why_irqbalance_cannot_help() {
+        let running = |version: Option<&str>| IrqbalanceState::Running {
+            version: version.map(str::to_string),
+        };
+        assert_eq!(
+            action_reason(ActionKind::IrqbalanceRestart, &running(Some("1.9.2"))),
+            "IRQs collapsed; asking irqbalance (1.9.2) to re-place them"
+        );
+        assert_eq!(
+            action_reason(ActionKind::IrqbalanceRestart, &running(None)),
+            "IRQs collapsed; asking irqbalance (version unknown) to re-place them"
+        );
+        let stopped = IrqbalanceState::Stopped {
+            detail: "masked".into(),
+            version: None,
+        };
+        assert_eq!(
+            action_reason(ActionKind::NativeRebalance, &stopped),
+            "IRQs collapsed and irqbalance cannot fix it (irqbalance is stopped: masked); \
+             spreading them over the eligible CPUs"
+        );
+    }
+
+    #[test]
+    fn the_cap_counts_actions_within_the_hour_and_the_day() {
+        let mut policy = Policy::new(RemediationConfig {
+            max_actions_per_hour: 2,
+            max_actions_per_day: 3,
+            ..Default::default()
+        });
+        let hours = |h: u64| Duration::from_secs(h * 3600);
+        policy.record_action(hours(0));
+        assert_eq!(policy.cap_reached(hours(0)), None);
+        policy.record_action(hours(0));
+        assert_eq!(
+            policy.cap_reached(hours(0)).as_deref(),
+            Some("action cap reached (2/2 this hour, 2/3 today)")
+        );
+        assert_eq!(policy.cap_reached(hours(1)), None);
+        policy.record_action(hours(1));
+        assert_eq!(
+            policy.cap_reached(hours(2)).as_deref(),
+            Some("action cap reached (0/2 this hour, 3/3 today)")
+        );
+        assert_eq!(policy.cap_reached(hours(24)), None);
+    }
 }

@@ -2,74 +2,21 @@
 //! steps, and keeps the audit trail. It runs beside the sampler, never inside the `/metrics`
 //! handler.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::actuator::{execute, AffinityWriter, Systemd};
-use crate::policy::IrqbalanceState;
 use crate::policy::{Outcome, Step};
-use crate::{Decision, DecisionAction, DecisionResult, Mode, Policy, RemediationConfig};
+use crate::{
+    Decision, DecisionResult, IrqbalanceState, Mode, Pause, PauseFlag, Policy, RemediationConfig,
+    RemedyState,
+};
 use nodemedic_collect::Paths;
-use nodemedic_detect::Finding;
-use serde::Serialize;
 use tokio::sync::watch;
 
-use nodemedic_engine::Sample;
-
-/// What the rest of the daemon can see of the remediator.
-#[derive(Debug, Default, Serialize)]
-pub struct RemedyState {
-    pub mode: Option<Mode>,
-    pub paused: bool,
-    pub verifying: bool,
-    pub irqbalance: Option<IrqbalanceState>,
-    /// The most recent decisions, oldest first.
-    pub audit: VecDeque<Decision>,
-    #[serde(skip)]
-    pub counts: BTreeMap<(DecisionAction, DecisionResult), u64>,
-    pub last_action_timestamp: Option<f64>,
-    pub findings: Vec<Finding>,
-}
-
-pub type SharedRemedy = Arc<Mutex<RemedyState>>;
+use nodemedic_sample::Sample;
 
 /// How long irqbalance's state, once asked, is taken as current without a collapse.
 const IRQBALANCE_REFRESH: std::time::Duration = std::time::Duration::from_secs(300);
-
-/// The node annotation `nodemedic.io/pause`, as last read by the Kubernetes reporter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Pause {
-    /// Not read yet: remediation waits (it must not act on a node an operator paused just
-    /// because the API was slow), without auditing a pause nobody asked for.
-    Unknown = 0,
-    Off = 1,
-    On = 2,
-}
-
-/// [`Pause`], shared between the Kubernetes reporter (writer) and the remediator (reader).
-/// Without Kubernetes it is set to [`Pause::Off`] at start.
-#[derive(Debug, Clone, Default)]
-pub struct PauseFlag(Arc<AtomicU8>);
-
-impl PauseFlag {
-    pub fn new(p: Pause) -> Self {
-        Self(Arc::new(AtomicU8::new(p as u8)))
-    }
-
-    pub fn get(&self) -> Pause {
-        match self.0.load(Ordering::Relaxed) {
-            1 => Pause::Off,
-            2 => Pause::On,
-            _ => Pause::Unknown,
-        }
-    }
-
-    pub fn set(&self, p: Pause) {
-        self.0.store(p as u8, Ordering::Relaxed);
-    }
-}
 
 /// The side effects the remediator needs, so the task can be driven on a paused clock.
 pub trait Actuate: Send + Sync {
@@ -106,7 +53,7 @@ pub async fn run(
     cfg: RemediationConfig,
     actuators: impl Actuate,
     mut samples: watch::Receiver<Option<Arc<Sample>>>,
-    state: SharedRemedy,
+    state: watch::Sender<RemedyState>,
     external_pause: PauseFlag,
     events: tokio::sync::mpsc::Sender<Decision>,
 ) {
@@ -117,9 +64,7 @@ pub async fn run(
     let mut policy = Policy::new(cfg.clone());
     let mut irqbalance: Option<IrqbalanceState> = None;
     let mut asked: Option<tokio::time::Instant> = None;
-    if let Ok(mut s) = state.lock() {
-        s.mode = Some(cfg.mode);
-    }
+    state.send_modify(|s| s.mode = Some(cfg.mode));
     while samples.changed().await.is_ok() {
         let Some(sample) = samples.borrow_and_update().clone() else {
             continue;
@@ -156,11 +101,11 @@ pub async fn run(
             .with_version(package_version);
         let Some(pause) = pause else {
             // The pause annotation is not read yet: no decision, and no audited pause.
-            if let Ok(mut s) = state.lock() {
+            state.send_modify(|s| {
                 s.paused = true;
                 s.findings = policy.findings(&sample.verdicts, &irqb);
                 s.irqbalance = Some(irqb);
-            }
+            });
             continue;
         };
         let paused = pause == Pause::On;
@@ -190,12 +135,12 @@ pub async fn run(
         }
         record(&state, &decisions, keep);
         forward(&events, &decisions);
-        if let Ok(mut s) = state.lock() {
+        state.send_modify(|s| {
             s.paused = paused;
             s.verifying = policy.is_verifying();
             s.findings = policy.findings(&sample.verdicts, &irqb);
             s.irqbalance = Some(irqb);
-        }
+        });
     }
 }
 
@@ -207,7 +152,7 @@ fn forward(events: &tokio::sync::mpsc::Sender<Decision>, decisions: &[Decision])
     }
 }
 
-fn record(state: &SharedRemedy, decisions: &[Decision], keep: usize) {
+fn record(state: &watch::Sender<RemedyState>, decisions: &[Decision], keep: usize) {
     for d in decisions {
         tracing::warn!(
             target: "nodemedic::audit",
@@ -220,21 +165,23 @@ fn record(state: &SharedRemedy, decisions: &[Decision], keep: usize) {
             "remediation decision"
         );
     }
-    let Ok(mut s) = state.lock() else {
+    if decisions.is_empty() {
         return;
-    };
-    for d in decisions {
-        if d.result != DecisionResult::Pending {
-            *s.counts.entry((d.action, d.result)).or_default() += 1;
-        }
-        if d.result.is_action() {
-            s.last_action_timestamp = Some(d.timestamp);
-        }
-        s.audit.push_back(d.clone());
-        while s.audit.len() > keep {
-            s.audit.pop_front();
-        }
     }
+    state.send_modify(|s| {
+        for d in decisions {
+            if d.result != DecisionResult::Pending {
+                *s.counts.entry((d.action, d.result)).or_default() += 1;
+            }
+            if d.result.is_action() {
+                s.last_action_timestamp = Some(d.timestamp);
+            }
+            s.audit.push_back(d.clone());
+            while s.audit.len() > keep {
+                s.audit.pop_front();
+            }
+        }
+    });
 }
 
 #[cfg(test)]
@@ -243,14 +190,14 @@ mod tests {
     //! verification windows run in milliseconds, with a recording actuator (systemd cannot be
     //! driven here; the real actuators are tested on this machine's IRQs and in a VM).
 
-    use std::path::PathBuf;
     use std::time::Duration;
 
     use crate::config::NativeStep;
-    use crate::ActionKind;
-    use nodemedic_collect::CollectorSet;
+    use std::sync::Mutex;
+
+    use crate::{ActionKind, DecisionAction};
     use nodemedic_detect::{CollapseConfig, CollapseDetector, HurtingConfig};
-    use nodemedic_kernel::Snapshot;
+    use nodemedic_testkit::fixture_snapshot;
 
     use super::*;
 
@@ -275,15 +222,6 @@ mod tests {
         }
     }
 
-    fn snapshot(name: &str) -> Snapshot {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../tests/fixtures")
-            .join(name);
-        CollectorSet::all()
-            .sample(&Paths::under(root), Duration::ZERO)
-            .0
-    }
-
     /// Feeds `samples` samples 5 s apart (collapsed when `pattern(i)`), returns the actuator
     /// calls and the audit trail.
     async fn drive(
@@ -301,17 +239,17 @@ mod tests {
         pattern: impl Fn(u64) -> bool,
         pause_at: impl Fn(u64) -> Pause,
     ) -> (Vec<(Duration, ActionKind)>, Vec<Decision>) {
-        let collapsed = snapshot("8cpu-collapsed");
-        let balanced = snapshot("8cpu-balanced");
+        let collapsed = fixture_snapshot("8cpu-collapsed", Duration::ZERO);
+        let balanced = fixture_snapshot("8cpu-balanced", Duration::ZERO);
         let rec = Arc::new(Recording {
             calls: Mutex::new(Vec::new()),
             epoch: tokio::time::Instant::now(),
         });
         let (tx, rx) = watch::channel(None);
         let (etx, mut erx) = tokio::sync::mpsc::channel(1024);
-        let state: SharedRemedy = Arc::default();
+        let (state, state_rx) = watch::channel(RemedyState::default());
         let pause = PauseFlag::new(pause_at(0));
-        let task = tokio::spawn(run(cfg, rec.clone(), rx, state.clone(), pause.clone(), etx));
+        let task = tokio::spawn(run(cfg, rec.clone(), rx, state, pause.clone(), etx));
         let mut detector =
             CollapseDetector::new(CollapseConfig::default(), HurtingConfig::default());
         for i in 0..samples {
@@ -342,10 +280,7 @@ mod tests {
         }
         task.abort();
         let calls = rec.calls.lock().map(|c| c.clone()).unwrap_or_default();
-        let audit = state
-            .lock()
-            .map(|s| s.audit.iter().cloned().collect())
-            .unwrap_or_default();
+        let audit = state_rx.borrow().audit.iter().cloned().collect();
         (calls, audit)
     }
 

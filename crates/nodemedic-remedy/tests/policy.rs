@@ -3,24 +3,14 @@
 
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use nodemedic_collect::{CollectorSet, Paths};
 use nodemedic_detect::{CollapseConfig, CollapseDetector, GroupVerdict, HurtingConfig};
-use nodemedic_kernel::Snapshot;
 use nodemedic_remedy::config::{ConfigError, NativeStep};
-use nodemedic_remedy::policy::IrqbalanceState;
+use nodemedic_remedy::IrqbalanceState;
 use nodemedic_remedy::{ActionKind, Decision, Mode, Outcome, Policy, RemediationConfig};
-
-fn snapshot(name: &str) -> Snapshot {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures")
-        .join(name);
-    CollectorSet::all()
-        .sample(&Paths::under(root), Duration::ZERO)
-        .0
-}
+use nodemedic_sample::Snapshot;
+use nodemedic_testkit::fixture_snapshot;
 
 const INTERVAL: u64 = 5;
 
@@ -39,8 +29,8 @@ impl Sim {
         Self {
             detector: CollapseDetector::new(CollapseConfig::default(), HurtingConfig::default()),
             policy: Policy::new(cfg),
-            collapsed: snapshot("8cpu-collapsed"),
-            balanced: snapshot("8cpu-balanced"),
+            collapsed: fixture_snapshot("8cpu-collapsed", Duration::ZERO),
+            balanced: fixture_snapshot("8cpu-balanced", Duration::ZERO),
             t: 0,
             log: Vec::new(),
             steps: Vec::new(),
@@ -409,8 +399,8 @@ fn a_spread_nic_carrying_one_flow_is_verified() {
     let cfg = RemediationConfig::default();
     let mut detector = CollapseDetector::new(CollapseConfig::default(), HurtingConfig::default());
     let mut policy = Policy::new(cfg.clone());
-    let collapsed = snapshot("8cpu-collapsed");
-    let balanced = snapshot("8cpu-balanced");
+    let collapsed = fixture_snapshot("8cpu-collapsed", Duration::ZERO);
+    let balanced = fixture_snapshot("8cpu-balanced", Duration::ZERO);
     let nic = |v: &[GroupVerdict]| {
         v.iter()
             .find(|g| g.group.name == "virtio2")

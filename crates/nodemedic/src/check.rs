@@ -1,9 +1,10 @@
 //! `nodemedic check`: a one-shot diagnosis for an SRE at a terminal.
 
-use nodemedic_detect::Severity;
-use nodemedic_engine::report::build_report;
-use nodemedic_engine::text::render_text;
-use nodemedic_engine::{Engine, Sample};
+use nodemedic_engine::Engine;
+use nodemedic_export::report::build_report;
+use nodemedic_export::text::render_text;
+use nodemedic_sample::{Sample, Severity};
+use nodemedic_webkit::FileLimit;
 
 use crate::cli::{CheckArgs, OutputFormat};
 use crate::config::Config;
@@ -12,9 +13,9 @@ pub const EXIT_HEALTHY: u8 = 0;
 pub const EXIT_FINDINGS: u8 = 1;
 pub const EXIT_COULD_NOT_RUN: u8 = 2;
 
-/// Runs the check; returns the exit status.
-pub fn run(config: &Config, args: &CheckArgs) -> anyhow::Result<u8> {
-    let mut engine_config = config.engine_config();
+/// Runs the check; returns the exit status. `files`: the process's file limit, raised once.
+pub fn run(config: &Config, args: &CheckArgs, files: FileLimit) -> anyhow::Result<u8> {
+    let mut engine_config = config.engine_config(&files);
     let c = &mut engine_config;
     // Two samples: collapsed means "in both", hurting is judged on the rate between them.
     (c.collapse.raise_after, c.collapse.clear_after) = (2, 1);
@@ -26,7 +27,8 @@ pub fn run(config: &Config, args: &CheckArgs) -> anyhow::Result<u8> {
     (c.tuning.audit.raise_after, c.tuning.audit.clear_after) = (1, 1);
     // Both samples read the cgroups, however far apart they are.
     c.cgroups_interval = std::time::Duration::ZERO;
-    let mut engine = Engine::with_extra(engine_config, extra_sources(config));
+    let registry = crate::collectors::registry(config, crate::collectors::For::Check);
+    let mut engine = Engine::with_registry(engine_config, registry);
     let first = engine.sample();
     if let Some(reason) = fatal(&first) {
         eprintln!("nodemedic check: cannot run: {reason}");
@@ -55,28 +57,6 @@ pub fn run(config: &Config, args: &CheckArgs) -> anyhow::Result<u8> {
             EXIT_HEALTHY
         },
     )
-}
-
-/// The probes, and in a pod this node's pod names from one list of the API (check cannot
-/// wait for a watch): `kubectl exec … nodemedic check` names pods as `/metrics` does.
-fn extra_sources(config: &Config) -> Vec<Box<dyn nodemedic_collect::Collector>> {
-    let mut extra = crate::probes::sources(config, false);
-    let Ok(Some(node)) = config.kubernetes.resolve() else {
-        return extra;
-    };
-    if !config.kubernetes.pod_names {
-        return extra;
-    }
-    let dir = nodemedic_kube::PodDirectory::new();
-    match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt.block_on(nodemedic_kube::list_pods(&node, &dir)),
-        Err(e) => tracing::warn!(error = %e, "no runtime for the pod list"),
-    }
-    extra.push(Box::new(nodemedic_kube::PodNamesCollector::new(dir)));
-    extra
 }
 
 /// Without `/proc/interrupts` there is nothing to diagnose.

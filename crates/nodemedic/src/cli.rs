@@ -1,4 +1,4 @@
-use nodemedic_web::ListenAddr;
+use nodemedic_webkit::ListenAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -15,7 +15,7 @@ use nodemedic_kube::KubeConfig;
 use nodemedic_remedy::RemediationConfig;
 use serde::{Deserialize, Serialize};
 
-use nodemedic_web::{ListenAddr, ListenAddrs};
+use nodemedic_webkit::{FileLimit, ListenAddr, ListenAddrs};
 
 use crate::cli::GlobalArgs;
 
@@ -179,7 +179,7 @@ pub struct DiskProbeSection {
 
 impl Default for DiskProbeSection {
     fn default() -> Self {
-        let d = nodemedic_collect::CommitProbeConfig::default();
+        let d = nodemedic_collect::CommitTimerConfig::default();
         Self {
             enabled: false,
             directory: d.directory,
@@ -264,64 +264,64 @@ pub struct PathsConfig {
     pub rootfs: Option<PathBuf>,
 }
 
-/// Each collector can be switched off; all are on by default.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+/// Each collector of [`CollectorName::SWITCHABLE`] can be switched off, under its name; all
+/// are on by default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CollectorsConfig {
-    pub topology: bool,
-    pub interrupts: bool,
-    pub irq_affinity: bool,
-    pub pci_devices: bool,
-    pub softirqs: bool,
-    pub softnet: bool,
-    pub irqbalance_config: bool,
-    pub pressure: bool,
-    pub cgroups: bool,
-    pub tuning: bool,
-}
-
-impl Default for CollectorsConfig {
-    fn default() -> Self {
-        Self {
-            topology: true,
-            interrupts: true,
-            irq_affinity: true,
-            pci_devices: true,
-            softirqs: true,
-            softnet: true,
-            irqbalance_config: true,
-            pressure: true,
-            cgroups: true,
-            tuning: true,
-        }
-    }
+    off: BTreeSet<CollectorName>,
 }
 
 impl CollectorsConfig {
-    /// The names of the collectors switched off.
-    pub fn disabled(&self) -> BTreeSet<String> {
-        CollectorName::SWITCHABLE
-            .into_iter()
-            .filter(|name| !self.enabled(*name))
-            .map(|name| name.as_str().to_string())
-            .collect()
+    /// The collectors switched off.
+    pub fn disabled(&self) -> BTreeSet<CollectorName> {
+        self.off.clone()
     }
 
-    fn enabled(&self, name: CollectorName) -> bool {
-        match name {
-            CollectorName::Topology => self.topology,
-            CollectorName::Interrupts => self.interrupts,
-            CollectorName::IrqAffinity => self.irq_affinity,
-            CollectorName::PciDevices => self.pci_devices,
-            CollectorName::Softirqs => self.softirqs,
-            CollectorName::Softnet => self.softnet,
-            CollectorName::IrqbalanceConfig => self.irqbalance_config,
-            CollectorName::Pressure => self.pressure,
-            CollectorName::Cgroups => self.cgroups,
-            CollectorName::Tuning => self.tuning,
-            // Switched by `[disk_probe]`, not here.
-            CollectorName::DiskCommit => true,
+    pub fn enabled(&self, name: CollectorName) -> bool {
+        !self.off.contains(&name)
+    }
+}
+
+impl Serialize for CollectorsConfig {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(CollectorName::SWITCHABLE.len()))?;
+        for name in CollectorName::SWITCHABLE {
+            map.serialize_entry(name.as_str(), &self.enabled(name))?;
         }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for CollectorsConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Switches;
+        impl<'de> serde::de::Visitor<'de> for Switches {
+            type Value = CollectorsConfig;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a table of collector names and booleans")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut off = BTreeSet::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    let name = CollectorName::from_name(&key)
+                        .filter(|n| CollectorName::SWITCHABLE.contains(n))
+                        .ok_or_else(|| {
+                            serde::de::Error::unknown_field(&key, &CollectorName::SWITCHABLE_KEYS)
+                        })?;
+                    if map.next_value::<bool>()? {
+                        off.remove(&name);
+                    } else {
+                        off.insert(name);
+                    }
+                }
+                Ok(CollectorsConfig { off })
+            }
+        }
+        d.deserialize_map(Switches)
     }
 }
 
@@ -473,7 +473,7 @@ impl Config {
                 humantime::format_duration(self.disk_probe.interval)
             );
         }
-        let block = nodemedic_collect::commit_probe::DEFAULT_BLOCK_BYTES as u64;
+        let block = nodemedic_collect::commit_timer::DEFAULT_BLOCK_BYTES as u64;
         if self.disk_probe.max_file_bytes < block {
             bail!("disk_probe.max_file_bytes must be at least {block} (one block)");
         }
@@ -511,7 +511,7 @@ impl Config {
         if self.web.header_read_timeout.is_zero() || self.web.request_timeout.is_zero() {
             bail!("web.header_read_timeout and web.request_timeout must be positive");
         }
-        if !self.collectors.interrupts {
+        if !self.collectors.enabled(CollectorName::Interrupts) {
             bail!("collectors.interrupts cannot be disabled: every IRQ verdict depends on it");
         }
         Ok(())
@@ -545,14 +545,15 @@ impl Config {
         }
     }
 
-    /// What the sampling pipeline needs from this configuration.
-    pub fn engine_config(&self) -> EngineConfig {
+    /// What the sampling pipeline needs from this configuration; the read layer keeps its
+    /// files within its share of `files`.
+    pub fn engine_config(&self, files: &FileLimit) -> EngineConfig {
         EngineConfig {
             paths: self.resolved_paths(),
             disabled_collectors: {
                 let mut off = self.collectors.disabled();
                 if !self.probes.enabled {
-                    off.insert(nodemedic_probe::COLLECTOR_NAME.to_string());
+                    off.insert(CollectorName::PerfProbes);
                 }
                 off
             },
@@ -562,14 +563,15 @@ impl Config {
             reader: nodemedic_collect::ReaderConfig {
                 backend: self.reader.backend,
                 max_open_files: self.reader.max_open_files,
+                file_limit_share: Some(files.kept_open_files()),
             },
-            commit_probe: self
+            commit_timer: self
                 .disk_probe
                 .enabled
-                .then(|| nodemedic_collect::CommitProbeConfig {
+                .then(|| nodemedic_collect::CommitTimerConfig {
                     directory: self.disk_probe.directory.clone(),
                     interval: self.disk_probe.interval,
-                    block_bytes: nodemedic_collect::commit_probe::DEFAULT_BLOCK_BYTES,
+                    block_bytes: nodemedic_collect::commit_timer::DEFAULT_BLOCK_BYTES,
                     max_file_bytes: self.disk_probe.max_file_bytes,
                     io_uring: self.disk_probe.io_uring,
                 }),
@@ -679,6 +681,32 @@ mod tests {
         );
         assert!(err.contains("raise_after"), "{err}");
         assert!(Config::parse("[collectors]\ninterrupts = false\n").is_err());
+    }
+
+    #[test]
+    fn each_collector_is_switched_off_under_its_name() {
+        for name in CollectorName::SWITCHABLE {
+            let text = format!("[collectors]\n{name} = false\n");
+            let c: Config = toml::from_str(&text).unwrap();
+            assert_eq!(c.collectors.disabled(), BTreeSet::from([name]), "{text}");
+            assert!(CollectorName::SWITCHABLE
+                .into_iter()
+                .all(|n| c.collectors.enabled(n) == (n != name)));
+            let written = toml::to_string(&c).unwrap();
+            assert!(written.contains(&format!("{name} = false")), "{written}");
+            assert_eq!(toml::from_str::<Config>(&written).unwrap(), c);
+        }
+        for not_a_switch in ["disk_commit", "perf_probes", "kube_pods", "irq"] {
+            let err =
+                Config::parse(&format!("[collectors]\n{not_a_switch} = false\n")).unwrap_err();
+            let err = format!("{err:#}");
+            assert!(
+                err.contains(&format!(
+                    "unknown field `{not_a_switch}`, expected one of `topology`"
+                )),
+                "{err}"
+            );
+        }
     }
 
     #[test]

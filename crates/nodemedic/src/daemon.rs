@@ -1,13 +1,16 @@
 //! `nodemedic run`: sample on an interval, detect, serve.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use nodemedic_engine::{Engine, Sample};
-use nodemedic_kube::{KubeStatus, SharedKube};
-use nodemedic_remedy::{Pause, PauseFlag, RealActuators, RemedyState, SharedRemedy};
-use nodemedic_web::{Endpoint, EndpointConfig, Limits, Listener, WebConfigWatch};
+use nodemedic_engine::Engine;
+use nodemedic_export::{Endpoint, EndpointConfig};
+use nodemedic_remedy::RealActuators;
+use nodemedic_sample::kube::KubeStatus;
+use nodemedic_sample::remedy::{Pause, PauseFlag, RemedyState};
+use nodemedic_sample::Sample;
+use nodemedic_webkit::{FileLimit, Limits, Listener, WebConfigWatch};
 
 use crate::config::Config;
 
@@ -36,32 +39,111 @@ async fn with_fault(
     task.await
 }
 
-pub fn run(config: Config, faults: Faults) -> anyhow::Result<()> {
+/// `files`: the process's file limit, raised once; the read layer and the server each get
+/// their share of it.
+pub fn run(config: Config, faults: Faults, files: FileLimit) -> anyhow::Result<()> {
     nodemedic_heap::tune_heap();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .max_blocking_threads(2)
         .build()
         .context("starting the tokio runtime")?;
-    runtime.block_on(serve(config, faults))
+    runtime.block_on(serve(config, faults, files))
 }
 
-async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
+async fn serve(config: Config, faults: Faults, files: FileLimit) -> anyhow::Result<()> {
+    let web = bind(&config, &files).await?;
+    let registry = crate::collectors::registry(&config, crate::collectors::For::Daemon);
+    let engine = Engine::with_registry(config.engine_config(&files), registry);
+    let listening: Vec<String> = web.listeners.iter().map(Listener::local).collect();
+    tracing::info!(
+        listen = %listening.join(","),
+        tls = web.security.current().tls.is_some(),
+        basic_auth = web.security.current().needs_auth(),
+        procfs = %engine.paths().procfs.display(),
+        sysfs = %engine.paths().sysfs.display(),
+        rootfs = %engine.paths().rootfs.display(),
+        interval = %humantime::format_duration(config.sample_interval),
+        "nodemedic started"
+    );
+    let (samples, _) = tokio::sync::watch::channel(None);
+    let mut outputs = start_outputs(&config, &engine, &samples, &faults, &web.security);
+    let interval = config.sample_interval;
+    let serving = format!("serving on {}", listening.join(", "));
+    let (sample_requests, sampler_thread) =
+        start_sampler(engine, faults.clone()).context("starting the sampler thread")?;
+    let mut sampler = tokio::spawn({
+        let f = faults.clone();
+        let task = sample_loop(
+            sample_requests,
+            interval,
+            outputs.endpoint.clone(),
+            samples,
+            serving,
+        );
+        async move { with_fault("sampler", &f, task).await }
+    });
+    crate::systemd::check_watchdog(interval);
+    let server = web.serve(outputs.endpoint.clone());
+    // Supervision: the sampler, remediator and Kubernetes tasks live as long as the daemon.
+    // One that ends (a panic, or a bug that returns) would leave nodemedic serving stale or
+    // partial answers, so the daemon exits non-zero and systemd or the kubelet restarts it.
+    // Biased, the sampler first: when it dies, the remediator and the Kubernetes task see
+    // its channel close and return too, and the report must name the cause, not a symptom.
+    let died = tokio::select! {
+        biased;
+        r = &mut sampler => Some(("sampler", ended(r))),
+        r = &mut outputs.remediator => Some(("remediator", ended(r))),
+        r = &mut outputs.kubernetes => Some(("kubernetes", ended(r))),
+        () = server => None,
+    };
+    crate::systemd::stopping();
+    if let Some((task, how)) = died {
+        tracing::error!(task, how = %how, "a nodemedic task ended; exiting so that it is restarted");
+        sampler.abort();
+        outputs.remediator.abort();
+        outputs.kubernetes.abort();
+        // (The aborted sample loop is dropped by the runtime while this waits, which closes
+        // the thread's channel; the task that died was already awaited above.)
+        join_sampler(sampler_thread).await;
+        anyhow::bail!(
+            "the {task} task {how}; exiting so that systemd or the kubelet restarts nodemedic"
+        );
+    }
+    // SIGTERM: no new sample, so the remediator takes no new decision.
+    sampler.abort();
+    let _ = (&mut sampler).await;
+    join_sampler(sampler_thread).await;
+    outputs.stop().await;
+    tracing::info!("nodemedic stopped");
+    Ok(())
+}
+
+/// The endpoint's side of the web toolkit: its configuration file (watched for changes), the
+/// request limits from the process's share of open files, and the bound listeners.
+struct Web {
+    security: Arc<WebConfigWatch>,
+    limits: Limits,
+    listeners: Vec<Listener>,
+}
+
+/// Loads the web configuration and binds every listen address; an error here stops the
+/// start, before any task runs.
+async fn bind(config: &Config, files: &FileLimit) -> anyhow::Result<Web> {
     let security = Arc::new(
         WebConfigWatch::new(config.web.config_file.as_deref())
             .context("loading --web.config.file")?,
     );
     tokio::spawn(security.clone().watch());
-    let (nofile, nofile_hard) = nodemedic_web::raise_nofile();
     let limits = Limits {
         header_read_timeout: config.web.header_read_timeout,
         request_timeout: config.web.request_timeout,
-        max_connections: nodemedic_web::connection_cap(config.web.max_connections, nofile),
+        max_connections: nodemedic_webkit::connection_cap(config.web.max_connections, files),
         max_requests: config.web.max_requests,
     };
     tracing::info!(
-        nofile,
-        nofile_hard,
+        nofile = files.soft,
+        nofile_hard = files.hard,
         max_connections = limits.max_connections,
         max_requests = limits.max_requests,
         "endpoint limits"
@@ -74,149 +156,129 @@ async fn serve(config: Config, faults: Faults) -> anyhow::Result<()> {
                 .with_context(|| format!("binding {addr}"))?,
         );
     }
-    let listening: Vec<String> = listeners.iter().map(Listener::local).collect();
-    let mut extra = kube_sources(&config);
-    extra.extend(crate::probes::sources(&config, true));
-    let engine = Engine::with_extra(config.engine_config(), extra);
-    tracing::info!(
-        listen = %listening.join(","),
-        tls = security.current().tls.is_some(),
-        basic_auth = security.current().needs_auth(),
-        procfs = %engine.paths().procfs.display(),
-        sysfs = %engine.paths().sysfs.display(),
-        rootfs = %engine.paths().rootfs.display(),
-        interval = %humantime::format_duration(config.sample_interval),
-        "nodemedic started"
-    );
-    let remedy: SharedRemedy = Arc::new(Mutex::new(RemedyState::default()));
+    Ok(Web {
+        security,
+        limits,
+        listeners,
+    })
+}
+
+impl Web {
+    /// Serves `endpoint`'s routes until SIGTERM or SIGINT.
+    async fn serve(self, endpoint: Arc<Endpoint>) {
+        let web_stats = endpoint.web_stats();
+        // The request limits outermost: a flood of bad credentials is bounded like any other.
+        let app = nodemedic_webkit::harden(
+            nodemedic_webkit::secured(endpoint.router(), self.security.clone()),
+            &self.limits,
+        );
+        nodemedic_webkit::serve(
+            self.listeners,
+            app,
+            self.limits,
+            web_stats,
+            self.security,
+            shutdown_signal(),
+        )
+        .await;
+    }
+}
+
+/// The three outputs of the samples, siblings that never call each other.
+struct Outputs {
+    endpoint: Arc<Endpoint>,
+    remediator: tokio::task::JoinHandle<()>,
+    kubernetes: tokio::task::JoinHandle<()>,
+}
+
+/// Starts the remediator and the Kubernetes reporter on `samples` and builds the endpoint.
+/// This is all the wiring there is: the sample reaches each output on its watch channel,
+/// the remediator's decisions reach the reporter on a queue, the pause annotation the
+/// reporter reads reaches the remediator through a flag, and what the remediator and the
+/// reporter publish reaches the endpoint on watch channels of their own.
+fn start_outputs(
+    config: &Config,
+    engine: &Engine,
+    samples: &tokio::sync::watch::Sender<Option<Arc<Sample>>>,
+    faults: &Faults,
+    security: &Arc<WebConfigWatch>,
+) -> Outputs {
+    let (remedy_tx, remedy_rx) = tokio::sync::watch::channel(RemedyState {
+        mode: Some(config.remediation.mode),
+        ..RemedyState::default()
+    });
+    let (kube_tx, kube_rx) = tokio::sync::watch::channel(KubeStatus::default());
     let pause = PauseFlag::new(Pause::Unknown);
-    let (tx, rx) = tokio::sync::watch::channel(None);
-    let (events_tx, events_rx) = tokio::sync::mpsc::channel(256);
-    let kube: SharedKube = Arc::new(Mutex::new(KubeStatus::default()));
+    let (decisions_tx, decisions_rx) = tokio::sync::mpsc::channel(256);
     let remediator = tokio::spawn({
         let faults = faults.clone();
         let task = nodemedic_remedy::task::run(
             config.remediation.clone(),
             RealActuators::new(&config.remediation, engine.paths()),
-            rx,
-            remedy.clone(),
+            samples.subscribe(),
+            remedy_tx,
             pause.clone(),
-            events_tx,
+            decisions_tx,
         );
         async move { with_fault("remediator", &faults, task).await }
     });
-    let kube_task = tokio::spawn({
+    let kubernetes = tokio::spawn({
         let faults = faults.clone();
         let task = nodemedic_kube::task::run(
             config.kubernetes.clone(),
-            tx.subscribe(),
-            events_rx,
-            pause.clone(),
-            kube.clone(),
+            samples.subscribe(),
+            decisions_rx,
+            pause,
+            kube_tx,
         );
         async move { with_fault("kubernetes", &faults, task).await }
     });
-    let interval = config.sample_interval;
     let endpoint = Arc::new(Endpoint::new(
         EndpointConfig {
             sample_interval: config.sample_interval,
             request_timeout: config.web.request_timeout,
             metrics: config.metrics.clone(),
-            remediation_mode: config.remediation.mode,
         },
-        remedy,
-        kube,
+        remedy_rx,
+        kube_rx,
         security.clone(),
     ));
-    let serving = format!("serving on {}", listening.join(", "));
-    let (sample_requests, sampler_thread) =
-        start_sampler(engine, faults.clone()).context("starting the sampler thread")?;
-    let mut sampler = tokio::spawn({
-        let f = faults.clone();
-        let task = sample_loop(sample_requests, interval, endpoint.clone(), tx, serving);
-        async move { with_fault("sampler", &f, task).await }
-    });
-    let mut remediator = remediator;
-    let mut kube_task = kube_task;
-    let web_stats = endpoint.web_stats();
-    // The request limits outermost: a flood of bad credentials is bounded like any other.
-    let app = nodemedic_web::harden(
-        nodemedic_web::secured(endpoint.router(), security.clone()),
-        &limits,
-    );
-    crate::systemd::check_watchdog(interval);
-    let server = async {
-        nodemedic_web::serve(
-            listeners,
-            app,
-            limits,
-            web_stats,
-            security,
-            shutdown_signal(),
-        )
-        .await;
-        Ok::<(), std::io::Error>(())
-    };
-    // Supervision: the sampler, remediator and Kubernetes tasks live as long as the daemon.
-    // One that ends (a panic, or a bug that returns) would leave nodemedic serving stale or
-    // partial answers, so the daemon exits non-zero and systemd or the kubelet restarts it.
-    // Biased, the sampler first: when it dies, the remediator and the Kubernetes task see
-    // its channel close and return too, and the report must name the cause, not a symptom.
-    let died = tokio::select! {
-        biased;
-        r = &mut sampler => Some(("sampler", ended(r))),
-        r = &mut remediator => Some(("remediator", ended(r))),
-        r = &mut kube_task => Some(("kubernetes", ended(r))),
-        r = server => {
-            r.context("serving HTTP")?;
-            None
-        }
-    };
-    crate::systemd::stopping();
-    if let Some((task, how)) = died {
-        tracing::error!(task, how = %how, "a nodemedic task ended; exiting so that it is restarted");
-        sampler.abort();
-        remediator.abort();
-        kube_task.abort();
-        // (The aborted sample loop is dropped by the runtime while this waits, which closes
-        // the thread's channel; the task that died was already awaited above.)
-        join_sampler(sampler_thread).await;
-        anyhow::bail!(
-            "the {task} task {how}; exiting so that systemd or the kubelet restarts nodemedic"
-        );
+    Outputs {
+        endpoint,
+        remediator,
+        kubernetes,
     }
-    // SIGTERM: no new sample, so the remediator takes no new decision; a step in flight gets
-    // STOP_GRACE to finish (its outcome is audited), else it is recorded as interrupted.
-    sampler.abort();
-    let _ = (&mut sampler).await;
-    join_sampler(sampler_thread).await;
-    // Meanwhile the Kubernetes task, whose samples ended too, marks the node condition it
-    // maintained as stopped.
-    let remediation = async {
-        if tokio::time::timeout(STOP_GRACE, &mut remediator)
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                target: "nodemedic::audit",
-                result = "interrupted",
-                "remediation step in flight interrupted by shutdown after {STOP_GRACE:?}"
-            );
-            remediator.abort();
-        }
-    };
-    let kubernetes = async {
-        if tokio::time::timeout(KUBE_STOP, &mut kube_task)
-            .await
-            .is_err()
-        {
-            tracing::warn!("the node condition was not handed over within {KUBE_STOP:?}");
-            kube_task.abort();
-        }
-    };
-    tokio::join!(remediation, kubernetes);
-    tracing::info!("nodemedic stopped");
-    Ok(())
+}
+
+impl Outputs {
+    /// After the samples ended: a remediation step in flight gets [`STOP_GRACE`] to finish
+    /// (its outcome is audited), else it is recorded as interrupted; meanwhile the Kubernetes
+    /// task, whose samples ended too, marks the node condition it maintained as stopped.
+    async fn stop(mut self) {
+        let remediation = async {
+            if tokio::time::timeout(STOP_GRACE, &mut self.remediator)
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    target: "nodemedic::audit",
+                    result = "interrupted",
+                    "remediation step in flight interrupted by shutdown after {STOP_GRACE:?}"
+                );
+                self.remediator.abort();
+            }
+        };
+        let kubernetes = async {
+            if tokio::time::timeout(KUBE_STOP, &mut self.kubernetes)
+                .await
+                .is_err()
+            {
+                tracing::warn!("the node condition was not handed over within {KUBE_STOP:?}");
+                self.kubernetes.abort();
+            }
+        };
+        tokio::join!(remediation, kubernetes);
+    }
 }
 
 /// How long SIGTERM waits for a remediation step in flight: with [`SAMPLER_STOP`], below the
@@ -257,20 +319,6 @@ fn ended(r: Result<(), tokio::task::JoinError>) -> String {
         ),
         Err(e) => format!("was cancelled: {e}"),
     }
-}
-
-/// Collectors fed from the Kubernetes API, when nodemedic runs in Kubernetes: this node's
-/// pod names, from one watch started here.
-fn kube_sources(config: &Config) -> Vec<Box<dyn nodemedic_collect::Collector>> {
-    let Ok(Some(node)) = config.kubernetes.resolve() else {
-        return Vec::new();
-    };
-    if !config.kubernetes.pod_names {
-        return Vec::new();
-    }
-    let dir = nodemedic_kube::PodDirectory::new();
-    tokio::spawn(nodemedic_kube::watch_pods(node, dir.clone()));
-    vec![Box::new(nodemedic_kube::PodNamesCollector::new(dir))]
 }
 
 async fn shutdown_signal() {

@@ -2,6 +2,7 @@
 
 mod check;
 mod cli;
+mod collectors;
 mod config;
 mod daemon;
 mod probes;
@@ -61,11 +62,14 @@ fn main() -> ExitCode {
                             hang_sampler_after: args.hang_sampler_after,
                             panic_task: args.panic_task.clone(),
                         },
+                        nodemedic_webkit::FileLimit::raise(),
                     )
                 })
                 .map(|_| 0)
         }
-        Command::Check(args) => config.validate().and_then(|_| check::run(&config, args)),
+        Command::Check(args) => config
+            .validate()
+            .and_then(|_| check::run(&config, args, nodemedic_webkit::FileLimit::raise())),
         Command::Man => {
             let man = clap_mangen::Man::new(<Cli as clap::CommandFactory>::command());
             let mut out = Vec::new();

@@ -1,18 +1,14 @@
 //! Wiring of the eBPF probes (crate `nodemedic-probe`) into `run` and `check`.
 
-use nodemedic_collect::Collector;
 use nodemedic_probe::PerfProbeCollector;
 
 use crate::config::Config;
 
-/// The probe collector: loaded and attached now when enabled (a failure is kept as its
-/// reason, never fatal), a never-run placeholder when disabled (listed as disabled). With
+/// The probe collector, loaded and attached now (a failure is kept as its reason, never
+/// fatal); the engine does not build it when the probes are switched off. With
 /// `spawn_reader`, its ring buffer reader starts on the current tokio runtime.
-pub fn sources(config: &Config, spawn_reader: bool) -> Vec<Box<dyn Collector>> {
+pub fn collector(config: &Config, spawn_reader: bool) -> PerfProbeCollector {
     let opts = config.probes.collector_options();
-    if !config.probes.enabled {
-        return vec![Box::new(PerfProbeCollector::not_loaded(opts))];
-    }
     raise_memlock();
     // The load parses the kernel's BTF and drops it, attached or not: in a heap of its own,
     // whose pages go back to the kernel when it ends, but for the few the probes keep.
@@ -32,7 +28,7 @@ pub fn sources(config: &Config, spawn_reader: bool) -> Vec<Box<dyn Collector>> {
             tokio::spawn(reader.run());
         }
     }
-    vec![Box::new(collector)]
+    collector
 }
 
 /// Kernels before 5.11 charge BPF maps to `RLIMIT_MEMLOCK` (64 KiB by default): lift it, which

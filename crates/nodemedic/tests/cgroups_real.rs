@@ -10,8 +10,9 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
+use nodemedic_testkit::ChildGuard;
 use serde_json::Value;
 
 const ROOT: &str = "/sys/fs/cgroup";
@@ -22,7 +23,7 @@ struct Burners {
     unit: String,
     dirs: Vec<PathBuf>,
     created_slices: Vec<PathBuf>,
-    children: Vec<Child>,
+    children: Vec<ChildGuard>,
 }
 
 impl Burners {
@@ -70,11 +71,13 @@ impl Burners {
             }
         }
         for _ in 0..loops {
-            let child = Command::new("sh")
-                .args(["-c", "while :; do :; done"])
-                .stdin(Stdio::null())
-                .spawn()
-                .expect("spawn a busy loop");
+            let child = ChildGuard::new(
+                Command::new("sh")
+                    .args(["-c", "while :; do :; done"])
+                    .stdin(Stdio::null())
+                    .spawn()
+                    .expect("spawn a busy loop"),
+            );
             for dir in &b.dirs {
                 std::fs::write(dir.join("cgroup.procs"), child.id().to_string()).unwrap_or_else(
                     |e| panic!("moving {} into {}: {e}", child.id(), dir.display()),
@@ -88,12 +91,9 @@ impl Burners {
 
 impl Drop for Burners {
     fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        // Killed and reaped first: a cgroup is removable once its last task has exited.
+        self.children.clear();
         for d in self.dirs.iter().chain(self.created_slices.iter()) {
-            // A cgroup is removable once its last task has exited.
             for _ in 0..50 {
                 if std::fs::remove_dir(d).is_ok() || !d.exists() {
                     break;

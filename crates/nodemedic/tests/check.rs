@@ -8,13 +8,8 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use nodemedic_kernel::CpuSet;
+use nodemedic_testkit::{copy_fixture, fixture};
 use serde_json::Value;
-
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures")
-        .join(name)
-}
 
 fn check(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_nodemedic"))
@@ -363,15 +358,8 @@ fn pressure_section_on_a_kubernetes_node() {
 #[test]
 fn a_failure_reason_is_printed_once() {
     // The balanced fixture with softnet_stat a directory: that collector fails, alone.
-    let tmp = tempfile::tempdir().unwrap();
-    let tree = tmp.path().join("tree");
-    let cp = std::process::Command::new("cp")
-        .arg("-r")
-        .arg(fixture("8cpu-balanced"))
-        .arg(&tree)
-        .status()
-        .unwrap();
-    assert!(cp.success());
+    let copy = copy_fixture("8cpu-balanced");
+    let tree = copy.path();
     let softnet = tree.join("proc/net/softnet_stat");
     std::fs::remove_file(&softnet).unwrap();
     std::fs::create_dir(&softnet).unwrap();

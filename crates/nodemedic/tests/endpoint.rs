@@ -8,12 +8,12 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
 
-use common::{fixture_dir, http_get, nodemedic_cmd, start_server, wait_for_samples, Server};
+use common::{http_get, nodemedic_cmd, start_server, wait_for_samples, Server};
+use nodemedic_testkit::{fixture, poll_until};
 
 fn start(config: &str, nofile: Option<u64>) -> Server {
-    let tree = fixture_dir("8cpu-collapsed");
+    let tree = fixture("8cpu-collapsed");
     let config = config.to_string();
     // prlimit(1) sets both limits as systemd's LimitNOFILE=1024 would.
     let limit = nofile.map(|n| format!("--nofile={n}:{n}"));
@@ -200,7 +200,7 @@ fn start_notified(
     config: &str,
     run_args: &[&str],
 ) -> (Server, std::os::unix::net::UnixDatagram, tempfile::TempDir) {
-    let tree = fixture_dir("8cpu-collapsed");
+    let tree = fixture("8cpu-collapsed");
     let sock_dir = tempfile::tempdir().unwrap();
     let sock_path = sock_dir.path().join("notify");
     let notify = std::os::unix::net::UnixDatagram::bind(&sock_path).unwrap();
@@ -248,14 +248,15 @@ fn requests_past_max_requests_get_503_at_once() {
         .collect();
     // The two are in flight once the endpoint refuses a third; until then, a third may
     // still have been served (then it is /readyz's quick 503).
-    let start = std::time::Instant::now();
-    let refused = loop {
+    let deadline = std::time::Instant::now() + common::DEADLINE;
+    let refused = poll_until(deadline, "/readyz to name max_requests", || {
         let r = http_get(addr, "/readyz", &[]).unwrap();
-        if r.body.contains("max_requests") || start.elapsed() > common::DEADLINE {
-            break r;
+        if r.body.contains("max_requests") {
+            Ok(r)
+        } else {
+            Err(format!("HTTP {}: {}", r.status, r.body.trim()))
         }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    });
     assert_eq!(refused.status, 503, "{}", refused.body);
     assert!(refused.body.contains("max_requests"), "{}", refused.body);
     for w in waiting {

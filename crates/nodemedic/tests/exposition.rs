@@ -225,7 +225,7 @@ const WITHOUT_EXPECTATIONS: [&str; 3] = ["truncated", "empty", "missing"];
 /// online CPUs, the pods. A tree without the file fails unless it is one of
 /// [`WITHOUT_EXPECTATIONS`].
 fn check_against_generator(fixture: &str, raw: &str) {
-    let path = fixture_dir(fixture).join("expected.json");
+    let path = nodemedic_testkit::fixture(fixture).join("expected.json");
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
         Err(_) if WITHOUT_EXPECTATIONS.contains(&fixture) => return,
@@ -338,7 +338,7 @@ fn exposition(fixture: &str, expect_collapsed: &[&str]) -> String {
 /// that gained one, fails here rather than being skipped or exempted in silence.
 #[test]
 fn every_fixture_tree_has_expectations_or_is_exempt_by_name() {
-    let root = workspace_root().join("tests/fixtures");
+    let root = nodemedic_testkit::fixtures_dir();
     let mut wrong = Vec::new();
     let mut trees = 0;
     for entry in std::fs::read_dir(&root).expect("listing tests/fixtures") {
@@ -587,7 +587,7 @@ fn disk_commit_probe_histogram() {
 #[test]
 fn exposition_perf_probes() {
     use nodemedic_export::{render, ExportInput, Format, MetricsOptions};
-    use nodemedic_kernel::perf::{
+    use nodemedic_sample::perf::{
         PerfCounters, PerfHook, PerfOwner, PerfOwnerRate, PerfProbes, PerfProgramStats, PerfRates,
         PerfRing,
     };
@@ -672,7 +672,7 @@ fn exposition_perf_probes() {
             storms: 2,
         },
     };
-    let snapshot = nodemedic_kernel::Snapshot {
+    let snapshot = nodemedic_sample::Snapshot {
         timestamp: 1_735_689_600.0,
         perf: Some(perf),
         ..Default::default()

@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{fixture_dir, render, start_server, workspace_root, Server};
+use common::{render, start_server, workspace_root, Server};
+use nodemedic_testkit::{fixture, poll_until};
 use serde_json::Value;
 
 const NODE: &str = "nm-test-node";
@@ -180,19 +181,6 @@ impl Cluster {
     }
 }
 
-fn poll<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Result<T, String>) -> T {
-    let start = Instant::now();
-    loop {
-        match f() {
-            Ok(v) => return v,
-            Err(last) if start.elapsed() > timeout => {
-                panic!("timed out waiting for {what}: {last}")
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(200)),
-        }
-    }
-}
-
 /// A pod bound to `node` (no kubelet runs, so it stays Pending).
 /// A containerd container ID (64 hex digits), as in the pod's status and the scope's name.
 const CONTAINER: &str = "c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00";
@@ -245,7 +233,7 @@ fn pod_cgroups(dir: &Path, uid: &str, container_id: &str) {
 }
 
 fn start_nodemedic(kubeconfig: &Path, cgroupfs: &Path) -> Server {
-    let tree = fixture_dir("8cpu-collapsed");
+    let tree = fixture("8cpu-collapsed");
     let config = format!(
         r#"sample_interval = "200ms"
 [detector.collapse]
@@ -328,15 +316,19 @@ fn condition_label_events_rbac_and_pause_on_a_real_apiserver() {
     let sa = cluster.service_account_kubeconfig();
 
     // The role is minimal: verbs outside it are forbidden to nodemedic's identity.
-    poll("RBAC for the new binding", Duration::from_secs(30), || {
-        let (ok, out, _) =
-            cluster.kubectl_as(&sa, &["auth", "can-i", "patch", "nodes/status"], None);
-        if ok && out.trim() == "yes" {
-            Ok(())
-        } else {
-            Err(out)
-        }
-    });
+    poll_until(
+        Instant::now() + Duration::from_secs(30),
+        "RBAC for the new binding",
+        || {
+            let (ok, out, _) =
+                cluster.kubectl_as(&sa, &["auth", "can-i", "patch", "nodes/status"], None);
+            if ok && out.trim() == "yes" {
+                Ok(())
+            } else {
+                Err(out)
+            }
+        },
+    );
     for forbidden in [
         vec!["delete", "node", NODE],
         vec!["get", "secrets", "-n", "kube-system"],
@@ -393,9 +385,9 @@ fn condition_label_events_rbac_and_pause_on_a_real_apiserver() {
 
     // Paused by annotation from the start: detection and reporting run, decisions do not.
     let mut s = start_nodemedic(&sa, cgroupfs.path());
-    let cond = poll(
+    let cond = poll_until(
+        Instant::now() + Duration::from_secs(60),
         "the IRQAffinityCollapsed condition",
-        Duration::from_secs(60),
         || {
             let n = cluster.node();
             n["status"]["conditions"]
@@ -417,14 +409,18 @@ fn condition_label_events_rbac_and_pause_on_a_real_apiserver() {
     assert!(cond["lastTransitionTime"].is_string() && cond["lastHeartbeatTime"].is_string());
     let labels = cluster.node()["metadata"]["labels"].clone();
     assert_eq!(labels["nodemedic.io/irq-collapsed"], "true", "{labels}");
-    poll("an IRQCollapsed event", Duration::from_secs(30), || {
-        let r = cluster.event_reasons();
-        if r.iter().any(|x| x == "IRQCollapsed") {
-            Ok(())
-        } else {
-            Err(format!("{r:?}"))
-        }
-    });
+    poll_until(
+        Instant::now() + Duration::from_secs(30),
+        "an IRQCollapsed event",
+        || {
+            let r = cluster.event_reasons();
+            if r.iter().any(|x| x == "IRQCollapsed") {
+                Ok(())
+            } else {
+                Err(format!("{r:?}"))
+            }
+        },
+    );
     // One watch resolved this node's pod, and only it.
     s.poll("this node's pod names", Duration::from_secs(30), |s| {
         let st = status(s);
@@ -470,7 +466,7 @@ fn condition_label_events_rbac_and_pause_on_a_real_apiserver() {
         .arg("--config")
         .arg(s.dir.path().join("nodemedic.toml"))
         .arg("--host-root")
-        .arg(fixture_dir("8cpu-collapsed"))
+        .arg(fixture("8cpu-collapsed"))
         .arg("--path.cgroupfs")
         .arg(cgroupfs.path())
         .args(["check", "--interval", "200ms", "--format", "json"])
@@ -526,9 +522,9 @@ fn condition_label_events_rbac_and_pause_on_a_real_apiserver() {
             }
         },
     );
-    poll(
+    poll_until(
+        Instant::now() + Duration::from_secs(30),
         "a DryRunNativeRebalance event",
-        Duration::from_secs(30),
         || {
             let r = cluster.event_reasons();
             if r.iter().any(|x| x == "DryRunNativeRebalance") {

@@ -6,19 +6,20 @@
 
 mod common;
 
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
+use nodemedic_testkit::{fixture, poll_until, ChildGuard};
 
-fn spawn(extra: &[&str], dir: &std::path::Path) -> (Child, u16) {
+fn spawn(extra: &[&str], dir: &std::path::Path) -> (ChildGuard, u16) {
     let cfg = dir.join("nodemedic.toml");
     std::fs::write(&cfg, FAST_CONFIG).unwrap();
     let port = free_port();
     let child = nodemedic_cmd(
         &[],
         &cfg,
-        &fixture_dir("8cpu-collapsed"),
+        &fixture("8cpu-collapsed"),
         &["--web.listen-address".into(), format!("127.0.0.1:{port}")],
         &extra.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
     )
@@ -26,21 +27,7 @@ fn spawn(extra: &[&str], dir: &std::path::Path) -> (Child, u16) {
     .stderr(std::fs::File::create(dir.join("stderr")).unwrap())
     .spawn()
     .unwrap();
-    (child, port)
-}
-
-/// Waits for the child to exit, killing it after `limit`.
-fn wait_exit(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if let Some(status) = child.try_wait().unwrap() {
-            return Some(status);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    None
+    (ChildGuard::new(child), port)
 }
 
 #[test]
@@ -48,7 +35,8 @@ fn a_task_that_dies_makes_the_daemon_exit_non_zero() {
     for task in ["sampler", "remediator", "kubernetes"] {
         let dir = tempfile::tempdir().unwrap();
         let (mut child, _) = spawn(&["--fault.panic-task", task], dir.path());
-        let status = wait_exit(&mut child, DEADLINE)
+        let status = child
+            .wait_exit(DEADLINE)
             .unwrap_or_else(|| panic!("{task}: the daemon kept running without its task"));
         let stderr = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
         assert!(!status.success(), "{task}: exit {status}\n{stderr}");
@@ -64,14 +52,15 @@ fn sigterm_stops_the_daemon_cleanly_within_its_bound() {
     let dir = tempfile::tempdir().unwrap();
     let (mut child, port) = spawn(&[], dir.path());
     let addr = format!("127.0.0.1:{port}").parse().unwrap();
-    let start = Instant::now();
-    loop {
-        if http_get(addr, "/healthz", &[]).is_ok_and(|r| r.status == 200) {
-            break;
-        }
-        assert!(start.elapsed() < DEADLINE, "the daemon did not come up");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    poll_until(
+        Instant::now() + DEADLINE,
+        "the daemon to answer /healthz",
+        || match http_get(addr, "/healthz", &[]) {
+            Ok(r) if r.status == 200 => Ok(()),
+            Ok(r) => Err(format!("HTTP {}", r.status)),
+            Err(e) => Err(e),
+        },
+    );
     let ok = Command::new("kill")
         .arg("-TERM")
         .arg(child.id().to_string())
@@ -80,7 +69,8 @@ fn sigterm_stops_the_daemon_cleanly_within_its_bound() {
         .success();
     assert!(ok);
     // STOP_GRACE (15 s) is the most a step in flight may take; with none, it is immediate.
-    let status = wait_exit(&mut child, Duration::from_secs(20))
+    let status = child
+        .wait_exit(Duration::from_secs(20))
         .expect("SIGTERM did not stop the daemon within its bound");
     let stderr = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
     assert!(status.success(), "exit {status}\n{stderr}");

@@ -13,10 +13,11 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
+use nodemedic_testkit::{fixture, poll_until, ChildGuard};
 use serde_json::Value;
 
 const USER: &str = "prometheus";
@@ -143,16 +144,15 @@ fn served_subject(port: u16) -> String {
 
 /// Waits (up to 15 s) until new connections to `port` get the certificate of `cn`.
 fn wait_for_served(port: u16, cn: &str, nm: &Proc) {
-    let start = Instant::now();
-    while !served_subject(port).contains(cn) {
-        assert!(
-            start.elapsed() < Duration::from_secs(15),
-            "still serving {} after the certificate changed on disk\n{}",
-            served_subject(port),
-            nm.log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let what = format!("the certificate of {cn}, changed on disk, to be served");
+    poll_until(Instant::now() + Duration::from_secs(15), &what, || {
+        let served = served_subject(port);
+        if served.contains(cn) {
+            Ok(())
+        } else {
+            Err(format!("still serving {served}\n{}", nm.log()))
+        }
+    });
 }
 
 /// `/status`'s `web_config` object, over TLS with the password.
@@ -215,15 +215,8 @@ fn web_config(pki: &Pki, client_auth: Option<&str>) -> String {
     y
 }
 
-/// A child process killed on drop.
-struct Proc(Child, PathBuf);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+/// A child process killed on drop, and the file its stdout goes to.
+struct Proc(ChildGuard, PathBuf);
 
 impl Proc {
     fn log(&self) -> String {
@@ -255,7 +248,7 @@ fn start(dir: &Path, args: &[String], ready: &[String]) -> Proc {
 
 /// `start`, with `extra` appended to the TOML configuration.
 fn start_with(dir: &Path, args: &[String], ready: &[String], extra: &str) -> Proc {
-    let tree = fixture_dir("8cpu-collapsed");
+    let tree = fixture("8cpu-collapsed");
     let cfg = dir.join("nodemedic.toml");
     std::fs::write(
         &cfg,
@@ -271,26 +264,21 @@ fn start_with(dir: &Path, args: &[String], ready: &[String], extra: &str) -> Pro
         .stderr(std::fs::File::create(dir.join("nodemedic.err")).unwrap())
         .spawn()
         .expect("spawning nodemedic");
-    let mut p = Proc(child, log);
-    let start = Instant::now();
-    loop {
-        if let Ok(Some(status)) = p.0.try_wait() {
+    let mut p = Proc(ChildGuard::new(child), log);
+    let args: Vec<&str> = ready.iter().map(String::as_str).collect();
+    poll_until(Instant::now() + DEADLINE, "nodemedic to answer 200", || {
+        if let Some(status) = p.0.exited() {
             panic!(
                 "nodemedic exited ({status}): {}",
                 std::fs::read_to_string(dir.join("nodemedic.err")).unwrap_or_default()
             );
         }
-        let args: Vec<&str> = ready.iter().map(String::as_str).collect();
-        if curl(&args).1 == 200 {
-            return p;
+        match curl(&args).1 {
+            200 => Ok(()),
+            code => Err(format!("HTTP {code}: {}", p.log())),
         }
-        assert!(
-            start.elapsed() < DEADLINE,
-            "nodemedic not ready: {}",
-            p.log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    });
+    p
 }
 
 fn strings(v: &[&str]) -> Vec<String> {
@@ -433,22 +421,19 @@ fn tls_basic_auth_rotation_prometheus_and_node_exporter() {
             .stderr(std::fs::File::create(tmp.path().join("node_exporter.err")).unwrap())
             .spawn()
             .expect("spawning node_exporter");
-        let _ne = Proc(child, log);
+        let _ne = Proc(ChildGuard::new(child), log);
         let ne_url = format!("https://127.0.0.1:{ne_port}/metrics");
-        let start = Instant::now();
-        let (code, body) = loop {
-            let (_, code, body) = curl(&["--cacert", &ca, "-u", &creds, &ne_url]);
-            if code == 200 || start.elapsed() > DEADLINE {
-                break (code, body);
+        let what = "node_exporter with nodemedic's web config to answer 200";
+        let body = poll_until(Instant::now() + DEADLINE, what, || {
+            match curl(&["--cacert", &ca, "-u", &creds, &ne_url]) {
+                (_, 200, body) => Ok(body),
+                (_, code, _) => Err(format!(
+                    "HTTP {code}: {}",
+                    std::fs::read_to_string(tmp.path().join("node_exporter.err"))
+                        .unwrap_or_default()
+                )),
             }
-            std::thread::sleep(Duration::from_millis(100));
-        };
-        assert_eq!(
-            code,
-            200,
-            "node_exporter with nodemedic's web config: {}",
-            std::fs::read_to_string(tmp.path().join("node_exporter.err")).unwrap_or_default()
-        );
+        });
         assert!(body.contains("node_load1"), "{body}");
         assert_eq!(curl(&["--cacert", &ca, &ne_url]).1, 401);
     }
@@ -578,7 +563,7 @@ fn a_bad_web_config_is_a_startup_error_naming_the_field() {
         std::fs::write(&file, &text).unwrap();
         let out = Command::new(nodemedic_bin())
             .arg("--host-root")
-            .arg(fixture_dir("8cpu-collapsed"))
+            .arg(fixture("8cpu-collapsed"))
             .arg("--web.config.file")
             .arg(&file)
             .arg("--web.listen-address")
@@ -718,19 +703,13 @@ fn client_allowed_sans_picks_among_ca_signed_certificates() {
     // The same server, its file edited to allow another name only: re-read, and the
     // certificate is turned away.
     std::fs::write(tmp.path().join("web.yml"), with_sans("[other.example]")).unwrap();
-    let start = Instant::now();
-    loop {
-        let (exit, code, _) = curl_as(&pki, port, Some("client"));
-        if code != 200 && exit != 0 {
-            break;
+    let what = "a certificate naming none of client_allowed_sans to be turned away";
+    poll_until(Instant::now() + DEADLINE, what, || {
+        match curl_as(&pki, port, Some("client")) {
+            (exit, code, _) if code != 200 && exit != 0 => Ok(()),
+            (_, code, _) => Err(format!("still HTTP {code}: {}", nm.log())),
         }
-        assert!(
-            start.elapsed() < DEADLINE,
-            "a certificate naming none of client_allowed_sans still gets HTTP {code}: {}",
-            nm.log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    });
 }
 
 /// RequireAnyClientCert, Go's meaning: some certificate is required, but no CA checks it

@@ -10,11 +10,13 @@ use nodemedic_kernel::cgroup::{
     CgroupStats, Cgroups, Workload,
 };
 use nodemedic_kernel::mounts::{cgroup_mounts_under, CgroupMounts};
-use nodemedic_kernel::{psi, Snapshot};
+use nodemedic_kernel::psi;
+use nodemedic_sample::Snapshot;
 
 use super::pressure::EOPNOTSUPP;
 use super::RescanCache;
-use crate::{sys, CollectError, Collected, Collector, Ctx, ReadError, Reader};
+use crate::dir_watch::{DirEvents, DirWatch};
+use crate::{CollectError, Collected, Collector, Ctx, ReadError, Reader};
 
 /// Which cgroups are watched. Pods are always watched; containers multiply the series by the
 /// containers per pod, so they are opt-in.
@@ -91,7 +93,7 @@ struct Listing {
     found: Vec<(String, Workload)>,
     warnings: Vec<String>,
     /// `None`: not every listed directory is watched.
-    watch: Option<sys::DirWatch>,
+    watch: Option<DirWatch>,
 }
 
 /// One reading of the cgroups and where and when it was taken.
@@ -131,7 +133,7 @@ impl CgroupsCollector {
         let mut listing = self.listing.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(l) = listing.as_mut().filter(|l| !rescan && l.root == walk_root) {
             if let Some(w) = l.watch.as_mut() {
-                if matches!(w.drain(), sys::DirEvents::None) {
+                if matches!(w.drain(), DirEvents::None) {
                     warnings.extend(l.warnings.iter().cloned());
                     return Ok(l.found.clone());
                 }
@@ -139,7 +141,7 @@ impl CgroupsCollector {
         }
         // Watch before listing: a cgroup made after a directory's watch was added is an
         // event, one made before it is in the listing.
-        let mut watch = sys::DirWatch::new()
+        let mut watch = DirWatch::new()
             .map_err(|e| tracing::debug!(error = %e, "inotify unavailable: cgroups are walked at every reading"))
             .ok();
         let mut found = Vec::new();
@@ -181,8 +183,8 @@ impl CgroupsCollector {
 }
 
 impl Collector for CgroupsCollector {
-    fn name(&self) -> &'static str {
-        crate::CollectorName::Cgroups.as_str()
+    fn name(&self) -> crate::CollectorName {
+        crate::CollectorName::Cgroups
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
@@ -475,110 +477,42 @@ fn read_group(
     let mut any = false;
     // A file missing from a cgroup that still exists is a file this kernel or controller
     // does not provide; whether the cgroup itself vanished is decided at the end.
-    let mut note = |r: Result<(), ReadError>| match r {
-        Err(e) if e.is_missing() => Ok::<(), ReadError>(()),
-        Err(e) => {
-            warnings.push(e.to_string());
-            Ok(())
-        }
-        Ok(()) => Ok(()),
+    let mut note = |r: Result<bool, ReadError>| match r {
+        Ok(found) => any |= found,
+        Err(e) if e.is_missing() => {}
+        Err(e) => warnings.push(e.to_string()),
     };
-    let Scratch { path, buf } = scratch;
     if let Some(cpu) = &mounts.cpu {
-        note((|| {
-            let q = reader.read(at(path, cpu, rel, "cpu.cfs_quota_us"))?;
-            let period = at(path, cpu, rel, "cpu.cfs_period_us");
-            reader.read_into(period, buf)?;
-            stats.cpu_max = Some(
-                parse_cfs(&q, buf)
-                    .map_err(|e| ReadError::parse(at(path, cpu, rel, "cpu.cfs_quota_us"), e))?,
-            );
-            any = true;
-            Ok(())
-        })())?;
-        note((|| {
-            let stat = at(path, cpu, rel, "cpu.stat");
-            reader.read_into(stat, buf)?;
-            stats.cpu_stat = Some(parse_cpu_stat(buf).map_err(|e| ReadError::parse(stat, e))?);
-            any = true;
-            Ok(())
-        })())?;
-        if let Some(acct) = &mounts.cpuacct {
-            note((|| {
-                let usage = at(path, acct, rel, "cpuacct.usage");
-                if reader.read_optional_into(usage, buf)? {
-                    let us = parse_cpuacct_usage(buf).map_err(|e| ReadError::parse(usage, e))?;
-                    if let Some(s) = stats.cpu_stat.as_mut() {
-                        s.usage_us = Some(us);
-                    }
-                }
-                Ok(())
-            })())?;
-        }
+        read_v1_cpu(
+            reader,
+            cpu,
+            mounts.cpuacct.as_deref(),
+            rel,
+            scratch,
+            &mut stats,
+            &mut note,
+        );
     }
     if let Some(unified) = &mounts.unified {
-        let on_v2 = mounts.cpu.is_none();
-        if on_v2 {
-            // Absent when the cpu controller is not enabled for this cgroup.
-            note((|| {
-                let max = at(path, unified, rel, "cpu.max");
-                if reader.read_optional_into(max, buf)? {
-                    stats.cpu_max = Some(parse_cpu_max(buf).map_err(|e| ReadError::parse(max, e))?);
-                }
-                Ok(())
-            })())?;
-            note((|| {
-                let stat = at(path, unified, rel, "cpu.stat");
-                reader.read_into(stat, buf)?;
-                stats.cpu_stat = Some(parse_cpu_stat(buf).map_err(|e| ReadError::parse(stat, e))?);
-                any = true;
-                Ok(())
-            })())?;
-        }
-        // Hybrid without a v1 cpuacct twin: the unified cpu.stat always has usage_usec,
-        // controllers or not.
-        let usage_missing = stats
+        if mounts.cpu.is_none() {
+            read_v2_cpu(reader, unified, rel, scratch, &mut stats, &mut note);
+        } else if stats
             .cpu_stat
             .as_ref()
-            .is_some_and(|s| s.usage_us.is_none());
-        if !on_v2 && usage_missing {
-            note((|| {
-                let stat = at(path, unified, rel, "cpu.stat");
-                if reader.read_optional_into(stat, buf)? {
-                    let v2 = parse_cpu_stat(buf).map_err(|e| ReadError::parse(stat, e))?;
-                    if let Some(s) = stats.cpu_stat.as_mut() {
-                        s.usage_us = v2.usage_us;
-                    }
-                }
-                Ok(())
-            })())?;
+            .is_some_and(|s| s.usage_us.is_none())
+        {
+            // Hybrid without a v1 cpuacct twin: the unified cpu.stat always has usage_usec,
+            // controllers or not.
+            read_unified_usage(reader, unified, rel, scratch, &mut stats, &mut note);
         }
-        let p = &mut stats.pressure;
-        for (file, slot) in [
-            ("cpu.pressure", &mut p.cpu),
-            ("memory.pressure", &mut p.memory),
-            ("io.pressure", &mut p.io),
-        ] {
-            let path = at(path, unified, rel, file);
-            let r = match reader.read_optional_into(path, buf) {
-                Ok(true) => match psi::parse(buf) {
-                    Ok(p) => {
-                        *slot = Some(p);
-                        any = true;
-                        Ok(())
-                    }
-                    Err(e) => Err(ReadError::parse(path, e)),
-                },
-                // The hybrid unified tree may lack a cgroup the v1 tree has: no pressure.
-                Ok(false) => Ok(()),
-                // PSI switched off: the files exist and reads fail with EOPNOTSUPP.
-                Err(ReadError::Io { source, .. }) if source.raw_os_error() == Some(EOPNOTSUPP) => {
-                    Ok(())
-                }
-                Err(e) => Err(e),
-            };
-            note(r)?;
-        }
+        read_pressure(
+            reader,
+            unified,
+            rel,
+            scratch,
+            &mut stats.pressure,
+            &mut note,
+        );
     }
     if any {
         return Ok(Some(stats));
@@ -591,6 +525,134 @@ fn read_group(
     match primary {
         Some(dir) if !dir.is_dir() => Err(ReadError::Missing(dir)),
         _ => Ok(None),
+    }
+}
+
+/// A cgroup's quota and `cpu.stat` on the v1 `cpu` hierarchy, and its usage from `cpuacct`
+/// when that is mounted. Each file's outcome goes to `note`: `true` when it is one of the
+/// cgroup's files that show it exists.
+fn read_v1_cpu(
+    reader: &Reader,
+    cpu: &Path,
+    cpuacct: Option<&Path>,
+    rel: &str,
+    scratch: &mut Scratch,
+    stats: &mut CgroupStats,
+    note: &mut impl FnMut(Result<bool, ReadError>),
+) {
+    let Scratch { path, buf } = scratch;
+    note((|| {
+        let q = reader.read(at(path, cpu, rel, "cpu.cfs_quota_us"))?;
+        let period = at(path, cpu, rel, "cpu.cfs_period_us");
+        reader.read_into(period, buf)?;
+        stats.cpu_max = Some(
+            parse_cfs(&q, buf)
+                .map_err(|e| ReadError::parse(at(path, cpu, rel, "cpu.cfs_quota_us"), e))?,
+        );
+        Ok(true)
+    })());
+    note((|| {
+        let stat = at(path, cpu, rel, "cpu.stat");
+        reader.read_into(stat, buf)?;
+        stats.cpu_stat = Some(parse_cpu_stat(buf).map_err(|e| ReadError::parse(stat, e))?);
+        Ok(true)
+    })());
+    if let Some(acct) = cpuacct {
+        note((|| {
+            let usage = at(path, acct, rel, "cpuacct.usage");
+            if reader.read_optional_into(usage, buf)? {
+                let us = parse_cpuacct_usage(buf).map_err(|e| ReadError::parse(usage, e))?;
+                if let Some(s) = stats.cpu_stat.as_mut() {
+                    s.usage_us = Some(us);
+                }
+            }
+            Ok(false)
+        })());
+    }
+}
+
+/// A cgroup's `cpu.max` and `cpu.stat` on a pure v2 node; outcomes go to `note` as in
+/// [`read_v1_cpu`].
+fn read_v2_cpu(
+    reader: &Reader,
+    unified: &Path,
+    rel: &str,
+    scratch: &mut Scratch,
+    stats: &mut CgroupStats,
+    note: &mut impl FnMut(Result<bool, ReadError>),
+) {
+    let Scratch { path, buf } = scratch;
+    // Absent when the cpu controller is not enabled for this cgroup.
+    note((|| {
+        let max = at(path, unified, rel, "cpu.max");
+        if reader.read_optional_into(max, buf)? {
+            stats.cpu_max = Some(parse_cpu_max(buf).map_err(|e| ReadError::parse(max, e))?);
+        }
+        Ok(false)
+    })());
+    note((|| {
+        let stat = at(path, unified, rel, "cpu.stat");
+        reader.read_into(stat, buf)?;
+        stats.cpu_stat = Some(parse_cpu_stat(buf).map_err(|e| ReadError::parse(stat, e))?);
+        Ok(true)
+    })());
+}
+
+/// A hybrid node's usage from the unified `cpu.stat`, into the v1 `cpu.stat` read before.
+fn read_unified_usage(
+    reader: &Reader,
+    unified: &Path,
+    rel: &str,
+    scratch: &mut Scratch,
+    stats: &mut CgroupStats,
+    note: &mut impl FnMut(Result<bool, ReadError>),
+) {
+    let Scratch { path, buf } = scratch;
+    note((|| {
+        let stat = at(path, unified, rel, "cpu.stat");
+        if reader.read_optional_into(stat, buf)? {
+            let v2 = parse_cpu_stat(buf).map_err(|e| ReadError::parse(stat, e))?;
+            if let Some(s) = stats.cpu_stat.as_mut() {
+                s.usage_us = v2.usage_us;
+            }
+        }
+        Ok(false)
+    })());
+}
+
+/// A cgroup's `{cpu,memory,io}.pressure` on the unified hierarchy, each when there.
+fn read_pressure(
+    reader: &Reader,
+    unified: &Path,
+    rel: &str,
+    scratch: &mut Scratch,
+    pressure: &mut CgroupPressure,
+    note: &mut impl FnMut(Result<bool, ReadError>),
+) {
+    let Scratch { path, buf } = scratch;
+    for (file, slot) in [
+        ("cpu.pressure", &mut pressure.cpu),
+        ("memory.pressure", &mut pressure.memory),
+        ("io.pressure", &mut pressure.io),
+    ] {
+        let path = at(path, unified, rel, file);
+        let r = match reader.read_optional_into(path, buf) {
+            Ok(true) => match psi::parse(buf) {
+                Ok(p) => {
+                    *slot = Some(p);
+                    Ok(true)
+                }
+                Err(e) => Err(ReadError::parse(path, e)),
+            },
+            // The hybrid unified tree may lack a cgroup the v1 tree has: no pressure.
+            Ok(false) => Ok(false),
+            // PSI switched off: the files exist and reads fail with EOPNOTSUPP.
+            Err(ReadError::Io { source, .. }) if source.raw_os_error() == Some(EOPNOTSUPP) => {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        };
+        note(r);
     }
 }
 
@@ -623,6 +685,80 @@ mod tests {
         std::fs::create_dir_all(&root).unwrap();
         std::fs::write(root.join("cgroup.controllers"), "cpu memory io\n").unwrap();
         root
+    }
+
+    /// A hybrid node: quota and throttling from the v1 `cpu` hierarchy, usage from
+    /// `cpuacct` where it is mounted, else from the unified `cpu.stat`, and pressure from the
+    /// unified tree. A damaged file is a warning that loses that file alone.
+    #[test]
+    fn a_hybrid_cgroup_joins_its_v1_and_unified_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        let rel = "kubepods/pod1111-aaaa";
+        let write = |dir: &str, file: &str, text: &str| {
+            let d = root.join(dir).join(rel);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join(file), text).unwrap();
+        };
+        write("cpu", "cpu.cfs_quota_us", "50000\n");
+        write("cpu", "cpu.cfs_period_us", "100000\n");
+        write(
+            "cpu",
+            "cpu.stat",
+            "nr_periods 4\nnr_throttled 1\nthrottled_time 7000\n",
+        );
+        std::fs::write(root.join("cpu/cpu.cfs_period_us"), "100000\n").unwrap();
+        std::fs::create_dir_all(root.join("unified")).unwrap();
+        std::fs::write(root.join("unified/cgroup.controllers"), "").unwrap();
+        write("unified", "cpu.stat", "usage_usec 42\n");
+        write(
+            "unified",
+            "cpu.pressure",
+            "some avg10=0.00 avg60=0.00 avg300=0.00 total=5\n",
+        );
+        write("unified", "io.pressure", "some avg10=garbage\n");
+        let mounts = discover(root);
+        assert_eq!(mounts.cpu.as_deref(), Some(root.join("cpu").as_path()));
+        assert_eq!(mounts.cpuacct, None);
+        let reader = Reader::new();
+        let mut scratch = Scratch {
+            path: PathBuf::new(),
+            buf: String::new(),
+        };
+        let read = |scratch: &mut Scratch, warnings: &mut Vec<String>| {
+            read_group(&reader, &mounts, rel, Workload::Other, scratch, warnings)
+                .unwrap()
+                .unwrap()
+        };
+        let mut warnings = Vec::new();
+        let g = read(&mut scratch, &mut warnings);
+        assert_eq!(g.cpu_max.and_then(|m| m.cores()), Some(0.5));
+        let stat = g.cpu_stat.unwrap();
+        assert_eq!((stat.nr_throttled, stat.throttled_us), (1, 7));
+        assert_eq!(stat.usage_us, Some(42));
+        assert_eq!(g.pressure.cpu.unwrap().some.map(|l| l.total_us), Some(5));
+        assert_eq!(g.pressure.memory, None);
+        assert_eq!(g.pressure.io, None);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains("io.pressure"), "{warnings:?}");
+
+        // With cpuacct mounted, usage is its (nanoseconds), not the unified tree's.
+        write("cpuacct", "cpuacct.usage", "9000\n");
+        std::fs::write(root.join("cpuacct/cpuacct.usage"), "0\n").unwrap();
+        let mounts = discover(root);
+        assert!(mounts.cpuacct.is_some());
+        let mut warnings = Vec::new();
+        let g = read_group(
+            &reader,
+            &mounts,
+            rel,
+            Workload::Other,
+            &mut scratch,
+            &mut warnings,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(g.cpu_stat.unwrap().usage_us, Some(9));
     }
 
     /// A pod deleted between the listing and the reading of its files: a warning naming it,
@@ -768,8 +904,8 @@ mod tests {
         let collector = Arc::new(CgroupsCollector::new(CgroupSelection::default()));
         struct Shared(Arc<CgroupsCollector>);
         impl Collector for Shared {
-            fn name(&self) -> &'static str {
-                crate::CollectorName::Cgroups.as_str()
+            fn name(&self) -> crate::CollectorName {
+                crate::CollectorName::Cgroups
             }
             fn collect(
                 &self,

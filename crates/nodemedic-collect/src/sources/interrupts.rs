@@ -1,6 +1,7 @@
 use std::sync::Arc;
 
-use nodemedic_kernel::{interrupts, Snapshot};
+use nodemedic_kernel::interrupts;
+use nodemedic_sample::Snapshot;
 
 use super::skipped_warnings;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
@@ -11,8 +12,8 @@ use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 pub struct InterruptsCollector;
 
 impl Collector for InterruptsCollector {
-    fn name(&self) -> &'static str {
-        crate::CollectorName::Interrupts.as_str()
+    fn name(&self) -> crate::CollectorName {
+        crate::CollectorName::Interrupts
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

@@ -2,8 +2,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use nodemedic_kernel::snapshot::IrqAffinity;
-use nodemedic_kernel::{CpuSet, Snapshot};
+use nodemedic_kernel::CpuSet;
+use nodemedic_sample::snapshot::IrqAffinity;
+use nodemedic_sample::Snapshot;
 
 use super::complete;
 use crate::fsread::read_dir;
@@ -28,8 +29,8 @@ pub struct IrqAffinityCollector {
 }
 
 impl Collector for IrqAffinityCollector {
-    fn name(&self) -> &'static str {
-        crate::CollectorName::IrqAffinity.as_str()
+    fn name(&self) -> crate::CollectorName {
+        crate::CollectorName::IrqAffinity
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

@@ -2,9 +2,10 @@ use std::os::unix::fs::MetadataExt;
 use std::sync::Mutex;
 use std::time::SystemTime;
 
+use nodemedic_kernel::irqbalance;
 use nodemedic_kernel::irqbalance::IrqbalancePackage;
-use nodemedic_kernel::snapshot::IrqbalanceConfig;
-use nodemedic_kernel::{irqbalance, Snapshot};
+use nodemedic_sample::snapshot::IrqbalanceConfig;
+use nodemedic_sample::Snapshot;
 
 use super::{skipped_warnings, RescanCache};
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
@@ -30,8 +31,8 @@ struct DatabaseStamp {
 }
 
 impl Collector for IrqbalanceConfigCollector {
-    fn name(&self) -> &'static str {
-        crate::CollectorName::IrqbalanceConfig.as_str()
+    fn name(&self) -> crate::CollectorName {
+        crate::CollectorName::IrqbalanceConfig
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

@@ -3,8 +3,8 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use nodemedic_kernel::device::{self, Classified};
-use nodemedic_kernel::snapshot::PciDevice;
-use nodemedic_kernel::Snapshot;
+use nodemedic_sample::snapshot::PciDevice;
+use nodemedic_sample::Snapshot;
 
 use super::{complete, cpuset_file};
 use crate::fsread::link_name;
@@ -38,8 +38,8 @@ struct PciRead {
 }
 
 impl Collector for PciDevicesCollector {
-    fn name(&self) -> &'static str {
-        crate::CollectorName::PciDevices.as_str()
+    fn name(&self) -> crate::CollectorName {
+        crate::CollectorName::PciDevices
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

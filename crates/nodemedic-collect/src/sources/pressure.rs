@@ -1,12 +1,11 @@
 use std::collections::BTreeMap;
 
-use nodemedic_kernel::{psi, Snapshot};
+use nodemedic_kernel::psi::{self, PsiResource};
+use nodemedic_sample::Snapshot;
 
 use super::RescanCache;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 
-/// The resources the kernel may report, in `/proc/pressure/`.
-const RESOURCES: [&str; 4] = ["cpu", "memory", "io", "irq"];
 /// `EOPNOTSUPP`: PSI compiled in but switched off (`psi=0`, or `CONFIG_PSI_DEFAULT_DISABLED`
 /// without `psi=1`); the files exist and every read fails.
 pub(super) const EOPNOTSUPP: i32 = libc::EOPNOTSUPP;
@@ -26,8 +25,8 @@ pub struct PressureCollector {
 }
 
 impl Collector for PressureCollector {
-    fn name(&self) -> &'static str {
-        crate::CollectorName::Pressure.as_str()
+    fn name(&self) -> crate::CollectorName {
+        crate::CollectorName::Pressure
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
@@ -47,20 +46,20 @@ impl Collector for PressureCollector {
         let mut found = BTreeMap::new();
         let mut switched_off = false;
         let mut errors = Vec::new();
-        for resource in RESOURCES {
-            if resource == "irq" && !irq_present {
+        for resource in PsiResource::ALL {
+            if resource == PsiResource::Irq && !irq_present {
                 continue;
             }
-            let path = dir.join(resource);
+            let path = dir.join(resource.as_str());
             match ctx.reader.read(&path) {
                 Ok(text) => match psi::parse(&text) {
                     Ok(p) => {
-                        found.insert(resource.to_string(), p);
+                        found.insert(resource, p);
                     }
                     Err(e) => errors.push(ReadError::parse(&path, e)),
                 },
                 // irq pressure needs Linux 6.1 and CONFIG_IRQ_TIME_ACCOUNTING.
-                Err(e) if e.is_missing() && resource == "irq" => {}
+                Err(e) if e.is_missing() && resource == PsiResource::Irq => {}
                 Err(ReadError::Io { source, .. }) if source.raw_os_error() == Some(EOPNOTSUPP) => {
                     switched_off = true;
                 }
@@ -118,7 +117,7 @@ mod tests {
                 .as_ref()
                 .unwrap()
                 .keys()
-                .cloned()
+                .map(|r| r.as_str())
                 .collect::<Vec<_>>()
         };
         assert_eq!(names(&s), ["cpu", "io", "memory"]);
@@ -136,13 +135,15 @@ mod tests {
             ["cpu", "io", "memory"],
             "irq waits for the rescan"
         );
-        let cpu = &s.pressure.as_ref().unwrap()["cpu"];
+        let cpu = &s.pressure.as_ref().unwrap()[&PsiResource::Cpu];
         assert_eq!(cpu.some.map(|l| l.total_us), Some(8));
 
         let (s, _) = set.sample(&paths, secs(161));
         assert_eq!(names(&s), ["cpu", "io", "irq", "memory"]);
         assert_eq!(
-            s.pressure.as_ref().unwrap()["irq"].full.map(|l| l.total_us),
+            s.pressure.as_ref().unwrap()[&PsiResource::Irq]
+                .full
+                .map(|l| l.total_us),
             Some(9)
         );
     }
@@ -171,6 +172,6 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("cpu"), LINES).unwrap();
         let (s, _) = set.sample(&paths, secs(161));
-        assert!(s.pressure.unwrap().contains_key("cpu"));
+        assert!(s.pressure.unwrap().contains_key(&PsiResource::Cpu));
     }
 }

@@ -1,4 +1,5 @@
-use nodemedic_kernel::{softirqs, Snapshot};
+use nodemedic_kernel::softirqs;
+use nodemedic_sample::Snapshot;
 
 use super::skipped_warnings;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
@@ -7,8 +8,8 @@ use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 pub struct SoftirqsCollector;
 
 impl Collector for SoftirqsCollector {
-    fn name(&self) -> &'static str {
-        crate::CollectorName::Softirqs.as_str()
+    fn name(&self) -> crate::CollectorName {
+        crate::CollectorName::Softirqs
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

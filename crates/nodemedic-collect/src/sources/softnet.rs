@@ -1,4 +1,5 @@
-use nodemedic_kernel::{softnet, Snapshot};
+use nodemedic_kernel::softnet;
+use nodemedic_sample::Snapshot;
 
 use super::skipped_warnings;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
@@ -7,8 +8,8 @@ use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 pub struct SoftnetCollector;
 
 impl Collector for SoftnetCollector {
-    fn name(&self) -> &'static str {
-        crate::CollectorName::Softnet.as_str()
+    fn name(&self) -> crate::CollectorName {
+        crate::CollectorName::Softnet
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

@@ -1,7 +1,8 @@
 use std::collections::BTreeMap;
 
-use nodemedic_kernel::snapshot::Topology;
-use nodemedic_kernel::{CpuSet, Snapshot};
+use nodemedic_kernel::CpuSet;
+use nodemedic_sample::snapshot::Topology;
+use nodemedic_sample::Snapshot;
 
 use super::{complete, cpuset_file, RescanCache};
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
@@ -16,8 +17,8 @@ pub struct TopologyCollector {
 }
 
 impl Collector for TopologyCollector {
-    fn name(&self) -> &'static str {
-        crate::CollectorName::Topology.as_str()
+    fn name(&self) -> crate::CollectorName {
+        crate::CollectorName::Topology
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

@@ -11,7 +11,8 @@ use nodemedic_kernel::tuning::{
     self, Channels, CpuIdle, CpufreqPolicy, IdleState, IommuGroup, NetCore, NicSettings, NicStats,
     Queried, QueueName, Rings, Tuning, TuningSettings,
 };
-use nodemedic_kernel::{CpuSet, Snapshot};
+use nodemedic_kernel::CpuSet;
+use nodemedic_sample::Snapshot;
 
 use super::RescanCache;
 use crate::fsread::read_dir;
@@ -464,8 +465,8 @@ impl TuningCollector {
 }
 
 impl Collector for TuningCollector {
-    fn name(&self) -> &'static str {
-        crate::CollectorName::Tuning.as_str()
+    fn name(&self) -> crate::CollectorName {
+        crate::CollectorName::Tuning
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

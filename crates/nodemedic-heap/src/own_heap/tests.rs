@@ -241,13 +241,8 @@ fn a_panic_inside_a_run_ends_it() {
 #[test]
 fn a_random_sequence_keeps_every_block_intact_and_gives_every_page_back_at_the_end() {
     let heap = OwnHeap::with_reserve(32 * MIB);
-    let mut rng = 0x2545_f491_4f6c_dd1d_u64;
-    let mut next = move || {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng
-    };
+    let mut rng = nodemedic_testkit::XorShift64::new(0x2545_f491_4f6c_dd1d);
+    let mut next = move || rng.next_u64();
     let (live, report) = heap.run(|| {
         let mut live: Vec<(usize, Layout, u8)> = Vec::new();
         for round in 0..20_000u32 {

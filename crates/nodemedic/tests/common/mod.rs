@@ -8,9 +8,11 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub use nodemedic_testkit::workspace_root;
+use nodemedic_testkit::{poll_until, ChildGuard};
 use tempfile::TempDir;
 
 pub mod promql;
@@ -56,22 +58,6 @@ pub fn nodemedic_bin() -> &'static str {
     env!("CARGO_BIN_EXE_nodemedic")
 }
 
-/// The workspace root (`/work/main`).
-pub fn workspace_root() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    root.canonicalize().unwrap_or(root)
-}
-
-pub fn fixture_dir(name: &str) -> PathBuf {
-    let dir = workspace_root().join("tests/fixtures").join(name);
-    assert!(
-        dir.is_dir(),
-        "fixture tree {} does not exist",
-        dir.display()
-    );
-    dir
-}
-
 pub fn golden_dir() -> PathBuf {
     workspace_root().join("tests/golden")
 }
@@ -86,35 +72,6 @@ pub const FAST_CONFIG: &str = "sample_interval = \"200ms\"\n\n[detector.collapse
 
 // ---------------------------------------------------------------------------------------------
 // Processes
-
-/// Kills (SIGKILL) and reaps the child when dropped, whatever happened in the test.
-pub struct ChildGuard {
-    child: Child,
-}
-
-impl ChildGuard {
-    pub fn new(child: Child) -> Self {
-        Self { child }
-    }
-
-    /// `Some(status)` if the process has exited.
-    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.try_wait().ok().flatten()
-    }
-
-    pub fn id(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
-    }
-}
 
 /// A server process listening on 127.0.0.1:`port`, with its stdout+stderr in `log`.
 /// Dropping it kills the process, then removes its temp dir; if the test is panicking, the
@@ -139,14 +96,7 @@ impl Server {
 
     /// Waits up to `timeout` for the process to exit (after a signal sent by the test).
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
-        let start = Instant::now();
-        while start.elapsed() < timeout {
-            if let Some(status) = self.child.exited() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
+        self.child.wait_exit(timeout)
     }
 
     pub fn log(&self) -> String {
@@ -169,40 +119,26 @@ impl Server {
         }
     }
 
-    /// Polls `f` every 50 ms until it returns `Ok`, failing fast if the process dies and with
-    /// the last `Err` (the reason it was not ready yet) once `timeout` passes.
+    /// Polls `f` until it returns `Ok`, failing fast if the process dies and with the last
+    /// `Err` (the reason it was not ready yet) once `timeout` passes; the server's log is
+    /// printed when it is dropped during the panic.
     pub fn poll<T>(
         &mut self,
         what: &str,
         timeout: Duration,
         mut f: impl FnMut(&Server) -> Result<T, String>,
     ) -> T {
-        let start = Instant::now();
+        let waiting_for = format!("{what} from {}", self.name);
         let mut last = String::from("never tried");
-        loop {
+        poll_until(Instant::now() + timeout, &waiting_for, || {
             if let Some(status) = self.child.exited() {
                 panic!(
-                    "{} exited ({status}) while waiting for {what}; last: {last}\n--- {} log ---\n{}",
-                    self.name,
-                    self.name,
-                    tail(&self.log(), 40)
+                    "{} exited ({status}) while waiting for {what}; last: {last}",
+                    self.name
                 );
             }
-            match f(self) {
-                Ok(v) => return v,
-                Err(e) => last = e,
-            }
-            if start.elapsed() > timeout {
-                panic!(
-                    "timed out after {:.1}s waiting for {what} from {}; last: {last}\n--- {} log ---\n{}",
-                    start.elapsed().as_secs_f64(),
-                    self.name,
-                    self.name,
-                    tail(&self.log(), 40)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            f(self).inspect_err(|e| last = e.clone())
+        })
     }
 }
 
@@ -259,25 +195,17 @@ pub fn start_server(
             log,
             dir,
         };
-        let start = Instant::now();
-        let ready = loop {
+        let what = format!("{name} to answer 200 on {ready_path} or exit");
+        let ready = poll_until(Instant::now() + DEADLINE, &what, || {
             if server.child.exited().is_some() {
-                break false;
+                return Ok(false);
             }
-            let last = match http_get(server.addr(), ready_path, &[]) {
-                Ok(r) if r.status == 200 => break true,
-                Ok(r) => format!("HTTP {}: {}", r.status, r.body.trim()),
-                Err(e) => e,
-            };
-            if start.elapsed() > DEADLINE {
-                panic!(
-                    "{name} not ready on {ready_path} after {:.1}s; last: {last}\n--- {name} log ---\n{}",
-                    start.elapsed().as_secs_f64(),
-                    tail(&server.log(), 40)
-                );
+            match http_get(server.addr(), ready_path, &[]) {
+                Ok(r) if r.status == 200 => Ok(true),
+                Ok(r) => Err(format!("HTTP {}: {}", r.status, r.body.trim())),
+                Err(e) => Err(e),
             }
-            std::thread::sleep(Duration::from_millis(50));
-        };
+        });
         if ready {
             return server;
         }
@@ -301,7 +229,7 @@ pub fn start_server(
 
 /// Starts `nodemedic run` against a fixture tree with the given config file contents.
 pub fn start_nodemedic(fixture: &str, config: &str) -> Server {
-    let tree = fixture_dir(fixture);
+    let tree = nodemedic_testkit::fixture(fixture);
     start_server("nodemedic", "/healthz", |port, dir| {
         let cfg = dir.join("nodemedic.toml");
         std::fs::write(&cfg, config).expect("writing the config");

@@ -1,4 +1,4 @@
-//! The disk commit probe on a real directory: it writes and fdatasyncs, stays within its byte
+//! The disk commit latency timer on a real directory: it writes and fdatasyncs, stays within its byte
 //! bound, fills the histogram, falls back to plain syscalls without io_uring, and removes its
 //! file when stopped. No timings are asserted, only that commits happened and were counted.
 
@@ -8,8 +8,9 @@ use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use nodemedic_collect::{CommitProbe, CommitProbeConfig};
-use nodemedic_kernel::snapshot::{CommitBackend, CommitLatency};
+use nodemedic_collect::{CommitTimer, CommitTimerConfig};
+use nodemedic_sample::snapshot::{CommitBackend, CommitLatency};
+use nodemedic_testkit::poll_until;
 
 /// The sysctl test turns io_uring off for the whole machine: no other test here may set up
 /// a ring meanwhile.
@@ -18,8 +19,8 @@ fn uring_lock() -> MutexGuard<'static, ()> {
     URING.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn config(dir: &Path, io_uring: bool) -> CommitProbeConfig {
-    CommitProbeConfig {
+fn config(dir: &Path, io_uring: bool) -> CommitTimerConfig {
+    CommitTimerConfig {
         directory: dir.to_path_buf(),
         interval: Duration::from_millis(20),
         block_bytes: 2300,
@@ -28,16 +29,17 @@ fn config(dir: &Path, io_uring: bool) -> CommitProbeConfig {
     }
 }
 
-/// Waits (up to a minute: the disk may be busy) until the probe has `n` commits.
-fn wait_for(probe: &CommitProbe, n: u64) -> CommitLatency {
+/// Waits (up to a minute: the disk may be busy) until the timer has `n` commits.
+fn wait_for(timer: &CommitTimer, n: u64) -> CommitLatency {
     let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let l = probe.latest();
-        if l.count >= n || Instant::now() > deadline {
-            return l;
+    poll_until(deadline, &format!("{n} commits"), || {
+        let l = timer.latest();
+        if l.count >= n {
+            Ok(l)
+        } else {
+            Err(format!("{l:?}"))
         }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    })
 }
 
 fn check_histogram(l: &CommitLatency) {
@@ -48,13 +50,13 @@ fn check_histogram(l: &CommitLatency) {
 }
 
 #[test]
-fn probe_commits_within_its_bound_and_cleans_up() {
+fn timer_commits_within_its_bound_and_cleans_up() {
     let _g = uring_lock();
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let probe = CommitProbe::start(&config(dir.path(), true)).unwrap();
-    let path = probe.path().to_path_buf();
+    let timer = CommitTimer::start(&config(dir.path(), true)).unwrap();
+    let path = timer.path().to_path_buf();
     assert!(path.starts_with(dir.path()));
-    let l = wait_for(&probe, 6);
+    let l = wait_for(&timer, 6);
     assert!(l.count >= 6, "{l:?}");
     assert_eq!(l.backend, CommitBackend::IoUring);
     assert_eq!(l.directory, dir.path().display().to_string());
@@ -64,16 +66,16 @@ fn probe_commits_within_its_bound_and_cleans_up() {
     assert_eq!(len, 3 * 2300);
     let data = std::fs::read(&path).unwrap();
     assert_eq!(data[1], 1, "the block's pattern was written");
-    drop(probe);
-    assert!(!path.exists(), "the probe removes its file");
+    drop(timer);
+    assert!(!path.exists(), "the timer removes its file");
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
 #[test]
-fn probe_without_io_uring_uses_write_and_fdatasync() {
+fn timer_without_io_uring_uses_write_and_fdatasync() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let probe = CommitProbe::start(&config(dir.path(), false)).unwrap();
-    let l = wait_for(&probe, 3);
+    let timer = CommitTimer::start(&config(dir.path(), false)).unwrap();
+    let l = wait_for(&timer, 3);
     assert!(l.count >= 3, "{l:?}");
     assert_eq!(l.backend, CommitBackend::Syscalls);
     assert_eq!(l.fallback_reason, None, "syscalls were asked for");
@@ -81,7 +83,7 @@ fn probe_without_io_uring_uses_write_and_fdatasync() {
 }
 
 #[test]
-fn probe_falls_back_when_the_sysctl_disables_io_uring() {
+fn timer_falls_back_when_the_sysctl_disables_io_uring() {
     let _g = uring_lock();
     const SYSCTL: &str = "/proc/sys/kernel/io_uring_disabled";
     let old = std::fs::read_to_string(SYSCTL).unwrap();
@@ -92,12 +94,12 @@ fn probe_falls_back_when_the_sysctl_disables_io_uring() {
         }
     }
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let probe = {
+    let timer = {
         let _restore = Restore(old);
         std::fs::write(SYSCTL, "2").expect("writing kernel.io_uring_disabled (needs root)");
-        CommitProbe::start(&config(dir.path(), true)).unwrap()
+        CommitTimer::start(&config(dir.path(), true)).unwrap()
     };
-    let l = wait_for(&probe, 2);
+    let l = wait_for(&timer, 2);
     assert_eq!(l.backend, CommitBackend::Syscalls);
     assert!(
         l.fallback_reason
@@ -110,7 +112,7 @@ fn probe_falls_back_when_the_sysctl_disables_io_uring() {
 
 #[test]
 fn unwritable_directory_is_a_clear_error() {
-    let err = match CommitProbe::start(&config(Path::new("/proc/nodemedic-no-such-dir"), true)) {
+    let err = match CommitTimer::start(&config(Path::new("/proc/nodemedic-no-such-dir"), true)) {
         Ok(_) => panic!("started in a directory that does not exist"),
         Err(e) => e.to_string(),
     };

@@ -2,12 +2,13 @@
 
 use std::fmt::Write;
 
-use nodemedic_detect::collapse::ShareBasis;
-use nodemedic_detect::pressure::CgroupRates;
-use nodemedic_detect::FindingKind;
+use nodemedic_kernel::mounts::CgroupMounts;
+use nodemedic_kernel::psi::PsiResource;
 use nodemedic_kernel::tuning::{Queried, TuningSettings};
+use nodemedic_sample::verdict::{CgroupRates, ShareBasis};
+use nodemedic_sample::{Finding, FindingKind};
 
-use crate::report::{CheckReport, CpuInterrupts, PressureReport, TuningReport};
+use crate::report::{CheckReport, CpuInterrupts, GroupReport, PressureReport, TuningReport};
 
 const BAR_WIDTH: usize = 40;
 /// Above this many CPUs the distribution shows the busiest ones only.
@@ -29,11 +30,20 @@ pub fn render_text(r: &CheckReport) -> String {
         or_none(&r.cpus.nohz_full),
         or_none(&r.cpus.irqbalance_banned)
     );
-    let by_rate = r
-        .irq
-        .per_cpu
-        .iter()
-        .any(|c| c.device_interrupts_per_second > 0.0);
+    cpu_bars_text(&mut o, &r.irq.per_cpu);
+    groups_text(&mut o, &r.irq.groups);
+    if let Some(p) = &r.perf {
+        perf_text(&mut o, p);
+    }
+    pressure_text(&mut o, &r.pressure);
+    tuning_text(&mut o, &r.tuning);
+    findings_text(&mut o, &r.findings);
+    o
+}
+
+/// A bar per CPU of its device interrupts, by rate when there were any during the interval.
+fn cpu_bars_text(o: &mut String, per_cpu: &[CpuInterrupts]) {
+    let by_rate = per_cpu.iter().any(|c| c.device_interrupts_per_second > 0.0);
     let value = |c: &CpuInterrupts| {
         if by_rate {
             c.device_interrupts_per_second
@@ -50,15 +60,15 @@ pub fn render_text(r: &CheckReport) -> String {
             "since boot; none during the interval"
         }
     );
-    let mut rows: Vec<&CpuInterrupts> = r.irq.per_cpu.iter().collect();
+    let mut rows: Vec<&CpuInterrupts> = per_cpu.iter().collect();
     let hidden = rows.len().saturating_sub(MAX_CPU_ROWS);
     if hidden > 0 {
         rows.sort_by(|a, b| value(b).total_cmp(&value(a)));
         rows.truncate(MAX_CPU_ROWS);
         rows.sort_by_key(|c| c.cpu);
     }
-    let max = r.irq.per_cpu.iter().map(value).fold(0.0, f64::max);
-    let total: f64 = r.irq.per_cpu.iter().map(value).sum();
+    let max = per_cpu.iter().map(value).fold(0.0, f64::max);
+    let total: f64 = per_cpu.iter().map(value).sum();
     for c in rows {
         let v = value(c);
         let len = if max > 0.0 {
@@ -87,9 +97,14 @@ pub fn render_text(r: &CheckReport) -> String {
     if hidden > 0 {
         let _ = writeln!(o, "  … {hidden} quieter CPUs not shown");
     }
+}
+
+/// Each device group: what it is, its verdict, where its IRQs go.
+fn groups_text(o: &mut String, groups: &[GroupReport]) {
     let _ = writeln!(o, "\nDevice groups:");
-    for g in &r.irq.groups {
-        let verdict = match (g.collapsed, g.hurting) {
+    for GroupReport(v) in groups {
+        let g = &v.group;
+        let verdict = match (v.collapsed, v.hurting) {
             (true, true) => "COLLAPSED, HURTING",
             (true, false) => "COLLAPSED",
             _ => "ok",
@@ -108,35 +123,33 @@ pub fn render_text(r: &CheckReport) -> String {
             ident.push(format!("node {n}"));
         }
         let _ = writeln!(o, "  {} [{}]  {verdict}", g.name, ident.join(", "));
-        let cpus = nodemedic_kernel::CpuSet::from_cpus(g.effective_cpus.iter().copied());
         let _ = writeln!(
             o,
             "      {} IRQs ({}) on CPUs {} — {} of {} eligible ({})",
             g.irqs.len(),
             list(&g.irqs),
-            or_none(&cpus.to_list_string()),
+            or_none(&g.effective_cpus.to_list_string()),
             g.effective_cpus.len(),
-            g.eligible_cpus,
-            or_none(&g.eligible_cpu_list)
+            g.eligible_cpus.len(),
+            or_none(&g.eligible_cpus.to_list_string())
         );
-        if let (Some(cpu), Some(share)) = (g.evidence.hottest_cpu, g.evidence.hottest_share) {
-            let rate = match (g.evidence.share_basis, g.evidence.irq_rate) {
+        if let (Some(cpu), Some(share)) = (v.evidence.hottest_cpu, v.evidence.hottest_share) {
+            let rate = match (v.evidence.share_basis, v.evidence.irq_rate) {
                 (Some(ShareBasis::Rate), Some(r)) => format!(" of {}/s", human(r)),
                 _ => " of its interrupts since boot".to_string(),
             };
             let _ = writeln!(o, "      hottest CPU {cpu}: {:.0}%{rate}", share * 100.0);
         }
     }
-    if let Some(p) = &r.perf {
-        perf_text(&mut o, p);
-    }
-    pressure_text(&mut o, &r.pressure);
-    tuning_text(&mut o, &r.tuning);
-    if r.findings.is_empty() {
+}
+
+/// Findings, one line each.
+fn findings_text(o: &mut String, findings: &[Finding]) {
+    if findings.is_empty() {
         let _ = writeln!(o, "\nNo findings.");
     } else {
         let _ = writeln!(o, "\nFindings:");
-        for f in &r.findings {
+        for f in findings {
             // Said in full under Tuning above: here one line each.
             if let FindingKind::Tuning(rule) = f.kind {
                 let _ = writeln!(
@@ -157,10 +170,9 @@ pub fn render_text(r: &CheckReport) -> String {
             );
         }
     }
-    o
 }
 
-fn perf_text(o: &mut String, p: &nodemedic_kernel::perf::PerfProbes) {
+fn perf_text(o: &mut String, p: &nodemedic_sample::perf::PerfProbes) {
     let _ = writeln!(o, "\nperf-event outputs and wakeups (eBPF probes):");
     if p.down_reason.is_some() {
         // The reason is in the findings below: said once.
@@ -210,12 +222,12 @@ fn pressure_text(o: &mut String, p: &PressureReport) {
     );
     match (&p.node, &p.node_unavailable) {
         (Some(node), _) => {
-            let parts: Vec<String> = ["cpu", "memory", "io", "irq"]
+            let parts: Vec<String> = PsiResource::ALL
                 .iter()
                 .filter_map(|r| {
-                    let n = node.get(*r)?;
+                    let n = node.get(r)?;
                     let mut s = format!("{r} some {}", pct(n.some));
-                    if *r != "cpu" {
+                    if *r != PsiResource::Cpu {
                         let _ = write!(s, " full {}", pct(n.full));
                     }
                     Some(s)
@@ -231,57 +243,16 @@ fn pressure_text(o: &mut String, p: &PressureReport) {
         }
     }
     if let Some(m) = &p.cgroup_mounts {
-        let mut parts = Vec::new();
-        if let Some(c) = &m.cpu {
-            parts.push(format!("cgroup v1 cpu at {}", c.display()));
-        }
-        if let Some(u) = &m.unified {
-            parts.push(format!("cgroup v2 at {}", u.display()));
-        }
-        let how = if p.cgroup_mounts_from_mountinfo == Some(true) {
-            "from mountinfo"
-        } else {
-            "by the directory layout"
-        };
-        let _ = writeln!(o, "  cgroups: {} ({how})", parts.join(", "));
-        if !m.writable.is_empty() {
-            let list: Vec<String> = m.writable.iter().map(|p| p.display().to_string()).collect();
-            let _ = writeln!(
-                o,
-                "  WARNING: the host's cgroup tree is writable from this container at {}: \
-                 mount each hierarchy read-only (the chart's cgroupV1Hierarchies)",
-                list.join(", ")
-            );
-        }
+        cgroup_mounts_text(o, m, p.cgroup_mounts_from_mountinfo == Some(true));
     }
     let cgroups = p.cgroups.as_deref().unwrap_or(&[]);
     if cgroups.is_empty() {
         let _ = writeln!(o, "  no pods or services found in the cgroup hierarchy");
         return;
     }
-    let row = |o: &mut String, c: &CgroupRates| {
-        let quota = c
-            .quota_cores
-            .map_or_else(|| "none".into(), |q| format!("{q:.2}"));
-        let used = c
-            .cpu_usage_cores
-            .map_or_else(|| "-".into(), |u| format!("{u:.2}"));
-        let _ = writeln!(
-            o,
-            "    {:<48} cpu wait {:>6} mem wait {:>6} throttled {:>6} quota {:>6} used {:>5}{}{}",
-            c.name,
-            pct(c.cpu_some_ratio),
-            pct(c.memory_some_ratio),
-            pct(c.throttled_ratio),
-            quota,
-            used,
-            if c.quota_bound { "  QUOTA-BOUND" } else { "" },
-            if c.starved { "  STARVED" } else { "" },
-        );
-    };
     let _ = writeln!(o, "  most pressured cgroups (CPU wait):");
     for c in cgroups.iter().take(p.top) {
-        row(o, c);
+        cgroup_row(o, c);
     }
     let mut throttled: Vec<&CgroupRates> = cgroups
         .iter()
@@ -300,9 +271,58 @@ fn pressure_text(o: &mut String, p: &PressureReport) {
     } else {
         let _ = writeln!(o, "  most throttled cgroups (share of CFS periods):");
         for c in throttled.into_iter().take(p.top) {
-            row(o, c);
+            cgroup_row(o, c);
         }
     }
+}
+
+/// Where the cgroup hierarchies are, how that was found, and a warning when the container
+/// can write to them.
+fn cgroup_mounts_text(o: &mut String, m: &CgroupMounts, from_mountinfo: bool) {
+    let mut parts = Vec::new();
+    if let Some(c) = &m.cpu {
+        parts.push(format!("cgroup v1 cpu at {}", c.display()));
+    }
+    if let Some(u) = &m.unified {
+        parts.push(format!("cgroup v2 at {}", u.display()));
+    }
+    let how = if from_mountinfo {
+        "from mountinfo"
+    } else {
+        "by the directory layout"
+    };
+    let _ = writeln!(o, "  cgroups: {} ({how})", parts.join(", "));
+    if !m.writable.is_empty() {
+        let list: Vec<String> = m.writable.iter().map(|p| p.display().to_string()).collect();
+        let _ = writeln!(
+            o,
+            "  WARNING: the host's cgroup tree is writable from this container at {}: \
+             mount each hierarchy read-only (the chart's cgroupV1Hierarchies)",
+            list.join(", ")
+        );
+    }
+}
+
+/// One cgroup's line: its waits, throttling, quota and use.
+fn cgroup_row(o: &mut String, c: &CgroupRates) {
+    let quota = c
+        .quota_cores
+        .map_or_else(|| "none".into(), |q| format!("{q:.2}"));
+    let used = c
+        .cpu_usage_cores
+        .map_or_else(|| "-".into(), |u| format!("{u:.2}"));
+    let _ = writeln!(
+        o,
+        "    {:<48} cpu wait {:>6} mem wait {:>6} throttled {:>6} quota {:>6} used {:>5}{}{}",
+        c.name,
+        pct(c.cpu_some_ratio),
+        pct(c.memory_some_ratio),
+        pct(c.throttled_ratio),
+        quota,
+        used,
+        if c.quota_bound { "  QUOTA-BOUND" } else { "" },
+        if c.starved { "  STARVED" } else { "" },
+    );
 }
 
 fn tuning_text(o: &mut String, t: &TuningReport) {
@@ -418,5 +438,85 @@ fn human(v: f64) -> String {
         format!("{:.1}k", v / 1e3)
     } else {
         format!("{v:.0}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cpu(cpu: u32, since_boot: u64, per_second: f64) -> CpuInterrupts {
+        CpuInterrupts {
+            cpu,
+            device_interrupts: since_boot,
+            device_interrupts_per_second: per_second,
+            net_rx_per_second: None,
+            softnet_dropped: None,
+            softnet_squeezed: None,
+        }
+    }
+
+    fn rows(text: &str) -> Vec<&str> {
+        text.lines()
+            .filter(|l| l.trim_start().starts_with("CPU"))
+            .collect()
+    }
+
+    #[test]
+    fn a_large_node_shows_its_busiest_cpus_in_cpu_order() {
+        // CPU n takes n interrupts a second: the 6 quietest are left out.
+        let per_cpu: Vec<CpuInterrupts> = (0..70).map(|n| cpu(n, 1, n as f64)).collect();
+        let mut o = String::new();
+        cpu_bars_text(&mut o, &per_cpu);
+        let shown = rows(&o);
+        assert_eq!(shown.len(), MAX_CPU_ROWS, "{o}");
+        assert!(shown[0].trim_start().starts_with("CPU6 "), "{o}");
+        assert!(shown[63].trim_start().starts_with("CPU69 "), "{o}");
+        assert_eq!(shown[63].matches('█').count(), BAR_WIDTH, "{o}");
+        assert!(o.contains("per second over the interval"), "{o}");
+        assert!(o.ends_with("  … 6 quieter CPUs not shown\n"), "{o}");
+    }
+
+    #[test]
+    fn a_quiet_interval_shows_counts_since_boot() {
+        let per_cpu = [cpu(0, 300, 0.0), cpu(1, 100, 0.0)];
+        let mut o = String::new();
+        cpu_bars_text(&mut o, &per_cpu);
+        assert!(o.contains("since boot; none during the interval"), "{o}");
+        let shown = rows(&o);
+        assert_eq!(shown.len(), 2, "{o}");
+        assert_eq!(shown[0].matches('█').count(), BAR_WIDTH, "{o}");
+        assert!(shown[0].ends_with(" 75.0%"), "{o}");
+        assert_eq!(shown[1].matches('█').count(), 13, "{o}");
+        assert!(!o.contains("quieter CPUs"), "{o}");
+    }
+
+    #[test]
+    fn the_cgroup_mounts_say_how_they_were_found_and_warn_when_writable() {
+        let mut m = CgroupMounts {
+            cpu: Some("/host/sys/fs/cgroup/cpu,cpuacct".into()),
+            unified: Some("/host/sys/fs/cgroup/unified".into()),
+            ..CgroupMounts::default()
+        };
+        let mut o = String::new();
+        cgroup_mounts_text(&mut o, &m, true);
+        assert_eq!(
+            o,
+            "  cgroups: cgroup v1 cpu at /host/sys/fs/cgroup/cpu,cpuacct, \
+             cgroup v2 at /host/sys/fs/cgroup/unified (from mountinfo)\n"
+        );
+        m.writable = vec!["/host/sys/fs/cgroup/cpu,cpuacct".into()];
+        let mut o = String::new();
+        cgroup_mounts_text(&mut o, &m, false);
+        let lines: Vec<&str> = o.lines().collect();
+        assert_eq!(lines.len(), 2, "{o}");
+        assert!(lines[0].ends_with("(by the directory layout)"), "{o}");
+        assert!(
+            lines[1].starts_with(
+                "  WARNING: the host's cgroup tree is writable from this container at \
+                 /host/sys/fs/cgroup/cpu,cpuacct: mount each hierarchy read-only"
+            ),
+            "{o}"
+        );
     }
 }

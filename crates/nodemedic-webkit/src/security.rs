@@ -16,6 +16,7 @@ use std::time::{Duration, SystemTime};
 
 use axum::http::{HeaderName, HeaderValue};
 use rustls::crypto::ring as provider;
+use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
@@ -269,16 +270,55 @@ fn tls_config(
     base: &Path,
     field: &impl Fn(&'static str, String) -> WebConfigError,
 ) -> Result<ServerConfig, WebConfigError> {
-    let read = |name: &'static str, p: &Path| {
-        let p = base.join(p);
-        std::fs::read(&p).map_err(|e| field(name, format!("{}: {e}", p.display())))
+    let (certs, key) = certificate_and_key(t, base, field)?;
+    let versions = versions(t, field)?;
+    let provider = Arc::new(crypto_provider(t, field)?);
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&versions)
+        .map_err(|e| field("tls_server_config.cipher_suites", e.to_string()))?;
+    let auth = t.client_auth_type.as_deref().unwrap_or("NoClientCert");
+    let verifier = client_verifier(t, auth, base, provider, field)?;
+    check_allowed_sans(t, auth, field)?;
+    let builder = match verifier {
+        Some(v) => builder.with_client_cert_verifier(v),
+        None => builder.with_no_client_auth(),
     };
-    // A file or inline PEM (exporter-toolkit 0.10+), exactly one of them.
+    let mut config = builder.with_single_cert(certs, key).map_err(|e| {
+        field(
+            "tls_server_config.key_file",
+            format!("does not match the certificate: {e}"),
+        )
+    })?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // Go's PreferServerCipherSuites, exporter-toolkit's default true. rustls follows the
+    // client's order unless told otherwise.
+    config.ignore_client_order = t.prefer_server_cipher_suites.unwrap_or(true);
+    Ok(config)
+}
+
+/// Reads a file the configuration names, relative to the configuration's directory.
+fn read_named(
+    base: &Path,
+    name: &'static str,
+    p: &Path,
+    field: &impl Fn(&'static str, String) -> WebConfigError,
+) -> Result<Vec<u8>, WebConfigError> {
+    let p = base.join(p);
+    std::fs::read(&p).map_err(|e| field(name, format!("{}: {e}", p.display())))
+}
+
+/// The server's certificate chain and private key, each from a file or inline PEM
+/// (exporter-toolkit 0.10+), exactly one of them.
+fn certificate_and_key(
+    t: &TlsFile,
+    base: &Path,
+    field: &impl Fn(&'static str, String) -> WebConfigError,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), WebConfigError> {
     let pem = |file_field: &'static str,
                inline_field: &'static str,
                file: &Option<PathBuf>,
                inline: &Option<String>| match (file, inline) {
-        (Some(p), None) => read(file_field, p),
+        (Some(p), None) => read_named(base, file_field, p, field),
         (None, Some(text)) => Ok(text.clone().into_bytes()),
         (Some(_), Some(_)) => Err(field(
             inline_field,
@@ -313,44 +353,17 @@ fn tls_config(
             format!("no usable private key: {e}"),
         )
     })?;
+    Ok((certs, key))
+}
 
-    let versions = versions(t, field)?;
+/// ring's provider, narrowed to the configured cipher suites and curves.
+fn crypto_provider(
+    t: &TlsFile,
+    field: &impl Fn(&'static str, String) -> WebConfigError,
+) -> Result<CryptoProvider, WebConfigError> {
     let mut p = provider::default_provider();
     if !t.cipher_suites.is_empty() {
-        // Go applies cipher_suites to TLS 1.2 only; TLS 1.3's suites are not configurable.
-        let mut picked: Vec<SupportedCipherSuite> = p
-            .cipher_suites
-            .iter()
-            .filter(|s| s.version() == &rustls::version::TLS13)
-            .copied()
-            .collect();
-        for name in &t.cipher_suites {
-            // Go spells the ChaCha suites with and without `_SHA256`; rustls with it.
-            let s = p
-                .cipher_suites
-                .iter()
-                .filter(|s| s.version() == &rustls::version::TLS12)
-                .find(|s| {
-                    let n = format!("{:?}", s.suite());
-                    n == *name || n == format!("{name}_SHA256")
-                })
-                .ok_or_else(|| {
-                    field(
-                        "tls_server_config.cipher_suites",
-                        format!(
-                            "{name} is not supported (rustls offers the ECDHE AEAD suites only: {})",
-                            p.cipher_suites
-                                .iter()
-                                .filter(|s| s.version() == &rustls::version::TLS12)
-                                .map(|s| format!("{:?}", s.suite()))
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ),
-                    )
-                })?;
-            picked.push(*s);
-        }
-        p.cipher_suites = picked;
+        p.cipher_suites = cipher_suites(&p.cipher_suites, &t.cipher_suites, field)?;
     }
     if !t.curve_preferences.is_empty() {
         let mut groups = Vec::new();
@@ -370,41 +383,96 @@ fn tls_config(
         }
         p.kx_groups = groups;
     }
-    let provider = Arc::new(p);
-    let builder = ServerConfig::builder_with_provider(provider.clone())
-        .with_protocol_versions(&versions)
-        .map_err(|e| field("tls_server_config.cipher_suites", e.to_string()))?;
+    Ok(p)
+}
 
-    let auth = t.client_auth_type.as_deref().unwrap_or("NoClientCert");
-    let roots = |required: bool| -> Result<Option<RootCertStore>, WebConfigError> {
-        let Some(ca) = &t.client_ca_file else {
-            return if required {
-                Err(field(
-                    "tls_server_config.client_ca_file",
-                    format!("client_auth_type {auth} needs a client CA"),
-                ))
-            } else {
-                Ok(None)
-            };
-        };
-        let pem = read("tls_server_config.client_ca_file", ca)?;
-        let mut store = RootCertStore::empty();
-        for c in CertificateDer::pem_slice_iter(&pem) {
-            let c =
-                c.map_err(|e| field("tls_server_config.client_ca_file", format!("bad PEM: {e}")))?;
-            store
-                .add(c)
-                .map_err(|e| field("tls_server_config.client_ca_file", e.to_string()))?;
-        }
-        if store.is_empty() {
-            return Err(field(
+/// The suites of `offered` that `names` picks, with every TLS 1.3 suite: Go applies
+/// cipher_suites to TLS 1.2 only; TLS 1.3's suites are not configurable.
+fn cipher_suites(
+    offered: &[SupportedCipherSuite],
+    names: &[String],
+    field: &impl Fn(&'static str, String) -> WebConfigError,
+) -> Result<Vec<SupportedCipherSuite>, WebConfigError> {
+    let mut picked: Vec<SupportedCipherSuite> = offered
+        .iter()
+        .filter(|s| s.version() == &rustls::version::TLS13)
+        .copied()
+        .collect();
+    for name in names {
+        // Go spells the ChaCha suites with and without `_SHA256`; rustls with it.
+        let s = offered
+            .iter()
+            .filter(|s| s.version() == &rustls::version::TLS12)
+            .find(|s| {
+                let n = format!("{:?}", s.suite());
+                n == *name || n == format!("{name}_SHA256")
+            })
+            .ok_or_else(|| {
+                field(
+                    "tls_server_config.cipher_suites",
+                    format!(
+                        "{name} is not supported (rustls offers the ECDHE AEAD suites only: {})",
+                        offered
+                            .iter()
+                            .filter(|s| s.version() == &rustls::version::TLS12)
+                            .map(|s| format!("{:?}", s.suite()))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+            })?;
+        picked.push(*s);
+    }
+    Ok(picked)
+}
+
+/// The client CA certificates; `None` when no client CA is configured and `required` is
+/// false.
+fn client_roots(
+    t: &TlsFile,
+    auth: &str,
+    required: bool,
+    base: &Path,
+    field: &impl Fn(&'static str, String) -> WebConfigError,
+) -> Result<Option<RootCertStore>, WebConfigError> {
+    let Some(ca) = &t.client_ca_file else {
+        return if required {
+            Err(field(
                 "tls_server_config.client_ca_file",
-                "no CERTIFICATE in it".into(),
-            ));
-        }
-        Ok(Some(store))
+                format!("client_auth_type {auth} needs a client CA"),
+            ))
+        } else {
+            Ok(None)
+        };
     };
-    let verifier: Option<Arc<dyn ClientCertVerifier>> = match auth {
+    let pem = read_named(base, "tls_server_config.client_ca_file", ca, field)?;
+    let mut store = RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(&pem) {
+        let c =
+            c.map_err(|e| field("tls_server_config.client_ca_file", format!("bad PEM: {e}")))?;
+        store
+            .add(c)
+            .map_err(|e| field("tls_server_config.client_ca_file", e.to_string()))?;
+    }
+    if store.is_empty() {
+        return Err(field(
+            "tls_server_config.client_ca_file",
+            "no CERTIFICATE in it".into(),
+        ));
+    }
+    Ok(Some(store))
+}
+
+/// How client certificates are checked, by `client_auth_type` (Go's names); `None` when
+/// none is asked for.
+fn client_verifier(
+    t: &TlsFile,
+    auth: &str,
+    base: &Path,
+    provider: Arc<CryptoProvider>,
+    field: &impl Fn(&'static str, String) -> WebConfigError,
+) -> Result<Option<Arc<dyn ClientCertVerifier>>, WebConfigError> {
+    match auth {
         "NoClientCert" => {
             if t.client_ca_file.is_some() {
                 return Err(field(
@@ -412,70 +480,61 @@ fn tls_config(
                     "client_ca_file is set but NoClientCert verifies nothing; use RequireAndVerifyClientCert or VerifyClientCertIfGiven".into(),
                 ));
             }
-            None
+            Ok(None)
         }
-        "RequestClientCert" | "RequireAnyClientCert" => Some(Arc::new(AnyClientCert {
+        "RequestClientCert" | "RequireAnyClientCert" => Ok(Some(Arc::new(AnyClientCert {
             mandatory: auth == "RequireAnyClientCert",
-            provider: provider.clone(),
-        })),
+            provider,
+        }))),
         "VerifyClientCertIfGiven" | "RequireAndVerifyClientCert" => {
-            let store = roots(true)?.unwrap_or_else(RootCertStore::empty);
-            let b = WebPkiClientVerifier::builder_with_provider(Arc::new(store), provider.clone());
+            let store = client_roots(t, auth, true, base, field)?.unwrap_or_else(RootCertStore::empty);
+            let b = WebPkiClientVerifier::builder_with_provider(Arc::new(store), provider);
             let b = if auth == "VerifyClientCertIfGiven" {
                 b.allow_unauthenticated()
             } else {
                 b
             };
-            Some(
-                b.build()
-                    .map_err(|e| field("tls_server_config.client_ca_file", e.to_string()))?,
-            )
+            Ok(Some(b.build().map_err(|e| {
+                field("tls_server_config.client_ca_file", e.to_string())
+            })?))
         }
-        other => {
-            return Err(field(
-                "tls_server_config.client_auth_type",
-                format!("{other:?} is not one of NoClientCert, RequestClientCert, RequireAnyClientCert, VerifyClientCertIfGiven, RequireAndVerifyClientCert"),
-            ))
-        }
-    };
-    // client_allowed_sans is checked on a CA-verified certificate; without one every
-    // connection would be turned away after its handshake, silently. And only names webpki
-    // can match (DNS names, IP addresses) can ever match: anything else is a typo or an
-    // e-mail/URI SAN, refused here rather than never matching.
-    if !t.client_allowed_sans.is_empty() {
-        if !matches!(
-            auth,
-            "VerifyClientCertIfGiven" | "RequireAndVerifyClientCert"
-        ) {
+        other => Err(field(
+            "tls_server_config.client_auth_type",
+            format!("{other:?} is not one of NoClientCert, RequestClientCert, RequireAnyClientCert, VerifyClientCertIfGiven, RequireAndVerifyClientCert"),
+        )),
+    }
+}
+
+/// client_allowed_sans is checked on a CA-verified certificate; without one every
+/// connection would be turned away after its handshake, silently. And only names webpki
+/// can match (DNS names, IP addresses) can ever match: anything else is a typo or an
+/// e-mail/URI SAN, refused here rather than never matching.
+fn check_allowed_sans(
+    t: &TlsFile,
+    auth: &str,
+    field: &impl Fn(&'static str, String) -> WebConfigError,
+) -> Result<(), WebConfigError> {
+    if t.client_allowed_sans.is_empty() {
+        return Ok(());
+    }
+    if !matches!(
+        auth,
+        "VerifyClientCertIfGiven" | "RequireAndVerifyClientCert"
+    ) {
+        return Err(field(
+            "tls_server_config.client_allowed_sans",
+            format!("needs client_auth_type RequireAndVerifyClientCert or VerifyClientCertIfGiven (it is {auth})"),
+        ));
+    }
+    for name in &t.client_allowed_sans {
+        if rustls::pki_types::ServerName::try_from(name.as_str()).is_err() {
             return Err(field(
                 "tls_server_config.client_allowed_sans",
-                format!("needs client_auth_type RequireAndVerifyClientCert or VerifyClientCertIfGiven (it is {auth})"),
+                format!("{name:?}: only DNS names and IP addresses can be matched"),
             ));
         }
-        for name in &t.client_allowed_sans {
-            if rustls::pki_types::ServerName::try_from(name.as_str()).is_err() {
-                return Err(field(
-                    "tls_server_config.client_allowed_sans",
-                    format!("{name:?}: only DNS names and IP addresses can be matched"),
-                ));
-            }
-        }
     }
-    let builder = match verifier {
-        Some(v) => builder.with_client_cert_verifier(v),
-        None => builder.with_no_client_auth(),
-    };
-    let mut config = builder.with_single_cert(certs, key).map_err(|e| {
-        field(
-            "tls_server_config.key_file",
-            format!("does not match the certificate: {e}"),
-        )
-    })?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    // Go's PreferServerCipherSuites, exporter-toolkit's default true. rustls follows the
-    // client's order unless told otherwise.
-    config.ignore_client_order = t.prefer_server_cipher_suites.unwrap_or(true);
-    Ok(config)
+    Ok(())
 }
 
 fn versions(
@@ -539,7 +598,7 @@ fn versions(
 #[derive(Debug)]
 struct AnyClientCert {
     mandatory: bool,
-    provider: Arc<rustls::crypto::CryptoProvider>,
+    provider: Arc<CryptoProvider>,
 }
 
 impl ClientCertVerifier for AnyClientCert {

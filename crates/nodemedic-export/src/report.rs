@@ -4,65 +4,48 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use nodemedic_collect::{CollectorName, CollectorState, CollectorStatus};
-use nodemedic_detect::collapse::Evidence;
-use nodemedic_detect::pressure::{CgroupRates, PsiRatios};
-use nodemedic_detect::TuningFinding;
-use nodemedic_detect::{Finding, GroupVerdict, Severity};
 use nodemedic_kernel::counter;
 use nodemedic_kernel::interrupts::Interrupts;
 use nodemedic_kernel::mounts::CgroupMounts;
+use nodemedic_kernel::psi::PsiResource;
 use nodemedic_kernel::tuning::TuningSettings;
+use nodemedic_sample::verdict::{CgroupRates, PsiRatios, TuningFinding};
+use nodemedic_sample::{CollectorName, CollectorState, CollectorStatus};
+use nodemedic_sample::{Finding, GroupVerdict, Sample, Severity};
 use serde::Serialize;
 
-use crate::Sample;
+/// A device group's verdict as `/status` and `check --format json` show it: the group and
+/// its verdict as they are, but the CPUs the IRQs are delivered to as a list, the eligible
+/// CPUs as a count and a kernel list (`0-3,8`), and without the per-sample fields
+/// (`changed`, `collapsed_now`, `hurting_now`, `unknown_affinity`).
+#[derive(Debug, Clone)]
+pub struct GroupReport(pub GroupVerdict);
 
-#[derive(Debug, Clone, Serialize)]
-pub struct GroupReport {
-    pub name: String,
-    pub key: String,
-    pub driver: Option<String>,
-    pub pci: Option<String>,
-    pub netdev: Option<String>,
-    pub numa_node: Option<u32>,
-    /// IRQs judged for collapse (the device's data queues when it has them).
-    pub irqs: Vec<u32>,
-    /// The device's other IRQs (control, admin, config vectors).
-    pub other_irqs: Vec<u32>,
-    /// CPUs the judged IRQs are delivered to.
-    pub effective_cpus: Vec<u32>,
-    /// How many CPUs could take them.
-    pub eligible_cpus: usize,
-    /// Which CPUs could take them, in kernel list form (`0-3,8`).
-    pub eligible_cpu_list: String,
-    pub collapsed: bool,
-    pub hurting: bool,
-    pub collapsed_since: Option<f64>,
-    pub hurting_since: Option<f64>,
-    pub evidence: Evidence,
-}
-
-impl From<&GroupVerdict> for GroupReport {
-    fn from(v: &GroupVerdict) -> Self {
-        let g = &v.group;
-        Self {
-            name: g.name.clone(),
-            key: g.key.clone(),
-            driver: g.driver.clone(),
-            pci: g.pci.clone(),
-            netdev: g.netdev.clone(),
-            numa_node: g.numa_node,
-            irqs: g.irqs.clone(),
-            other_irqs: g.other_irqs.clone(),
-            effective_cpus: g.effective_cpus.iter().collect(),
-            eligible_cpus: g.eligible_cpus.len(),
-            eligible_cpu_list: g.eligible_cpus.to_list_string(),
-            collapsed: v.collapsed,
-            hurting: v.hurting,
-            collapsed_since: v.collapsed_since,
-            hurting_since: v.hurting_since,
-            evidence: v.evidence.clone(),
-        }
+impl Serialize for GroupReport {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let (v, g) = (&self.0, &self.0.group);
+        let mut out = s.serialize_struct("GroupReport", 16)?;
+        out.serialize_field("name", &g.name)?;
+        out.serialize_field("key", &g.key)?;
+        out.serialize_field("driver", &g.driver)?;
+        out.serialize_field("pci", &g.pci)?;
+        out.serialize_field("netdev", &g.netdev)?;
+        out.serialize_field("numa_node", &g.numa_node)?;
+        // IRQs judged for collapse (the device's data queues when it has them), and the
+        // device's other IRQs (control, admin, config vectors).
+        out.serialize_field("irqs", &g.irqs)?;
+        out.serialize_field("other_irqs", &g.other_irqs)?;
+        let effective: Vec<u32> = g.effective_cpus.iter().collect();
+        out.serialize_field("effective_cpus", &effective)?;
+        out.serialize_field("eligible_cpus", &g.eligible_cpus.len())?;
+        out.serialize_field("eligible_cpu_list", &g.eligible_cpus.to_list_string())?;
+        out.serialize_field("collapsed", &v.collapsed)?;
+        out.serialize_field("hurting", &v.hurting)?;
+        out.serialize_field("collapsed_since", &v.collapsed_since)?;
+        out.serialize_field("hurting_since", &v.hurting_since)?;
+        out.serialize_field("evidence", &v.evidence)?;
+        out.end()
     }
 }
 
@@ -72,7 +55,7 @@ pub fn shown_groups(verdicts: &[GroupVerdict]) -> Vec<GroupReport> {
     verdicts
         .iter()
         .filter(|v| v.group.irqs.len() >= 2 || v.group.pci.is_some())
-        .map(GroupReport::from)
+        .map(|v| GroupReport(v.clone()))
         .collect()
 }
 
@@ -87,7 +70,7 @@ pub struct CheckReport {
     pub collectors: Vec<CollectorStatus>,
     /// perf-event outputs and wakeups from the eBPF probes, with rates over the interval and
     /// the busiest owners (absent when the probes are switched off).
-    pub perf: Option<nodemedic_kernel::perf::PerfProbes>,
+    pub perf: Option<nodemedic_sample::perf::PerfProbes>,
     pub pressure: PressureReport,
     pub tuning: TuningReport,
 }
@@ -99,7 +82,7 @@ pub struct CheckReport {
 pub struct PressureReport {
     /// Share of the interval stalled, by resource (`cpu`, `memory`, `io`, `irq`); absent
     /// without PSI (see `node_unavailable`).
-    pub node: Option<BTreeMap<String, PsiRatios>>,
+    pub node: Option<BTreeMap<PsiResource, PsiRatios>>,
     /// Why there is no node PSI (kernel without PSI, or PSI switched off).
     pub node_unavailable: Option<String>,
     /// The node's CPUs are busy and work waits for them (absent before two samples).

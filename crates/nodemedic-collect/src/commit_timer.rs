@@ -1,4 +1,5 @@
-//! The disk commit latency probe: how long a WAL-entry-sized write plus `fdatasync` takes in
+//! The disk commit latency timer ("the disk commit probe" of the `[disk_probe]` section, its
+//! metrics and logs; not an eBPF probe): how long a WAL-entry-sized write plus `fdatasync` takes in
 //! a directory, measured the way etcd's WAL commits. etcd-backed control planes time out
 //! ("request timed out", leader elections) when its WAL fsync p99 passes ~10 ms; this shows
 //! it on any node, with or without etcd, before that happens.
@@ -7,8 +8,8 @@
 //! grows past `max_file_bytes` (the byte bound: writes wrap to offset 0), then fdatasyncs it.
 //! With io_uring the write and the sync are one linked submission (`IORING_OP_WRITE` then
 //! `IORING_OP_FSYNC` with `IORING_FSYNC_DATASYNC`); without it, plain `pwrite` +
-//! `fdatasync`. The file is removed when the probe stops. The collector
-//! ([`CommitProbeCollector`]) copies the histogram into each snapshot; it never waits for
+//! `fdatasync`. The file is removed when the timer stops. The collector
+//! ([`CommitTimerCollector`]) copies the histogram into each snapshot; it never waits for
 //! the disk.
 
 use std::fs::{File, OpenOptions};
@@ -20,29 +21,30 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use nodemedic_kernel::snapshot::{CommitBackend, CommitLatency};
-use nodemedic_kernel::Snapshot;
+use nodemedic_sample::snapshot::{CommitBackend, CommitLatency};
+use nodemedic_sample::Snapshot;
 
-use crate::{sys, CollectError, Collected, Collector, Ctx};
+use crate::uring::Ring;
+use crate::{CollectError, Collected, Collector, Ctx};
 
 /// An etcd WAL entry's typical size.
 pub const DEFAULT_BLOCK_BYTES: usize = 2300;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommitProbeConfig {
+pub struct CommitTimerConfig {
     /// Where to write: the filesystem whose commit latency matters (etcd's data dir).
     pub directory: PathBuf,
     /// Time between commits.
     pub interval: Duration,
     /// Bytes per commit.
     pub block_bytes: usize,
-    /// The probe's file never grows past this.
+    /// The timer's file never grows past this.
     pub max_file_bytes: u64,
     /// Use io_uring when available (else plain syscalls).
     pub io_uring: bool,
 }
 
-impl Default for CommitProbeConfig {
+impl Default for CommitTimerConfig {
     fn default() -> Self {
         Self {
             directory: PathBuf::from("/var/lib/nodemedic"),
@@ -55,7 +57,7 @@ impl Default for CommitProbeConfig {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ProbeError {
+pub enum CommitTimerError {
     #[error("{}: cannot create the probe file: {source}", .path.display())]
     Create { path: PathBuf, source: io::Error },
     #[error("block_bytes ({block}) must be between 1 and max_file_bytes ({max})")]
@@ -64,22 +66,22 @@ pub enum ProbeError {
     Thread(io::Error),
 }
 
-/// A running probe. Dropping it stops the thread and removes the file.
-pub struct CommitProbe {
+/// A running timer. Dropping it stops the thread and removes the file.
+pub struct CommitTimer {
     latest: Arc<Mutex<CommitLatency>>,
     stop: Option<mpsc::Sender<()>>,
     thread: Option<JoinHandle<()>>,
     path: PathBuf,
 }
 
-/// The probe file's name in the directory; one per process, so two daemons never share one.
+/// The timer's file name in the directory (`.nodemedic-commit-probe.<pid>`, as always); one per process, so two daemons never share one.
 fn file_name() -> String {
     format!(".nodemedic-commit-probe.{}", std::process::id())
 }
 
 /// How commits are written.
 enum Writer {
-    Uring(Box<sys::Ring>),
+    Uring(Box<Ring>),
     Syscalls,
 }
 
@@ -88,7 +90,7 @@ impl Writer {
         if !io_uring {
             return (Writer::Syscalls, None);
         }
-        match sys::Ring::new() {
+        match Ring::new() {
             Ok(r) => (Writer::Uring(Box::new(r)), None),
             Err(reason) => (Writer::Syscalls, Some(reason.to_string())),
         }
@@ -121,11 +123,11 @@ impl Writer {
     }
 }
 
-impl CommitProbe {
-    /// Creates the probe file and starts committing to it.
-    pub fn start(config: &CommitProbeConfig) -> Result<CommitProbe, ProbeError> {
+impl CommitTimer {
+    /// Creates the timer's file and starts committing to it.
+    pub fn start(config: &CommitTimerConfig) -> Result<CommitTimer, CommitTimerError> {
         if config.block_bytes == 0 || config.block_bytes as u64 > config.max_file_bytes {
-            return Err(ProbeError::Bounds {
+            return Err(CommitTimerError::Bounds {
                 block: config.block_bytes,
                 max: config.max_file_bytes,
             });
@@ -137,7 +139,7 @@ impl CommitProbe {
             .create(true)
             .truncate(true)
             .open(&path)
-            .map_err(|source| ProbeError::Create {
+            .map_err(|source| CommitTimerError::Create {
                 path: path.clone(),
                 source,
             })?;
@@ -187,8 +189,8 @@ impl CommitProbe {
                     }
                 }
             })
-            .map_err(ProbeError::Thread)?;
-        Ok(CommitProbe {
+            .map_err(CommitTimerError::Thread)?;
+        Ok(CommitTimer {
             latest,
             stop: Some(stop_tx),
             thread: Some(thread),
@@ -204,13 +206,13 @@ impl CommitProbe {
             .clone()
     }
 
-    /// The probe's file (removed when the probe is dropped).
+    /// The timer's file (removed when the timer is dropped).
     pub fn path(&self) -> &Path {
         &self.path
     }
 }
 
-impl Drop for CommitProbe {
+impl Drop for CommitTimer {
     fn drop(&mut self) {
         drop(self.stop.take());
         if let Some(t) = self.thread.take() {
@@ -224,31 +226,31 @@ impl Drop for CommitProbe {
     }
 }
 
-/// Puts the probe's histogram into every snapshot. A probe that could not start fails this
+/// Puts the timer's histogram into every snapshot. A timer that could not start fails this
 /// collector with its reason.
-pub struct CommitProbeCollector {
-    probe: Result<CommitProbe, Arc<ProbeError>>,
+pub struct CommitTimerCollector {
+    timer: Result<CommitTimer, Arc<CommitTimerError>>,
 }
 
-impl CommitProbeCollector {
-    pub fn start(config: &CommitProbeConfig) -> Self {
+impl CommitTimerCollector {
+    pub fn start(config: &CommitTimerConfig) -> Self {
         Self {
-            probe: CommitProbe::start(config).map_err(Arc::new),
+            timer: CommitTimer::start(config).map_err(Arc::new),
         }
     }
 }
 
-impl Collector for CommitProbeCollector {
-    fn name(&self) -> &'static str {
-        crate::CollectorName::DiskCommit.as_str()
+impl Collector for CommitTimerCollector {
+    fn name(&self) -> crate::CollectorName {
+        crate::CollectorName::DiskCommit
     }
 
     fn collect(&self, _ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
-        let probe = self
-            .probe
+        let timer = self
+            .timer
             .as_ref()
             .map_err(|e| CollectError::Down(e.clone()))?;
-        let latest = probe.latest();
+        let latest = timer.latest();
         let mut out = Collected::default();
         if let Some(e) = &latest.last_error {
             out.warnings

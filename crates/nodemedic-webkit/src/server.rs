@@ -3,14 +3,12 @@
 //!
 //! - every connection must send its request headers within `header_read_timeout`, and a whole
 //!   request is answered within `request_timeout` (503 otherwise);
-//! - open connections are capped well below the fd limit (raised to the hard limit at start),
-//!   with a reserve the collectors always keep; when the cap is reached, the connection that
+//! - open connections are capped at their share of the fd limit ([`crate::FileLimit`]), so
+//!   the collectors always keep theirs; when the cap is reached, the connection that
 //!   has waited longest without sending a request is closed to make room, so a flood of
 //!   half-sent requests cannot lock a real scraper out;
 //! - at most `max_requests` requests are served at once (node_exporter's
-//!   `--web.max-requests`, default 40); the excess gets 503 at once;
-//! - `/metrics` is gzip-compressed when the client asks for it (Prometheus does), once per
-//!   sample like its rendering (`crate::endpoint`).
+//!   `--web.max-requests`, default 40); the excess gets 503 at once.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -28,6 +26,7 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+use crate::file_limit::FileLimit;
 use crate::listen::ListenAddr;
 use crate::security::WebConfigWatch;
 
@@ -40,28 +39,11 @@ pub struct Limits {
     pub max_requests: usize,
 }
 
-/// File descriptors kept free for everything that is not a client connection: the read
-/// layer's kept-open files are bounded separately (they stay under the limit minus this).
-pub const FD_RESERVE: u64 = 256;
-
-/// Raises the soft `RLIMIT_NOFILE` to the hard limit; returns (soft, hard) after.
-pub fn raise_nofile() -> (u64, u64) {
-    let before = rlimit::Resource::NOFILE.get().unwrap_or((1024, 1024));
-    match rlimit::increase_nofile_limit(before.1) {
-        Ok(soft) => (soft, before.1),
-        Err(e) => {
-            tracing::warn!(error = %e, soft = before.0, hard = before.1, "cannot raise RLIMIT_NOFILE");
-            before
-        }
-    }
-}
-
-/// The connection cap for an fd limit: the configured cap, but never more than a quarter of
-/// what is left after the reserve, so connections can never take the collectors' fds.
-pub fn connection_cap(configured: usize, nofile_soft: u64) -> usize {
-    let room = nofile_soft.saturating_sub(FD_RESERVE) / 4;
+/// The connection cap for the process's file limit: the configured cap, but never more
+/// than the connections' share of the limit ([`FileLimit::connections`]).
+pub fn connection_cap(configured: usize, files: &FileLimit) -> usize {
     configured
-        .min(usize::try_from(room).unwrap_or(usize::MAX))
+        .min(usize::try_from(files.connections()).unwrap_or(usize::MAX))
         .max(8)
 }
 
@@ -427,10 +409,11 @@ mod tests {
 
     #[test]
     fn connections_never_take_the_collectors_fds() {
-        assert_eq!(connection_cap(512, 1024), 192);
-        assert_eq!(connection_cap(512, 1_048_576), 512);
+        let limit = |soft| FileLimit { soft, hard: soft };
+        assert_eq!(connection_cap(512, &limit(1024)), 192);
+        assert_eq!(connection_cap(512, &limit(1_048_576)), 512);
         assert_eq!(
-            connection_cap(512, 100),
+            connection_cap(512, &limit(100)),
             8,
             "a floor, however low the limit"
         );

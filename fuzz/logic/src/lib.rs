@@ -1,8 +1,9 @@
-//! Entry points shared by the cargo-fuzz targets (`fuzz/`) and the corpus replay test. Each
-//! runs one parser on arbitrary bytes and checks invariants a correct result must keep; any
-//! panic, in the parser or here, is a bug.
+//! Entry points shared by the cargo-fuzz targets (`fuzz/fuzz_targets/`) and the corpus replay
+//! test (`tests/corpus.rs`, run by `cargo test`). Each runs one of nodemedic-kernel's parsers
+//! on arbitrary bytes and checks invariants a correct result must keep; any panic, in the
+//! parser or here, is a bug.
 
-use crate::{
+use nodemedic_kernel::{
     cgroup, cpuset::CpuSet, device, interrupts, irqbalance, mounts, psi, softirqs, softnet, tuning,
 };
 

@@ -1,9 +1,9 @@
 //! "The parsers never panic", checked on the stable toolchain with std only.
 //!
 //! 1. Every file of the cargo-fuzz seed corpus (`fuzz/corpus/<target>/`, which also holds the
-//!    regression inputs of past crashes) is replayed through the matching
-//!    [`fuzz_logic`](nodemedic_kernel::fuzz_logic) entry point. A target without a non-empty
-//!    corpus directory fails the test, so it cannot pass vacuously.
+//!    regression inputs of past crashes) is replayed through the matching entry point of
+//!    [`nodemedic_fuzz_logic`]. A target without a non-empty corpus directory fails the test,
+//!    so it cannot pass vacuously.
 //! 2. Each corpus file is cut at every byte offset (files under 4 KiB) or around every line
 //!    end (larger files).
 //! 3. A bounded, deterministic mutation loop (seeded xorshift; bit flips, byte and token
@@ -20,7 +20,7 @@ use std::fs;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
-use nodemedic_kernel::fuzz_logic::TARGETS;
+use nodemedic_fuzz_logic::TARGETS;
 
 /// Mutated inputs per target.
 const ITERATIONS: usize = 20_000;
@@ -33,7 +33,7 @@ const MAX_BASE: usize = 8192;
 type Target = fn(&[u8]);
 
 fn corpus_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../corpus")
 }
 
 /// The files of `fuzz/corpus/<name>/`, sorted by name. Panics if the directory is missing or
@@ -103,7 +103,7 @@ fn every_target_has_a_corpus_and_replays_it() {
         if entry.path().is_dir() {
             assert!(
                 TARGETS.iter().any(|(n, _)| *n == dir_name),
-                "fuzz/corpus/{dir_name} matches no fuzz_logic::TARGETS entry"
+                "fuzz/corpus/{dir_name} matches no nodemedic_fuzz_logic::TARGETS entry"
             );
         }
     }

@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::interrupts::Interrupts;
-use crate::psi::Psi;
-use crate::softirqs::Softirqs;
-use crate::softnet::SoftnetRow;
-use crate::CpuSet;
+use nodemedic_kernel::interrupts::Interrupts;
+use nodemedic_kernel::psi::{Psi, PsiResource};
+use nodemedic_kernel::softirqs::Softirqs;
+use nodemedic_kernel::softnet::SoftnetRow;
+use nodemedic_kernel::CpuSet;
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Snapshot {
@@ -46,15 +46,15 @@ pub struct Snapshot {
     pub perf: Option<crate::perf::PerfProbes>,
     /// Node-wide Pressure Stall Information by resource (`cpu`, `memory`, `io`, `irq`): only
     /// the resources this kernel reports. `None` when PSI is off or absent.
-    pub pressure: Option<BTreeMap<String, Psi>>,
+    pub pressure: Option<BTreeMap<PsiResource, Psi>>,
     /// Per-cgroup CPU quota, throttling and pressure; `None` when the cgroups collector is off
     /// or found no hierarchy. Shared, not copied: the collector reads cgroups on its own
     /// interval (`cgroups.interval`) and samples in between carry the same reading, which is
     /// how a detector tells a fresh reading from a repeated one (`Arc::ptr_eq`).
-    pub cgroups: Option<Arc<crate::cgroup::Cgroups>>,
+    pub cgroups: Option<Arc<nodemedic_kernel::cgroup::Cgroups>>,
     /// The node's I/O tuning settings and NIC drop counters; `None` when the tuning
     /// collector is off.
-    pub tuning: Option<crate::tuning::Tuning>,
+    pub tuning: Option<nodemedic_kernel::tuning::Tuning>,
 }
 
 /// etcd's `wal_fsync_duration_seconds` buckets: 1 ms doubling to 8.192 s
@@ -185,7 +185,7 @@ pub struct IrqbalanceConfig {
     pub source: Option<String>,
     pub banned_cpus: CpuSet,
     /// The installed package and its version, or why it is unknown.
-    pub package: crate::irqbalance::IrqbalancePackage,
+    pub package: nodemedic_kernel::irqbalance::IrqbalancePackage,
 }
 
 /// A pod's names, for the pod-level cgroups that carry only its UID.

@@ -1,3 +1,6 @@
+//! Findings: what an operator should know, from any detector, the collectors or the
+//! remediation, in one shape (`/status`, `check`, Kubernetes Events, metrics).
+
 use serde::Serialize;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -33,7 +36,7 @@ pub enum FindingKind {
     RemediationEscalated,
     IrqbalanceRebalanceBug,
     /// A tuning audit rule (`tuning_<rule>`).
-    Tuning(crate::tuning::TuningRule),
+    Tuning(crate::verdict::TuningRule),
 }
 
 impl Serialize for FindingKind {

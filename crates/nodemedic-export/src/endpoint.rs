@@ -10,17 +10,17 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use nodemedic_engine::report::{shown_groups, GroupReport, PressureReport, TuningReport};
-use nodemedic_engine::Sample;
-use nodemedic_export::{
-    render_with_tuning, ExportInput, Format, MetricsOptions, ProcessStats, RemediationExport,
-};
-use nodemedic_kube::{KubeStatus, SharedKube};
-use nodemedic_remedy::{Mode, SharedRemedy};
+use nodemedic_sample::kube::KubeStatus;
+use nodemedic_sample::remedy::RemedyState;
+use nodemedic_sample::Sample;
 use serde::Serialize;
+use tokio::sync::watch;
 
-use crate::security::{WebConfigStatus, WebConfigWatch};
-use crate::server::{web_stats, SharedWebStats, WebStats};
+use nodemedic_webkit::server::{web_stats, SharedWebStats, WebStats};
+use nodemedic_webkit::{WebConfigStatus, WebConfigWatch};
+
+use crate::report::{shown_groups, GroupReport, PressureReport, TuningReport};
+use crate::{render_with_tuning, ExportInput, Format, MetricsOptions, ProcessStats};
 
 /// What the endpoint needs of the configuration.
 #[derive(Debug, Clone)]
@@ -29,7 +29,6 @@ pub struct EndpointConfig {
     /// `/metrics` waits for the first sample at most half of this.
     pub request_timeout: Duration,
     pub metrics: MetricsOptions,
-    pub remediation_mode: Mode,
 }
 
 /// The state the handlers answer from.
@@ -42,8 +41,10 @@ pub struct Endpoint {
     last_sample_at: RwLock<Option<Instant>>,
     /// True once the first sample is in: `/readyz` and `/metrics` wait for it.
     first_sample: tokio::sync::watch::Sender<bool>,
-    remedy: SharedRemedy,
-    kube: SharedKube,
+    /// The remediator's state after its latest sample, as it publishes it.
+    remedy: watch::Receiver<RemedyState>,
+    /// The Kubernetes reporter's state, as it publishes it.
+    kube: watch::Receiver<KubeStatus>,
     /// The endpoint's connection counters, for /status.
     web: SharedWebStats,
     /// The web configuration file's state (TLS, users, last reload), for /status.
@@ -55,8 +56,8 @@ pub struct Endpoint {
 impl Endpoint {
     pub fn new(
         config: EndpointConfig,
-        remedy: SharedRemedy,
-        kube: SharedKube,
+        remedy: watch::Receiver<RemedyState>,
+        kube: watch::Receiver<KubeStatus>,
         web_config: Arc<WebConfigWatch>,
     ) -> Self {
         Self {
@@ -74,7 +75,7 @@ impl Endpoint {
         }
     }
 
-    /// The connection counters [`crate::serve`] keeps.
+    /// The connection counters [`nodemedic_webkit::serve`] keeps.
     pub fn web_stats(&self) -> SharedWebStats {
         self.web.clone()
     }
@@ -194,15 +195,12 @@ async fn metrics(State(shared): State<Arc<Endpoint>>, headers: HeaderMap) -> Res
         Err(unavailable) => return unavailable,
     };
     let key = {
-        let remedy = shared.remedy.lock().ok();
+        let remedy = shared.remedy.borrow();
         RenderKey {
             samples_total: sample.as_ref().map(|s| s.samples_total).unwrap_or(0),
-            decisions: remedy
-                .as_ref()
-                .map(|r| r.counts.values().sum())
-                .unwrap_or(0),
-            paused: remedy.as_ref().is_some_and(|r| r.paused),
-            last_action: remedy.as_ref().and_then(|r| r.last_action_timestamp),
+            decisions: remedy.counts.values().sum(),
+            paused: remedy.paused,
+            last_action: remedy.last_action_timestamp,
         }
     };
     let cached = shared.render.0.lock().ok().and_then(|c| {
@@ -252,17 +250,7 @@ fn render_body(
     process: Option<ProcessStats>,
     format: Format,
 ) -> String {
-    let remedy = shared.remedy.lock().ok();
-    let decisions: Vec<((&str, &str), u64)> = remedy
-        .as_ref()
-        .map(|r| {
-            r.counts
-                .iter()
-                .map(|((a, r), v)| ((a.as_str(), r.as_str()), *v))
-                .collect()
-        })
-        .unwrap_or_default();
-    let mode = shared.config.remediation_mode.as_str();
+    let remedy = shared.remedy.borrow();
     let input = ExportInput {
         snapshot: sample.map(|s| &s.snapshot),
         verdicts: sample.map(|s| s.verdicts.as_slice()).unwrap_or(&[]),
@@ -270,16 +258,7 @@ fn render_body(
         samples_total: sample.map(|s| s.samples_total).unwrap_or(0),
         process,
         pressure: sample.and_then(|s| s.pressure.as_ref()),
-        remediation: Some(RemediationExport {
-            mode,
-            paused: remedy.as_ref().is_some_and(|r| r.paused),
-            decisions: &decisions,
-            last_action_timestamp: remedy.as_ref().and_then(|r| r.last_action_timestamp),
-            irqbalance_state: remedy
-                .as_ref()
-                .and_then(|r| r.irqbalance.as_ref())
-                .map(|s| s.as_str()),
-        }),
+        remediation: Some(&remedy),
     };
     render_with_tuning(
         &input,
@@ -298,19 +277,19 @@ struct StatusBody<'a> {
     samples_total: u64,
     last_sample_timestamp: Option<f64>,
     last_sample_duration_seconds: Option<f64>,
-    collectors: &'a [nodemedic_collect::CollectorStatus],
+    collectors: &'a [nodemedic_sample::CollectorStatus],
     /// How many of this node's pods have names resolved (absent outside Kubernetes).
     pods_named: Option<usize>,
     /// The read layer: backend (and why io_uring fell back), kept-open files, fallbacks.
-    reader: Option<&'a nodemedic_collect::ReaderStatus>,
+    reader: Option<&'a nodemedic_sample::ReaderStatus>,
     /// The disk commit probe (when on): its backend and why io_uring fell back, if it did.
-    disk_commit: Option<&'a nodemedic_kernel::snapshot::CommitLatency>,
+    disk_commit: Option<&'a nodemedic_sample::snapshot::CommitLatency>,
     groups: Vec<GroupReport>,
-    findings: Vec<nodemedic_detect::Finding>,
+    findings: Vec<nodemedic_sample::Finding>,
     /// The eBPF probes: attach method, each hook up or down with the reason, rates, top
     /// owners, ring buffer counts (absent when switched off).
-    perf_probes: Option<&'a nodemedic_kernel::perf::PerfProbes>,
-    wakeup_storm: Option<&'a nodemedic_detect::StormVerdict>,
+    perf_probes: Option<&'a nodemedic_sample::perf::PerfProbes>,
+    wakeup_storm: Option<&'a nodemedic_sample::StormVerdict>,
     /// Node PSI over the last interval, where the cgroup hierarchies were found, and which
     /// cgroups are quota-bound or starved.
     pressure: Option<PressureReport>,
@@ -328,14 +307,14 @@ struct StatusBody<'a> {
 
 async fn status(State(shared): State<Arc<Endpoint>>) -> Response {
     let sample = latest(&shared);
-    let (remediation, remedy_findings) = match shared.remedy.lock() {
-        Ok(r) => (
+    let (remediation, remedy_findings) = {
+        let r = shared.remedy.borrow();
+        (
             serde_json::to_value(&*r).unwrap_or_default(),
             r.findings.clone(),
-        ),
-        Err(_) => (serde_json::Value::Null, Vec::new()),
+        )
     };
-    let mut findings: Vec<nodemedic_detect::Finding> = sample
+    let mut findings: Vec<nodemedic_sample::Finding> = sample
         .as_ref()
         .map(|s| s.findings.clone())
         .unwrap_or_default();
@@ -375,7 +354,7 @@ async fn status(State(shared): State<Arc<Endpoint>>) -> Response {
             .and_then(|s| s.snapshot.irqbalance.as_ref())
             .map(|c| &c.package),
         remediation,
-        kubernetes: shared.kube.lock().map(|k| k.clone()).unwrap_or_default(),
+        kubernetes: shared.kube.borrow().clone(),
     };
     match serde_json::to_string_pretty(&body) {
         Ok(json) => ([(header::CONTENT_TYPE, "application/json")], json).into_response(),
