@@ -384,14 +384,15 @@ fn start_sampler(
     Ok((tx, thread))
 }
 
-/// Samples on the interval. After the first sample, systemd is told the service is ready
+/// Samples on the interval and hands each sample to the remediator and the Kubernetes reporter
+/// (`outputs`) and to the endpoint. After the first sample, systemd is told the service is ready
 /// (`READY=1`, with `serving`), as `/readyz` and `/metrics` are: before it, a scrape would get
 /// no series and an `absent()` alert would fire.
 async fn sample_loop(
     sampler: SampleRequests,
     interval: Duration,
     endpoint: Arc<Endpoint>,
-    remediator: tokio::sync::watch::Sender<Option<Arc<Sample>>>,
+    outputs: tokio::sync::watch::Sender<Option<Arc<Sample>>>,
     serving: String,
 ) {
     let mut ticker = tokio::time::interval(interval);
@@ -414,7 +415,7 @@ async fn sample_loop(
             sample.findings.len()
         ));
         let sample = Arc::new(sample);
-        remediator.send_replace(Some(sample.clone()));
+        outputs.send_replace(Some(sample.clone()));
         if endpoint.publish(sample, process) {
             tracing::info!(took = ?endpoint.uptime(), "first sample in: ready");
             crate::systemd::ready(&serving);
