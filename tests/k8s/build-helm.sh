@@ -1,23 +1,32 @@
 #!/usr/bin/env bash
-# Builds (once, cached) helm from the Go module proxy:
-#   go install helm.sh/helm/v3/cmd/helm@$HELM_VERSION  ->  $NODEMEDIC_HELM_CACHE/bin/helm
-# Prints the binary's path on stdout.
+# Builds (once, cached) helm from the Go module proxy and prints the binary's path on stdout:
+#   tests/k8s/build-helm.sh        # Helm 4, the client the tests use
+#   tests/k8s/build-helm.sh 3      # Helm 3, for the one install and uninstall it still gets
+#   go install helm.sh/helm/vN/cmd/helm@VERSION  ->  $NODEMEDIC_HELM_CACHE/vN/bin/helm
 set -euo pipefail
-HELM_VERSION=v3.19.5
-CACHE="${NODEMEDIC_HELM_CACHE:-/var/cache/nodemedic-helm}"
+MAJOR=${1:-4}
+case "$MAJOR" in
+    4) HELM_VERSION=v4.3.1 ;;
+    3) HELM_VERSION=v3.19.5 ;;
+    *) echo "build-helm.sh: Helm 3 or 4, not '$MAJOR'" >&2; exit 2 ;;
+esac
+CACHE="${NODEMEDIC_HELM_CACHE:-/var/cache/nodemedic-helm}/v$MAJOR"
 BIN="$CACHE/bin/helm"
 GO="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
 mkdir -p "$CACHE"
 exec 9>"$CACHE/.lock"
 flock 9
-# go install without helm's release ldflags reports only "v3.19": a stamp says which was built.
+# go install without helm's release ldflags reports only "vN.M": a stamp says which was built.
 if [ -x "$BIN" ] && [ "$(cat "$CACHE/stamp" 2>/dev/null)" = "$HELM_VERSION" ]; then
     echo "$BIN"
     exit 0
 fi
-[ -x "$GO" ] || { echo "build-helm.sh: Go is needed (go on PATH or /usr/local/go/bin/go)" >&2; exit 1; }
+[ -x "$GO" ] || command -v "$GO" >/dev/null || { echo "build-helm.sh: Go is needed (go on PATH or /usr/local/go/bin/go)" >&2; exit 1; }
 start=$(date +%s)
-GOBIN="$CACHE/bin" "$GO" install "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}" >&2
+# The version helm prints (`helm version`) and sends as its user agent; without it Helm 4
+# calls itself "v4.3" and Helm 3 "v3.19".
+GOBIN="$CACHE/bin" "$GO" install -ldflags "-X helm.sh/helm/v$MAJOR/internal/version.version=$HELM_VERSION" \
+    "helm.sh/helm/v$MAJOR/cmd/helm@${HELM_VERSION}" >&2
 echo "$HELM_VERSION" > "$CACHE/stamp"
 echo "[build-helm] built $BIN ($HELM_VERSION) in $(( $(date +%s) - start ))s" >&2
 echo "$BIN"

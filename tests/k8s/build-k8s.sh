@@ -11,6 +11,7 @@
 #   GO                    go binary (default: go on PATH, else /usr/local/go/bin/go)
 #   GOTOOLCHAIN           the Go toolchain (deploy/bootstrap.sh pins it; default go1.26.8)
 #   NODEMEDIC_K8S_PACKAGES=0  skip the apt-get install of missing packages
+#   NODEMEDIC_K8S_VERSION another release than the tests' (e.g. 1.35.4), with its own cache
 #   GOMODCACHE, GOCACHE   Go's own caches (a cold build: point both at empty directories)
 #
 # k8s.io/kubernetes cannot be `go install`ed (its go.mod replaces the k8s.io/* staging
@@ -23,8 +24,11 @@
 # once (tests/kubernetes.rs runs tests in parallel) build once, and the second finds it cached.
 set -euo pipefail
 
-K8S_VERSION=1.34.4
-STAGING_VERSION="v0.${K8S_VERSION#1.}"      # 1.34.4 -> v0.34.4
+# The release every test runs; NODEMEDIC_K8S_VERSION builds another (the recorded run on the
+# oldest supported release, tests/k8s/README.md) — give it a cache of its own too.
+K8S_VERSION_DEFAULT=1.37.2
+K8S_VERSION="${NODEMEDIC_K8S_VERSION:-$K8S_VERSION_DEFAULT}"
+STAGING_VERSION="v0.${K8S_VERSION#1.}"      # 1.37.2 -> v0.37.2
 COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
 
 CACHE="${NODEMEDIC_K8S_CACHE:-/var/cache/nodemedic-k8s}"
@@ -43,9 +47,10 @@ fi
 
 # ------------------------------------------------------------ Debian packages
 # What the tests/k8s scripts run besides the Kubernetes binaries: etcd for the apiserver,
-# and for the whole cluster (cluster-up.sh) containerd 1.6, runc, the CNI plugins, buildah
-# for the images nothing can pull, iptables/conntrack for kube-proxy, and the tools.
-PACKAGES=(etcd-server etcd-client containerd runc containernetworking-plugins buildah
+# and for the whole cluster (cluster-up.sh) the CNI plugins, buildah for the images nothing can
+# pull, iptables/conntrack for kube-proxy, and the tools. containerd 2 and runc are not
+# Debian's: build-containerd.sh.
+PACKAGES=(etcd-server etcd-client containernetworking-plugins buildah
           iptables conntrack socat ethtool iproute2 util-linux openssl curl jq)
 install_packages() {
   local need=() p
@@ -92,7 +97,7 @@ case "$gov" in
 esac
 export GOTOOLCHAIN="${GOTOOLCHAIN:-go1.26.8}" GOFLAGS="${GOFLAGS:--buildvcs=false}" CGO_ENABLED=0
 
-STAMP_WANT="$(sha256sum "${BASH_SOURCE[0]}" | cut -d' ' -f1) $GOTOOLCHAIN"
+STAMP_WANT="$(sha256sum "${BASH_SOURCE[0]}" | cut -d' ' -f1) $GOTOOLCHAIN v$K8S_VERSION"
 cached=1
 for c in "${COMPONENTS[@]}"; do [ -x "$BIN/$c" ] || cached=0; done
 if [ "$cached" = 1 ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$STAMP_WANT" ]; then

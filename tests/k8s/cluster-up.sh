@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A real single-node Kubernetes cluster on this machine, for the test suite: etcd,
 # kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy (iptables) and a kubelet
-# with Debian's containerd, runc and CNI bridge plugin. Everything listens inside a network
+# with containerd 2 and runc (built from the Go module proxy) and Debian's CNI bridge plugin. Everything listens inside a network
 # namespace made here (its own loopback, the node's address, the pods' bridge), so no packet
 # leaves it; mounts, cgroups and /proc stay the host's, as on a real node.
 #
@@ -34,7 +34,7 @@ NODE_IP=10.213.0.2
 POD_CIDR=10.244.0.0/24
 SERVICE_CIDR=10.96.0.0/24
 KUBERNETES_SVC=10.96.0.1
-# The sandbox image: containerd's sandbox_image and the kubelet's --pod-infra-container-image
+# The sandbox image: containerd's pinned sandbox image (the kubelet no longer names one)
 # name the same image, built here (build-images.sh pause) since nothing can be pulled.
 PAUSE_IMAGE=registry.k8s.io/pause:3.10
 CONTAINERD_SOCK="$DIR/containerd/containerd.sock"
@@ -62,9 +62,10 @@ ensure_go >&2
 # sysctl here and in cluster-down.sh, pgrep and pkill there: procps is priority "important",
 # not in a minimal Debian (a container image, debootstrap's minbase).
 ensure_packages procps >&2
-# The Kubernetes binaries, and the Debian packages (containerd, runc, CNI plugins, buildah,
-# etcd, iptables, conntrack, ...) with no service started by their installation.
+# The Kubernetes binaries, and the Debian packages (CNI plugins, buildah, etcd, iptables,
+# conntrack, ...) with no service started by their installation; containerd 2 and runc.
 "$HERE/build-k8s.sh"
+"$HERE/build-containerd.sh" >/dev/null
 # Nothing can be pulled: the pause image and the tests' CPU burner are built here.
 PAUSE_TAR=$("$HERE/build-images.sh" pause)
 BUSY_TAR=$("$HERE/build-images.sh" busy)
@@ -291,7 +292,8 @@ JSON
 cat > "$DIR/etc/containerd.toml" <<TOML
 # containerd of its own: config, state, root and socket under DIR, never the system's.
 # (Only the shims' sockets are always in /run/containerd/s: cluster-down.sh removes them.)
-version = 2
+# containerd 2's configuration (version 3): the CRI's images and runtime are plugins of their own.
+version = 3
 root = "$DIR/containerd/root"
 state = "$DIR/containerd/state"
 [grpc]
@@ -300,26 +302,30 @@ state = "$DIR/containerd/state"
   address = "$CONTAINERD_SOCK.ttrpc"
 [plugins."io.containerd.internal.v1.opt"]
   path = "$DIR/containerd/opt"
-[plugins."io.containerd.grpc.v1.cri"]
+[plugins."io.containerd.cri.v1.images".pinned_images]
   # Nothing can be pulled here: the pause image is built and imported below.
-  sandbox_image = "$PAUSE_IMAGE"
+  sandbox = "$PAUSE_IMAGE"
+[plugins."io.containerd.cri.v1.runtime"]
   # The capability bounding set lacks CAP_SYS_RESOURCE: without this runc fails on the
   # sandbox's oom_score_adj.
   restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
+  [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        # PID 1 is not systemd: the cgroupfs driver, as the kubelet's.
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        # PID 1 is not systemd: the cgroupfs driver. The kubelet takes it from here (the CRI's
+        # RuntimeConfig call), not from its own configuration.
         SystemdCgroup = false
+        # The runc built beside containerd, not whatever runc is on PATH.
+        BinaryName = "$NMK8S_CONTAINERD_BIN/runc"
         # runc's state under DIR too, not in the system's /run/containerd/runc.
         Root = "$DIR/containerd/runc"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["/usr/lib/cni"]
     conf_dir = "$DIR/cni/net.d"
 TOML
-spawn containerd containerd --config "$DIR/etc/containerd.toml"
+spawn containerd "$NMK8S_CONTAINERD_BIN/containerd" --config "$DIR/etc/containerd.toml"
 wait_for "containerd" 30 ctr --address "$CONTAINERD_SOCK" version
 for a in "$PAUSE_TAR" "$BUSY_TAR"; do
   ctr --address "$CONTAINERD_SOCK" -n k8s.io images import --all-platforms "$a" >/dev/null || die "importing $a"
@@ -331,8 +337,8 @@ ctr --address "$CONTAINERD_SOCK" -n k8s.io images check "name==$PAUSE_IMAGE" | g
 cat > "$DIR/etc/kubelet.yaml" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-# PID 1 is not systemd here.
-cgroupDriver: cgroupfs
+# No cgroupDriver: the kubelet takes it from containerd (RuntimeConfig, KEP-4033), which
+# says cgroupfs (SystemdCgroup = false: PID 1 is not systemd here).
 # cgroups are hybrid (the cpu controller on v1, PSI in /sys/fs/cgroup/unified); kubelet 1.35+
 # refuses v1 unless told.
 failCgroupV1: false
@@ -367,7 +373,6 @@ serializeImagePulls: false
 YAML
 spawn kubelet "$BIN/kubelet" \
   --config="$DIR/etc/kubelet.yaml" --kubeconfig="$DIR/etc/kubelet.kubeconfig" \
-  --pod-infra-container-image="$PAUSE_IMAGE" \
   --root-dir="$DIR/kubelet" --hostname-override="$NODE_NAME" --node-ip="$NODE_IP" --v=1
 
 node_ready() {

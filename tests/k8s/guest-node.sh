@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The QEMU guest of tests/vm (Debian 12, kernel 6.1, systemd, pure cgroup v2, D-Bus,
-# irqbalance, a 4-queue virtio-net NIC) as the second node of the cluster of
-# tests/k8s/cluster-up.sh DIR: containerd with SystemdCgroup = true, runc and the CNI plugins
-# from Debian, the cluster's kubelet (cgroupDriver: systemd) and kube-proxy, a node client
-# certificate signed by the cluster's CA, a tap with addresses in the cluster's namespace.
+# A QEMU guest of tests/vm, on Debian 13 (kernel 6.12, systemd 257, cgroup v2 only, D-Bus,
+# irqbalance, a 4-queue virtio-net NIC), as the second node of the cluster of
+# tests/k8s/cluster-up.sh DIR: containerd 2 with SystemdCgroup = true and runc (the cluster's,
+# tests/k8s/build-containerd.sh), the CNI plugins from Debian, the cluster's kubelet (which
+# takes the systemd driver from containerd) and kube-proxy, a node client certificate signed
+# by the cluster's CA, a tap with addresses in the cluster's namespace.
 #
 #   tests/k8s/guest-node.sh up DIR [ARCHIVE...]   # boots it, imports the pause and busy
 #                                                 # images and ARCHIVEs, waits for Node Ready;
@@ -19,8 +20,8 @@
 #      (3072 MiB), NODEMEDIC_GUEST_READY_TIMEOUT (240 s from qemu start to Node Ready),
 #      NODEMEDIC_GUEST_SIMULATE_HANG=1 (the first boot "hangs" after node-up.sh: a stall line
 #      on the console and an agent that stops answering; exercises the retry).
-# The guest image is tests/vm/build-image.sh's with the node's packages and files, cached in
-# /var/cache/nodemedic-vm-node.
+# The guest image is tests/vm/build-image.sh's for Debian 13 with the node's packages and
+# files, cached in /var/cache/nodemedic-vm-node.
 set -euo pipefail
 exec </dev/null
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -63,9 +64,16 @@ esac
 set -a && . "$DIR/env" && set +a
 k() { nsenter --net="/run/netns/$NETNS" "$KUBECTL" --kubeconfig "$KUBECONFIG" "$@"; }
 
-# The image: the VM's, plus the node's packages and the cluster's kubelet and kube-proxy.
-export NODEMEDIC_VM_PACKAGES="containerd runc containernetworking-plugins iptables conntrack"
-export NODEMEDIC_VM_FILES="$CACHE/bin/kubelet=/usr/local/bin/kubelet $CACHE/bin/kube-proxy=/usr/local/bin/kube-proxy $HERE/guest/containerd.toml=/etc/containerd/config.toml $HERE/guest/10-nmk8s.conflist=/etc/cni/net.d/10-nmk8s.conflist"
+# The image: the VM's on Debian 13, plus the node's packages, the cluster's kubelet and
+# kube-proxy, and its containerd 2 and runc.
+CTD=$("$HERE/build-containerd.sh")
+export NODEMEDIC_VM_SUITE=trixie
+export NODEMEDIC_VM_PACKAGES="containernetworking-plugins iptables conntrack"
+NODEMEDIC_VM_FILES="$CACHE/bin/kubelet=/usr/local/bin/kubelet $CACHE/bin/kube-proxy=/usr/local/bin/kube-proxy"
+for b in containerd ctr containerd-shim-runc-v2 runc; do NODEMEDIC_VM_FILES+=" $CTD/$b=/usr/local/bin/$b"; done
+NODEMEDIC_VM_FILES+=" $HERE/guest/containerd.service=/etc/systemd/system/containerd.service"
+NODEMEDIC_VM_FILES+=" $HERE/guest/containerd.toml=/etc/containerd/config.toml $HERE/guest/10-nmk8s.conflist=/etc/cni/net.d/10-nmk8s.conflist"
+export NODEMEDIC_VM_FILES
 export NODEMEDIC_VM_ENABLE=containerd.service
 export NODEMEDIC_VM_IMG_SIZE=3G
 t=$(date +%s)
@@ -118,8 +126,8 @@ done
 cat >"$G/etc/kubelet.yaml" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-# systemd is PID 1 and cgroups are v2 only: the systemd driver, as containerd's SystemdCgroup.
-cgroupDriver: systemd
+# No cgroupDriver: systemd is PID 1 and cgroups are v2 only, and the kubelet takes the
+# systemd driver from containerd's SystemdCgroup = true (RuntimeConfig, KEP-4033).
 failSwapOn: false
 containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
 address: $GUEST_IP

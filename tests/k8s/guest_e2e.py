@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """nodemedic's chart on two nodes: this machine's (hybrid cgroups, no systemd, the cgroupfs
-driver) and the QEMU guest of tests/vm as the second node (Debian 12, kernel 6.1, systemd as
-PID 1, pure cgroup v2, the systemd cgroup driver, containerd with SystemdCgroup = true, D-Bus,
-irqbalance, a 4-queue virtio-net NIC): tests/k8s/guest-node.sh. Issue 23.
+driver) and a QEMU guest of tests/vm as the second node (Debian 13, kernel 6.12, systemd 257 as
+PID 1, cgroup v2 only, the systemd cgroup driver, containerd 2 with SystemdCgroup = true, D-Bus,
+Debian 13's irqbalance, a 4-queue virtio-net NIC): tests/k8s/guest-node.sh. Issues 23 and 33.
 
     tests/k8s/guest_e2e.py [DIR]     # as root; KEEP=1 leaves the cluster and the guest up
     NODEMEDIC_IMAGE_ARCHIVE=FILE     # an image archive of deploy/container/build-image.sh
@@ -137,6 +137,13 @@ def on_node(node, script, check=True, timeout=300):
     return (guest_sh if node == GUEST["GUEST_NODE"] else host_sh)(script, check=check, timeout=timeout)
 
 
+def guest_irqbalance_version():
+    """irqbalance's version as the guest's dpkg gives it (Debian 13's: 1.9.4-…)."""
+    if "irqbalance" not in GUEST:
+        GUEST["irqbalance"] = guest_sh("dpkg-query -W -f '${Version}' irqbalance").stdout.strip()
+    return GUEST["irqbalance"]
+
+
 def helm_install(*sets, values=None):
     args = ["install", "nodemedic", CHART, "--set", "image.pullPolicy=Never", *sum((["--set", s] for s in sets), [])]
     if values:
@@ -161,17 +168,30 @@ def helm_uninstall(if_installed=False):
 # ------------------------------------------------------------------ the checks
 
 
-@check("G1. the guest joins as a second node: Ready, systemd cgroup driver, containerd, kernel 6.1, cgroup v2")
+@check("G1. the guest joins as a second node: Ready, Debian 13, kernel 6.12, systemd 257, cgroup v2 only, containerd 2, the systemd driver taken from the runtime")
 def joined():
     n = kjson("get", "node", GUEST["GUEST_NODE"])
     info = n["status"]["nodeInfo"]
-    assert info["containerRuntimeVersion"].startswith("containerd://1.6"), info
-    assert info["kernelVersion"].startswith("6.1."), info
+    assert info["containerRuntimeVersion"].startswith("containerd://2."), info
+    assert info["kernelVersion"].startswith("6.12."), info
+    assert info["kubeletVersion"] == ne.KUBERNETES_VERSION, info
     assert [a["address"] for a in n["status"]["addresses"] if a["type"] == "InternalIP"] == [GUEST["GUEST_IP"]], n["status"]["addresses"]
     out = guest_sh("stat -fc %T /sys/fs/cgroup; ps -o comm= 1; grep -c SystemdCgroup.=.true /etc/containerd/config.toml; "
-                   "grep -h cgroupDriver /mnt/host/etc/kubelet.yaml; ls -d /sys/fs/cgroup/kubepods.slice").stdout.split()
-    assert out[:4] == ["cgroup2fs", "systemd", "1", "cgroupDriver:"] and out[4] == "systemd", out
-    log(f"guest Node Ready {GUEST['GUEST_READY_SECONDS']}s after qemu start, {GUEST['GUEST_RETRIES']} retries")
+                   "grep -c cgroupDriver /mnt/host/etc/kubelet.yaml; ls -d /sys/fs/cgroup/kubepods.slice; "
+                   "cut -d. -f1 /etc/debian_version; systemctl --version | head -n1 | cut -d' ' -f2; "
+                   "grep -c cgroup /proc/filesystems; grep -w cgroup /proc/filesystems || true").stdout.split()
+    # cgroup2fs and no v1 hierarchy mounted (Debian 13's systemd has no v1 support; the
+    # kernel's "cgroup" filesystem type is still listed, unused).
+    assert out[:5] == ["cgroup2fs", "systemd", "1", "0", "/sys/fs/cgroup/kubepods.slice"], out
+    assert out[5] == "13" and int(out[6]) >= 257, f"Debian {out[5]}, systemd {out[6]}"
+    mounts = guest_sh("findmnt -rn -t cgroup -o TARGET || true").stdout.split()
+    assert not mounts, f"cgroup v1 hierarchies mounted on the guest: {mounts}"
+    # The kubelet's configuration names no driver: it took containerd's (KEP-4033).
+    said = guest_sh("journalctl -u kubelet --no-pager | grep -m1 'Using cgroup driver setting received from the CRI runtime'",
+                    check=False).stdout
+    assert 'cgroupDriver="systemd"' in said, f"the guest's kubelet did not take the driver from containerd: {said!r}"
+    log(f"guest Node Ready {GUEST['GUEST_READY_SECONDS']}s after qemu start, {GUEST['GUEST_RETRIES']} retries; "
+        f"{info['osImage']}, {info['kernelVersion']}, {info['containerRuntimeVersion']}, systemd {out[6]}")
 
 
 @check("G2. the chart with its defaults: one pod per node, both Ready")
@@ -216,28 +236,23 @@ def guest_layout(pods):
     log("the pod's own cgroups as nodemedic names them: " + ", ".join(f"{c['path']} ({c.get('kind')}, {c.get('qos')})" for c in mine))
 
 
-@check("G4. /status carries no collector warning on either node, the guest knows its irqbalance version, and nodemedic's own cgroup is never throttled")
+@check("G4. /status carries no collector warning and no failed collector on either node with the chart's defaults (the hybrid node's v1 hierarchies read through recursiveReadOnly), the guest knows its irqbalance version, and nodemedic's own cgroup is never throttled")
 def no_warnings(pods):
     for node in nodes():
         st = status_at(node)
         warned = {c["name"]: c["warnings"] for c in st["collectors"] if c.get("warnings")}
         failed = {c["name"]: c.get("reason") for c in st["collectors"] if c["state"] == "failed"
                   and not (c["name"] == "perf_probes" and node == ne.ENV["NODE_NAME"])}
-        if node == ne.ENV["NODE_NAME"]:
-            # This hybrid node with the defaults: the chart binds /sys/fs/cgroup without the
-            # hierarchies mounted below it, and the cgroups collector says what to set (G7
-            # sets it).
-            reason = ne.hidden_v1_reason(st)
-            assert reason, f"{node}: the cgroups collector does not name cgroupV1Hierarchies: {failed.get('cgroups')}"
-            del failed["cgroups"]
-            log(f"{node}: cgroups: {reason}")
+        # This hybrid node too: with the defaults (cgroupMount: recursiveReadOnly) its v1
+        # hierarchies are in the pod, read-only, and the cgroups collector reads them.
         assert not warned and not failed, f"{node}: warnings {warned}, failed {failed}"
         if node == GUEST["GUEST_NODE"]:
             # irqbalance's version from the host's dpkg database, through the chart's read-only
-            # /var/lib/dpkg mount (issue 23 defect 2; asserted here too since G9 is opt-in).
+            # /var/lib/dpkg mount (issue 23 defect 2; asserted here too since G9 is opt-in):
+            # the version dpkg itself gives on the guest.
             package = st.get("irqbalance_package") or {}
-            assert package.get("state") == "installed" and package.get("version", "").startswith("1.9.2"), \
-                f"{node}: irqbalance_package {package}"
+            assert package.get("state") == "installed" and package.get("version") == guest_irqbalance_version(), \
+                f"{node}: irqbalance_package {package}, dpkg says {guest_irqbalance_version()}"
         pid = nodemedic_pid(node, pods[node])
         # The container's cgroup as the node sees it: v2's one line, or v1's cpu hierarchy.
         stat = on_node(node, f"""
@@ -264,19 +279,21 @@ def cgroups_read_only(pods):
         tried = [l.split() for l in p.stdout.splitlines() if not l.startswith("#")]
         cgroup_tried = [f[0] for f in tried if f[1] in ("cgroup", "cgroup2", "tmpfs") and f[0].startswith("/host/sys/fs/cgroup")]
         assert cgroup_tried, f"{node}: podwrite tried no mount of the cgroup tree: {tried}"
+        if node == ne.ENV["NODE_NAME"]:
+            # Each v1 hierarchy nodemedic reads is in the pod, and was tried (not hidden).
+            for h in ("cpu", "unified"):
+                assert f"/host/sys/fs/cgroup/{h}" in cgroup_tried, f"{node}: {h} not tried: {cgroup_tried}"
         # nodemedic names the same mounts as writable, from its own mountinfo: on /status and
-        # in its gauge. Not on this hybrid node with the defaults, where the cgroups collector
-        # fails (G4) since nothing of the tree but its tmpfs is there.
+        # in its gauge.
         st = status_at(node)
-        if node == ne.ENV["NODE_NAME"] and ne.hidden_v1_reason(st):
-            continue
         wrote = sorted({f[0] for f in tried if f[2:3] == ["writable"]})
         said = sorted((st["pressure"].get("cgroup_mounts") or {}).get("writable", []))
         gauge = [v for n, _, v in samples(metrics_at(node)) if n == "nodemedic_cgroup_host_writable_mounts"]
         gauge = gauge[0] if len(gauge) == 1 else f"{len(gauge)} series"
         assert said == wrote and gauge == len(wrote), f"{node}: nodemedic says {said} ({gauge}), podwrite wrote {wrote}"
-    # With the chart's defaults nothing of either host is writable: the cgroup tree is bound
-    # without the mounts below it (issue 23, defect 1).
+    # With the chart's defaults nothing of either host is writable: the cgroup tree and every
+    # mount below it are read-only (recursiveReadOnly: Enabled, issue 33; before, a subPath
+    # bound without the mounts below it, issue 23 defect 1).
     bad = [f"{n}: {line}" for n, (_, out) in results.items() for line in out.splitlines()
            if not line.startswith("#") and line.split()[2] == "writable"]
     assert not bad, f"writable from the pod: {bad}"
@@ -572,9 +589,11 @@ def incident():
     st = poll("a guest with no collapse", 60, quiet)
     irqb = st["remediation"]["irqbalance"]
     log(f"irqbalance as the guest's pod sees it: {json.dumps(irqb)[:300]}; package {st.get('irqbalance_package')}")
-    # Its version from the host's dpkg database (the chart's read-only /var/lib/dpkg mount).
-    assert (st.get("irqbalance_package") or {}).get("version", "").startswith("1.9.2"), st.get("irqbalance_package")
-    assert irqb.get("version", "") and irqb["version"].startswith("1.9.2"), irqb
+    # Its version from the host's dpkg database (the chart's read-only /var/lib/dpkg mount),
+    # and the upstream version irqbalance runs (Debian's without the revision).
+    dpkg = guest_irqbalance_version()
+    assert (st.get("irqbalance_package") or {}).get("version") == dpkg, (st.get("irqbalance_package"), dpkg)
+    assert irqb.get("version") and dpkg.startswith(irqb["version"]), (irqb, dpkg)
     t0 = time.time()  # the IRQs are pinned within the next second (guest_sh's round trip)
     group = collapse()
     log(f"collapsed: {group}'s queue IRQs on CPU 0, irqbalance stopped ({time.time() - t0:.1f}s for the command)")
@@ -868,51 +887,66 @@ NO_IO_URING = {
     "defaultAction": "SCMP_ACT_ALLOW",
     "syscalls": [{"names": ["io_uring_setup"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1}],
 }
+READER_IO_URING = "extraConfig: |\n  [reader]\n  backend = \"io_uring\"\n"
 
 
-@check("G13. a Localhost seccomp profile refusing io_uring_setup on the guest's pod: applied (Seccomp: 2), the read layer falls back with the reason on /status, every collector still works and the probes still count")
-def io_uring_refused():
-    node = GUEST["GUEST_NODE"]
-    name = "nodemedic-no-io-uring.json"
-    guest_sh(f"mkdir -p /var/lib/kubelet/seccomp && cat >/var/lib/kubelet/seccomp/{name} <<'EOF'\n"
-             f"{json.dumps(NO_IO_URING)}\nEOF")
-    helm_uninstall(if_installed=True)  # a check before may have failed with its release installed
-    values = Path(ne.ENV["DIR"]) / "no-io-uring-values.yaml"
-    values.write_text(
-        f"seccompProfile: {{type: Localhost, localhostProfile: {name}}}\n"
-        f"nodeSelector: {{kubernetes.io/hostname: {node}}}\n"
-        "extraConfig: |\n"
-        "  [reader]\n"
-        "  backend = \"io_uring\"\n")
-    helm_install(values=values)
-    pods = wait_ready([node])
-    spec = pods[node]["spec"]["securityContext"]["seccompProfile"]
-    assert spec == {"type": "Localhost", "localhostProfile": name}, spec
-    pid = nodemedic_pid(node, pods[node])
-    mode = guest_sh(f"sed -n 's/^Seccomp:[[:space:]]*//p' /proc/{pid}/status").stdout.strip()
-    assert mode == "2", f"Seccomp: {mode}"
-
+def sampled_thrice(node):
     def sampled():
         st = status_at(node)
         if st.get("samples_total", 0) < 3:
             raise Pending(f"{st.get('samples_total')} samples")
         return st
 
-    st = poll("three samples", 60, sampled)
-    reader = st["reader"]
-    assert reader["backend"] != "io_uring", reader
-    reason = reader.get("fallback_reason") or ""
-    assert "io_uring_setup" in reason and "seccomp" in reason, reader
-    failed = {c["name"]: c.get("reason") for c in st["collectors"] if c["state"] == "failed"}
+    return poll(f"three samples on {node}", 60, sampled)
+
+
+def refused_and_working(node, pid):
+    """The read layer asked for io_uring on NODE under a profile refusing it: a seccomp filter
+    on the process, pread with the reason on /status, every collector working, the probes up
+    where the kernel allows them and pods named."""
+    mode = on_node(node, f"sed -n 's/^Seccomp:[[:space:]]*//p' /proc/{pid}/status").stdout.strip()
+    assert mode == "2", f"{node}: Seccomp: {mode}"
+    st = sampled_thrice(node)
+    ne.assert_io_uring_refused(st["reader"])
+    failed = {c["name"]: c.get("reason") for c in st["collectors"] if c["state"] == "failed"
+              and not (c["name"] == "perf_probes" and node == ne.ENV["NODE_NAME"])}
     warned = {c["name"]: c["warnings"] for c in st["collectors"] if c.get("warnings")}
-    assert not failed and not warned, f"failed {failed}, warnings {warned}"
-    # The rest of the pod's work goes on: its workload's cgroups, the probes (the profile
-    # allows bpf), the node's pressure.
+    assert not failed and not warned, f"{node}: failed {failed}, warnings {warned}"
     body = metrics_at(node)
-    assert [1 for n, l, v in samples(body) if n == "nodemedic_probe_up" and v == 1], "no probe up"
+    if node == GUEST["GUEST_NODE"]:
+        assert [1 for n, l, v in samples(body) if n == "nodemedic_probe_up" and v == 1], f"{node}: no probe up"
     assert [1 for n, l, v in samples(body) if n == "nodemedic_cgroup_cpu_usage_seconds_total" and l.get("pod")], \
-        "no pod's cgroup named"
-    log(f"{node}: Localhost profile {name}, Seccomp 2: reader {reader['backend']}, reason {reason!r}")
+        f"{node}: no pod's cgroup named"
+    return st["reader"]
+
+
+@check("G13. io_uring refused by seccomp on both nodes, the read layer asked for it: under the chart's RuntimeDefault (containerd 2's profile has no io_uring) on both nodes, then a Localhost profile on the guest's pod; each time Seccomp 2, the read layer on pread with the reason on /status, every collector working, the probes counting")
+def io_uring_refused():
+    helm_uninstall(if_installed=True)  # a check before may have failed with its release installed
+    values = Path(ne.ENV["DIR"]) / "io-uring-values.yaml"
+    values.write_text(READER_IO_URING)
+    helm_install(values=values)
+    pods = wait_ready(nodes())
+    for node in nodes():
+        spec = pods[node]["spec"]["securityContext"]["seccompProfile"]
+        assert spec == {"type": "RuntimeDefault"}, f"{node}: {spec}"
+        reader = refused_and_working(node, nodemedic_pid(node, pods[node]))
+        log(f"{node}: RuntimeDefault: reader {reader['backend']}, reason {reader.get('fallback_reason')!r}")
+    helm_uninstall()
+    node = GUEST["GUEST_NODE"]
+    name = "nodemedic-no-io-uring.json"
+    guest_sh(f"mkdir -p /var/lib/kubelet/seccomp && cat >/var/lib/kubelet/seccomp/{name} <<'EOF'\n"
+             f"{json.dumps(NO_IO_URING)}\nEOF")
+    values = Path(ne.ENV["DIR"]) / "no-io-uring-values.yaml"
+    values.write_text(
+        f"seccompProfile: {{type: Localhost, localhostProfile: {name}}}\n"
+        f"nodeSelector: {{kubernetes.io/hostname: {node}}}\n" + READER_IO_URING)
+    helm_install(values=values)
+    pods = wait_ready([node])
+    spec = pods[node]["spec"]["securityContext"]["seccompProfile"]
+    assert spec == {"type": "Localhost", "localhostProfile": name}, spec
+    reader = refused_and_working(node, nodemedic_pid(node, pods[node]))
+    log(f"{node}: Localhost profile {name}: reader {reader['backend']}, reason {reader.get('fallback_reason')!r}")
     helm_uninstall()
 
 

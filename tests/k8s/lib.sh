@@ -17,6 +17,12 @@
 #                                     nmk8s_env DIR (exports DIR/env's KEY=value lines),
 #                                     nmk8s_live DIR, nmk8s_other_cluster DIR
 
+# containerd 2 and the runc it is tested with, built from the Go module proxy by
+# build-containerd.sh: first on PATH, so that ctr, containerd and the shim it starts are those
+# (Debian's containerd 1.6 may be installed too, by an older checkout's run).
+NMK8S_CONTAINERD_BIN="${NODEMEDIC_CONTAINERD_CACHE:-/var/cache/nodemedic-containerd}/bin"
+case ":$PATH:" in *":$NMK8S_CONTAINERD_BIN:"*) ;; *) export PATH="$NMK8S_CONTAINERD_BIN:$PATH" ;; esac
+
 nmk8s_env() {  # nmk8s_env DIR: exports DIR/env
   [ -f "$1/env" ] || { echo "lib.sh: no $1/env (is the cluster up? tests/k8s/cluster-up.sh $1)" >&2; return 1; }
   set -a

@@ -26,6 +26,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "tests" / "k8s"
+# The Kubernetes release the cluster runs: build-k8s.sh's, the one place it is named (or the
+# one NODEMEDIC_K8S_VERSION asks it for).
+KUBERNETES_VERSION = "v" + (os.environ.get("NODEMEDIC_K8S_VERSION") or re.search(
+    r"^K8S_VERSION_DEFAULT=(\S+)$", (K8S / "build-k8s.sh").read_text(), re.M).group(1))
 HELM = None
 ENV = {}
 NAMESPACE = "nodemedic"
@@ -243,6 +247,21 @@ def judge_roll(scrapes, started, ready, min_ok=MIN_ROLL_OK, max_hole=MAX_SCRAPE_
         kinds[k] = kinds.get(k, 0) + 1
     return (f"{len(inside)} scrapes in the {ready - started:.1f} s roll {kinds}; "
             f"{first_new - last_old:.1f} s between the two processes")
+
+
+def release_gone():
+    """For poll: every cluster-wide object of the release answers NotFound (its namespace with
+    all it held, the ClusterRole and its binding), not just any failure."""
+    left = []
+    for kind in ("namespace/nodemedic", "clusterrole/nodemedic", "clusterrolebinding/nodemedic"):
+        p = kubectl("get", kind, check=False)
+        try:
+            kubectl_get_says_gone(p.returncode, p.stderr)
+        except Pending as e:
+            left.append(f"{kind}: {e}")
+    if left:
+        raise Pending(f"left: {left}")
+    return True
 
 
 def kubectl_get_says_gone(returncode, stderr):
@@ -532,14 +551,9 @@ def v1_hierarchies(mountinfo=None):
     return names
 
 
-def v1_values():
-    """Values lines for this hybrid node: its hierarchies mounted one by one."""
-    return "cgroupV1Hierarchies: %s\n" % json.dumps(v1_hierarchies())
-
-
 def hidden_v1_reason(st):
-    """The cgroups collector's failure on a v1 or hybrid node installed with the chart's
-    defaults (the hierarchies are mounts below /sys/fs/cgroup, which the chart binds without
+    """The cgroups collector's failure on a v1 or hybrid node installed with cgroupMount:
+    subPath (the hierarchies are mounts below /sys/fs/cgroup, which a subPath binds without
     them), or None."""
     for c in st["collectors"]:
         if c["name"] == "cgroups" and c["state"] == "failed" and "cgroupV1Hierarchies" in c.get("reason", ""):
@@ -547,16 +561,36 @@ def hidden_v1_reason(st):
     return None
 
 
-@check("1. the DaemonSet, installed with the chart's defaults, is Ready on the kubelet; on this hybrid node its cgroups collector says to name the v1 hierarchies; with them named, it runs as shipped")
+@check("0. the node: kubelet, apiserver and kubectl of the release build-k8s.sh names, on containerd 2, the cgroupfs driver taken from the runtime (the kubelet's configuration names none)")
+def the_node():
+    node = kjson("get", "node", ENV["NODE_NAME"])
+    info = node["status"]["nodeInfo"]
+    assert info["kubeletVersion"] == KUBERNETES_VERSION, info
+    assert info["kubeProxyVersion"] in ("", KUBERNETES_VERSION), info
+    assert info["containerRuntimeVersion"].startswith("containerd://2."), info
+    versions = json.loads(kubectl("version", "-o", "json").stdout)
+    assert versions["serverVersion"]["gitVersion"] == KUBERNETES_VERSION, versions
+    assert versions["clientVersion"]["gitVersion"] == KUBERNETES_VERSION, versions
+    kubelet_yaml = (Path(ENV["DIR"]) / "etc" / "kubelet.yaml").read_text()
+    assert not re.search(r"^cgroupDriver:", kubelet_yaml, re.M), "the kubelet's configuration names a driver"
+    said = [l for l in (Path(ENV["DIR"]) / "logs" / "kubelet.log").read_text().splitlines()
+            if "Using cgroup driver setting received from the CRI runtime" in l]
+    assert said and 'cgroupDriver="cgroupfs"' in said[0], f"the kubelet did not take the driver from containerd: {said}"
+    log(f"{ENV['NODE_NAME']}: kubelet {info['kubeletVersion']}, {info['containerRuntimeVersion']}, kernel {info['kernelVersion']}")
+
+
+@check("1. the DaemonSet with the chart's defaults is Ready on the kubelet, the host's cgroup tree read-only with every hierarchy below it (recursiveReadOnly, containerd 2): on this hybrid node every collector succeeds with nothing to name; with cgroupMount: subPath (for runtimes without it) the cgroups collector says to name the v1 hierarchies")
 def install():
+    # cgroupMount: subPath first, what a runtime without recursive read-only mounts gets: the
+    # host's /sys/fs/cgroup bound without the mounts below it, on this hybrid node the tmpfs
+    # of the hierarchies' empty mount points. Nothing of the tree is writable (guest_e2e's G5
+    # tries every mount), and nodemedic says why it reads no cgroup.
     helm(
         "install", "nodemedic", ROOT / "deploy/helm/nodemedic",
-        "--set", "image.pullPolicy=Never",
+        "--set", "image.pullPolicy=Never", "--set", "cgroupMount=subPath",
     )
     pod = wait_ready()
-    # The defaults bind the host's /sys/fs/cgroup without the mounts below it: on this
-    # hybrid node, the tmpfs of the hierarchies' empty mount points. Nothing of the tree is
-    # writable (guest_e2e's G5 tries every mount), and nodemedic says why it reads no cgroup.
+
     def hidden():
         st = status()
         reason = hidden_v1_reason(st)
@@ -564,15 +598,22 @@ def install():
             raise Pending(f"collectors: {st['collectors']}")
         return reason
 
-    log("defaults on this hybrid node: cgroups: " + poll("the cgroups collector's reason", 60, hidden))
+    log("cgroupMount: subPath on this hybrid node: cgroups: " + poll("the cgroups collector's reason", 60, hidden))
     code, body = http("/metrics")
     success = {l.get("collector"): v for n, l, v in samples(body) if n == "nodemedic_scrape_collector_success"}
     assert success.get("cgroups") == 0.0, success
     first = pod["metadata"]["uid"]
-    values = Path(ENV["DIR"]) / "v1-values.yaml"
-    values.write_text(v1_values())
-    helm("upgrade", "nodemedic", ROOT / "deploy/helm/nodemedic", "--reuse-values", "-f", values)
-    pod = poll("the pod with the v1 hierarchies Ready", 180, rolled_from(first))
+    # Then the chart's defaults, nothing else but the pull policy.
+    helm("upgrade", "nodemedic", ROOT / "deploy/helm/nodemedic", "--reset-values",
+         "--set", "image.pullPolicy=Never")
+    pod = poll("the pod with the chart's defaults Ready", 180, rolled_from(first))
+    cg = [m for m in pod["spec"]["containers"][0]["volumeMounts"] if m["mountPath"] == "/host/sys/fs/cgroup"]
+    assert len(cg) == 1 and cg[0].get("readOnly") is True and cg[0].get("recursiveReadOnly") == "Enabled" \
+        and "subPath" not in cg[0], cg
+    # The kubelet reports what the mount became: recursively read-only, not merely read-only.
+    statuses = pod["status"]["containerStatuses"][0].get("volumeMounts") or []
+    rro = [m for m in statuses if m["mountPath"] == "/host/sys/fs/cgroup"]
+    assert rro and rro[0].get("recursiveReadOnly") == "Enabled", statuses
     # Read back from the API: what the kubelet ran.
     spec = pod["spec"]
     c = spec["containers"][0]
@@ -962,20 +1003,7 @@ def upgrade_and_uninstall():
     off = settled_memory(poll("the new daemon's host pid", 30, host_pid))
     log(judge_memory(BASELINE["memory"], off))
     helm("uninstall", "nodemedic", "--wait")
-
-    def gone():
-        left = []
-        for kind in ("namespace/nodemedic", "clusterrole/nodemedic", "clusterrolebinding/nodemedic"):
-            p = kubectl("get", kind, check=False)
-            try:
-                kubectl_get_says_gone(p.returncode, p.stderr)
-            except Pending as e:
-                left.append(f"{kind}: {e}")
-        if left:
-            raise Pending(f"left: {left}")
-        return True
-
-    poll("nothing left", 180, gone, every=2)
+    poll("nothing left", 180, release_gone, every=2)
 
 
 @check("6. the IRQAffinityCollapsed condition is set by the pod's service account (collapsed fixture) and turns Unknown when the DaemonSet goes")
@@ -987,7 +1015,7 @@ def condition():
         "extraVolumes: [{name: fixture, hostPath: {path: %s, type: Directory}}]\n"
         "extraVolumeMounts: [{name: fixture, mountPath: /fixture, readOnly: true}]\n"
         "paths: {procfs: /fixture/proc, sysfs: /fixture/sys}\n"
-        "sampleInterval: 1s\n" % fixture + v1_values()
+        "sampleInterval: 1s\n" % fixture
     )
     helm("install", "nodemedic", ROOT / "deploy/helm/nodemedic", "-f", values)
     wait_ready()
@@ -1019,7 +1047,7 @@ def condition():
     helm("uninstall", "nodemedic", "--wait")
 
 
-@check("9. under RuntimeDefault seccomp, read back from the pod spec and the process: bpf() and perf_event_open() fail as on the host; io_uring is used or refused with the reason on /status, for the read layer and the disk probe alike")
+@check("9. under containerd 2's RuntimeDefault seccomp, read back from the pod spec and the process: bpf() and perf_event_open() fail as on the host; io_uring is refused, and the read layer and the disk probe both fall back to plain syscalls with the reason on /status, no collector failed")
 def seccomp():
     values = Path(ENV["DIR"]) / "seccomp-values.yaml"
     values.write_text(
@@ -1030,7 +1058,7 @@ def seccomp():
         "  [reader]\n"
         "  backend = \"io_uring\"\n"
         "  [disk_probe]\n"
-        "  enabled = true\n" + v1_values()
+        "  enabled = true\n"
     )
     helm("install", "nodemedic", ROOT / "deploy/helm/nodemedic", "-f", values)
     pod = wait_ready()
@@ -1050,13 +1078,12 @@ def seccomp():
 
     st = poll("the disk probe's first commits", 60, probed)
     reader, disk = st["reader"], st["disk_commit"]
-    for what, backend, reason in [
-        ("reader", reader["backend"], reader.get("fallback_reason")),
-        ("disk probe", disk["backend"], disk.get("fallback_reason")),
-    ]:
-        if backend != "io_uring":
-            assert reason and ("seccomp" in reason or "io_uring_setup" in reason), (what, backend, reason)
-    assert (reader["backend"] == "io_uring") == (disk["backend"] == "io_uring"), (reader, disk)
+    # containerd 2's RuntimeDefault profile has no io_uring_* (containerd 1.6's had): the
+    # kernel answers EPERM, and both users of io_uring say so and read with pread.
+    assert_io_uring_refused(reader, disk)
+    failed = {c["name"]: c.get("reason") for c in st["collectors"]
+              if c["state"] == "failed" and c["name"] != "perf_probes"}
+    assert not failed, f"collectors failed under RuntimeDefault: {failed}"
     # The probes: the pod's reason is the host's own (the kernel's limits), not the profile's.
     host = run([ROOT / "target/x86_64-unknown-linux-musl/release/nodemedic", "check",
                 "--format", "json"], check=False)
@@ -1066,10 +1093,88 @@ def seccomp():
     helm("uninstall", "nodemedic", "--wait")
 
 
+def release_objects(helm_bin=None):
+    """The release as the API has it: the DaemonSet's, ConfigMap's and pod's essentials, and
+    helm's own view (revision, status) through HELM_BIN (default: Helm 4)."""
+    ds = kjson("get", "daemonset", "nodemedic", "-n", NAMESPACE)
+    cm = kjson("get", "configmap", "nodemedic", "-n", NAMESPACE)
+    for kind in ("serviceaccount/nodemedic", "clusterrole/nodemedic", "clusterrolebinding/nodemedic",
+                 f"service/nodemedic"):
+        kubectl("get", kind, *(["-n", NAMESPACE] if not kind.startswith("cluster") else []))
+    interval = re.search(r'^sample_interval = "([^"]+)"', cm["data"]["nodemedic.toml"], re.M)
+    env = dict(os.environ, KUBECONFIG=ENV["KUBECONFIG"])
+    st = json.loads(run(in_ns([helm_bin or HELM, "status", "nodemedic", "-o", "json"]), env=env).stdout)
+    return {
+        "interval": interval and interval.group(1),
+        "ready": ds["status"].get("numberReady"),
+        "revision": st["version"],
+        "status": st["info"]["status"],
+    }
+
+
+@check("10. Helm 4 is the client: install, upgrade, rollback and uninstall, the release's objects checked after each (the ConfigMap's interval, the DaemonSet Ready, the daemon's own /status); Helm 3 still installs and uninstalls the chart")
+def helm_clients():
+    chart = ROOT / "deploy/helm/nodemedic"
+    version = run([HELM, "version", "--template", "{{.Version}}"]).stdout.strip()
+    assert version.startswith("v4."), f"the tests' helm is {version}"
+
+    def at(interval, revision):
+        def settled():
+            got = release_objects()
+            st = status()
+            if got["ready"] != 1 or st.get("sample_interval_seconds") != float(interval.rstrip("s")):
+                raise Pending(f"{got}, the daemon's interval {st.get('sample_interval_seconds')}")
+            return got
+
+        got = poll(f"the release at revision {revision} ({interval})", 180, settled)
+        assert got == {"interval": interval, "ready": 1, "revision": revision, "status": "deployed"}, got
+        return got
+
+    helm("install", "nodemedic", chart, "--set", "image.pullPolicy=Never", "--set", "sampleInterval=2s")
+    wait_ready()
+    at("2s", 1)
+    old = nodemedic_pod()["metadata"]["uid"]
+    helm("upgrade", "nodemedic", chart, "--reuse-values", "--set", "sampleInterval=3s")
+    poll("the pod rolled by the upgrade", 180, rolled_from(old))
+    at("3s", 2)
+    old = nodemedic_pod()["metadata"]["uid"]
+    helm("rollback", "nodemedic", "1", "--wait")
+    poll("the pod rolled by the rollback", 180, rolled_from(old))
+    at("2s", 3)
+    helm("uninstall", "nodemedic", "--wait")
+    poll("nothing left after Helm 4's uninstall", 180, release_gone, every=2)
+    # Helm 3, still what many pipelines run: the same chart installs and uninstalls.
+    helm3 = run([K8S / "build-helm.sh", "3"]).stdout.strip()
+    env = dict(os.environ, KUBECONFIG=ENV["KUBECONFIG"])
+    v3 = run([helm3, "version", "--template", "{{.Version}}"]).stdout.strip()
+    assert v3.startswith("v3."), v3
+    run(in_ns([helm3, "install", "nodemedic", chart, "--set", "image.pullPolicy=Never"]), env=env)
+    wait_ready()
+    got = release_objects(helm3)
+    assert got["ready"] == 1 and got["revision"] == 1 and got["status"] == "deployed", got
+    run(in_ns([helm3, "uninstall", "nodemedic", "--wait"]), env=env, timeout=300)
+    poll("nothing left after Helm 3's uninstall", 180, release_gone, every=2)
+    log(f"helm {version}: install, upgrade, rollback, uninstall; helm {v3}: install, uninstall")
+
+
+def assert_io_uring_refused(reader, disk=None):
+    """The read layer (and the disk probe, when given) asked for io_uring under a profile that
+    refuses it: on plain syscalls, each with the reason naming io_uring_setup and seccomp."""
+    users = [("reader", reader)] + ([("disk probe", disk)] if disk is not None else [])
+    for what, st in users:
+        reason = st.get("fallback_reason") or ""
+        assert st["backend"] != "io_uring", f"{what} uses io_uring under the profile: {st}"
+        assert "io_uring_setup" in reason and "seccomp" in reason, f"{what}: {st}"
+
+
 def attach(d):
     """Points the helpers at the cluster of DIR (after cluster-up.sh)."""
     global HELM
     HELM = run([K8S / "build-helm.sh"]).stdout.strip()
+    # ctr: containerd 2's, beside the runtime both nodes run (tests/k8s/build-containerd.sh).
+    ctd = run([K8S / "build-containerd.sh"]).stdout.strip()
+    if ctd not in os.environ["PATH"].split(":"):
+        os.environ["PATH"] = f"{ctd}:{os.environ['PATH']}"
     for line in (Path(d) / "env").read_text().splitlines():
         k, _, v = line.partition("=")
         ENV[k] = v
@@ -1091,6 +1196,10 @@ def main():
     run(["ctr", "--address", ENV["CONTAINERD_SOCK"], "-n", "k8s.io", "images", "import", image])
     log(f"cluster and image ready in {time.time() - t0:.0f}s")
     try:
+        the_node()
+    except Exception:
+        pass  # recorded failed; the chart's checks still run
+    try:
         install()
         sees_the_host()
         workload = quota_bound()
@@ -1100,6 +1209,7 @@ def main():
         upgrade_and_uninstall()
         condition()
         seccomp()
+        helm_clients()
     except Exception:
         pass
     finally:
@@ -1109,7 +1219,7 @@ def main():
     failed = sum(1 for _, ok, _ in RESULTS if not ok)
     log(f"total {time.time() - t0:.0f}s; logs in {d}/logs and {d}/pod-logs")
     print(f"k8s node: {passed} passed, {failed} failed")
-    sys.exit(0 if failed == 0 and passed == 9 else 1)
+    sys.exit(0 if failed == 0 and passed == 11 else 1)
 
 
 if __name__ == "__main__":

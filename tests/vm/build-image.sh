@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Builds (once, cached) the Debian 12 guest used by the real-kernel VM tests:
+# Builds (once, cached) the Debian guest used by the real-kernel VM tests (Debian 12, kernel
+# 6.1, for tests/vm; Debian 13, kernel 6.12, for the cluster's second node, tests/k8s):
 #   $CACHE/vmlinuz, $CACHE/initrd.img, $CACHE/rootfs.img (raw ext4), $CACHE/stamp
 # The stamp holds this script's sha256: editing the script rebuilds the image.
 # Needs root (debootstrap, chroot). No stdin, no loop mounts.
 #
 # Env:
 #   NODEMEDIC_VM_CACHE   cache dir (default /var/cache/nodemedic-vm)
-#   NODEMEDIC_VM_MIRROR  Debian mirror (default: the bookworm mirror of this host's apt sources)
+#   NODEMEDIC_VM_SUITE   Debian release (default bookworm; trixie for Debian 13)
+#   NODEMEDIC_VM_MIRROR  Debian mirror (default: the Debian mirror of this host's apt sources)
 #   NODEMEDIC_VM_REBUILD=1  rebuild even if the stamp matches
 #   NODEMEDIC_VM_IMG_SIZE   size of the raw image (default 2G)
 #   NODEMEDIC_VM_PACKAGES   extra Debian packages, comma- or space-separated (e.g. containerd)
@@ -20,14 +22,14 @@ set -euo pipefail
 
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
 CACHE=${NODEMEDIC_VM_CACHE:-/var/cache/nodemedic-vm}
-SUITE=bookworm
+SUITE=${NODEMEDIC_VM_SUITE:-bookworm}
 IMG_SIZE=${NODEMEDIC_VM_IMG_SIZE:-2G}
 EXTRA_PACKAGES=$(echo "${NODEMEDIC_VM_PACKAGES:-}" | tr ', ' '\n\n' | sed '/^$/d' | sort -u | paste -sd, -)
 EXTRA_ENABLE=$(echo "${NODEMEDIC_VM_ENABLE:-}" | tr ', ' '\n\n' | sed '/^$/d' | paste -sd' ' -)
 read -r -a EXTRA_FILES <<<"${NODEMEDIC_VM_FILES:-}"
 extras_id() { # what the extras are, for the stamp
     local f src dst mode
-    echo "packages=$EXTRA_PACKAGES size=$IMG_SIZE enable=$EXTRA_ENABLE"
+    echo "suite=$SUITE packages=$EXTRA_PACKAGES size=$IMG_SIZE enable=$EXTRA_ENABLE"
     for f in "${EXTRA_FILES[@]}"; do
         IFS== read -r src dst mode <<<"$f"
         [ -f "$src" ] || { echo "build-image.sh: extra file $src not found" >&2; return 1; }
@@ -35,7 +37,7 @@ extras_id() { # what the extras are, for the stamp
     done
 }
 EXTRAS=
-[ -z "$EXTRA_PACKAGES${EXTRA_ENABLE}${EXTRA_FILES[*]}" ] || EXTRAS=$(extras_id)
+[ -z "$EXTRA_PACKAGES${EXTRA_ENABLE}${EXTRA_FILES[*]}" ] && [ "$SUITE" = bookworm ] || EXTRAS=$(extras_id)
 HASH=$( (sha256sum "$SELF" | cut -d' ' -f1; echo "$EXTRAS") | sha256sum | cut -d' ' -f1)
 
 log() { echo "[build-image] $*" >&2; }

@@ -297,7 +297,8 @@ fn cgroup_mounts_text(o: &mut String, m: &CgroupMounts, from_mountinfo: bool) {
         let _ = writeln!(
             o,
             "  WARNING: the host's cgroup tree is writable from this container at {}: \
-             mount each hierarchy read-only (the chart's cgroupV1Hierarchies)",
+             mount it read-only with every mount below it (the chart's cgroupMount: \
+             recursiveReadOnly) or each hierarchy on its own (cgroupV1Hierarchies)",
             list.join(", ")
         );
     }

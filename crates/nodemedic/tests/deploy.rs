@@ -244,21 +244,63 @@ fn privileges_mounts_and_rbac_follow_the_features() {
         conf.contains("sysfs = \"/mnt/sys\"") && !conf.contains("cgroupfs"),
         "{conf}"
     );
-    // The host's /sys/fs/cgroup through a subPath of /sys/fs: the kubelet binds a subPath
-    // without the mounts below it, so on a v1 or hybrid node (whose hierarchies are mounts
-    // below it) none of them is in the pod, writable or not, and recursiveReadOnly is not
-    // needed (containerd 1.x ignores it; a hybrid node's v1 hierarchies stayed writable).
+    // The host's /sys/fs/cgroup by default (issue 33): the tree with every mount below it (a
+    // v1 or hybrid node's hierarchies), all read-only: recursiveReadOnly Enabled, which the
+    // kubelet refuses on a runtime that cannot do it (containerd 1.x) rather than mount the
+    // hierarchies writable. No /sys/fs volume.
     let cg = mount(&c, "/host/sys/fs/cgroup").unwrap();
     assert_eq!(
-        (cg.name.as_str(), cg.read_only, cg.sub_path.as_deref()),
-        ("sys-fs", Some(true), Some("cgroup"))
+        (
+            cg.name.as_str(),
+            cg.read_only,
+            cg.recursive_read_only.as_deref(),
+            cg.sub_path.as_deref(),
+            cg.mount_propagation.as_deref()
+        ),
+        ("cgroup", Some(true), Some("Enabled"), None, None)
     );
-    let cg_vol = host_path(&pod, "sys-fs").unwrap();
+    let cg_vol = host_path(&pod, "cgroup").unwrap();
+    assert_eq!(
+        (cg_vol.path.as_str(), cg_vol.type_.as_deref()),
+        ("/sys/fs/cgroup", Some("Directory"))
+    );
+    assert!(host_path(&pod, "sys-fs").is_none());
+    // cgroupMount: subPath, for runtimes without recursive read-only mounts: the host's
+    // /sys/fs/cgroup through a subPath of /sys/fs. The kubelet binds a subPath without the
+    // mounts below it, so on a v1 or hybrid node (whose hierarchies are mounts below it) none
+    // of them is in the pod, writable or not (containerd 1.x ignores recursiveReadOnly
+    // IfPossible; a hybrid node's v1 hierarchies stayed writable).
+    let sub = render(&["cgroupMount=subPath"]);
+    let (sub_pod, sub_c) = daemonset(&sub);
+    let cg = mount(&sub_c, "/host/sys/fs/cgroup").unwrap();
+    assert_eq!(
+        (
+            cg.name.as_str(),
+            cg.read_only,
+            cg.sub_path.as_deref(),
+            cg.recursive_read_only.as_deref()
+        ),
+        ("sys-fs", Some(true), Some("cgroup"), None)
+    );
+    let cg_vol = host_path(&sub_pod, "sys-fs").unwrap();
     assert_eq!(
         (cg_vol.path.as_str(), cg_vol.type_.as_deref()),
         ("/sys/fs", Some("Directory"))
     );
-    assert!(host_path(&pod, "cgroup").is_none());
+    assert!(host_path(&sub_pod, "cgroup").is_none());
+    // Any other value is refused when rendering, not taken as one of the two.
+    let bad = Command::new(helm())
+        .args(["template", "nodemedic", "deploy/helm/nodemedic"])
+        .args(["--set", "cgroupMount=readOnly"])
+        .current_dir(workspace_root())
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("cgroupMount must be recursiveReadOnly or subPath"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
     // cgroup v1 nodes: each named hierarchy read-only on its own (a subPath is bound without
     // the mounts below it), over an empty directory that hides the rest of the tree.
     let v1 = render(&["cgroupV1Hierarchies={cpu,cpuacct,unified}"]);

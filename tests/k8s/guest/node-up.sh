@@ -23,7 +23,6 @@ mkdir -p /var/lib/kubelet /etc/kubernetes
 systemd-run --unit=kubelet --description="kubelet (tests/k8s/guest-node.sh)" \
     -p Restart=on-failure -p After=containerd.service \
     /usr/local/bin/kubelet --config="$H/etc/kubelet.yaml" --kubeconfig="$H/etc/kubelet.kubeconfig" \
-    --pod-infra-container-image=registry.k8s.io/pause:3.10 \
     --hostname-override="$(cat "$H/node-name")" --node-ip="$(cat "$H/node-ip")" --v=1
 systemd-run --unit=kube-proxy --description="kube-proxy (tests/k8s/guest-node.sh)" \
     -p Restart=on-failure \

@@ -270,13 +270,14 @@ fn layout(reader: &Reader, procfs: &Path, root: &Path, container: bool) -> (Cgro
 }
 
 /// The cgroup v1 (or hybrid) layout's mount points under the cgroup root, present but empty:
-/// the node's hierarchies are mounted there, but not in this mount namespace. The Helm chart
-/// binds the host's `/sys/fs/cgroup` without the mounts below it, since a read-only bind does
-/// not make them read-only (not before containerd 2) and a writable one would let the pod
-/// rewrite any pod's limits; a v1 node's hierarchies are then named in `cgroupV1Hierarchies`.
+/// the node's hierarchies are mounted there, but not in this mount namespace. The Helm chart's
+/// `cgroupMount: subPath` binds the host's `/sys/fs/cgroup` without the mounts below it, since
+/// a plain read-only bind does not make them read-only and a writable one would let the pod
+/// rewrite any pod's limits; a v1 node's hierarchies are then named in `cgroupV1Hierarchies`,
+/// or the chart's default (`recursiveReadOnly`, containerd 2) mounts them all read-only.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "{} holds the empty mount points of a cgroup v1 or hybrid node ({}): its hierarchies are not mounted here; mount each one read-only at its place (the Helm chart: list them in cgroupV1Hierarchies)",
+    "{} holds the empty mount points of a cgroup v1 or hybrid node ({}): its hierarchies are not mounted here; mount each one read-only at its place (the Helm chart: cgroupMount: recursiveReadOnly where the runtime can, as containerd 2 does; else list them in cgroupV1Hierarchies)",
     root.display(),
     empty.join(", ")
 )]

@@ -9,6 +9,10 @@ cgroupV1Hierarchies and its nodeSelector added to the release's.
 old release's values, not the new chart's defaults) lack it: the defaults here. */}}
 {{- $v1Nodes := .Values.cgroupV1Nodes | default dict }}
 {{- $seccomp := .Values.seccompProfile | default (dict "type" "RuntimeDefault") }}
+{{- $cgroupMount := .Values.cgroupMount | default "recursiveReadOnly" }}
+{{- if not (has $cgroupMount (list "recursiveReadOnly" "subPath")) }}
+{{- fail (printf "cgroupMount must be recursiveReadOnly or subPath, not %q" (toString $cgroupMount)) }}
+{{- end }}
 apiVersion: apps/v1
 kind: DaemonSet
 metadata:
@@ -164,12 +168,14 @@ spec:
               readOnly: true
               recursiveReadOnly: IfPossible
             {{- end }}
-            # The host's cgroup tree, mounted again on its own and read-only. A subPath is
-            # bound without the mounts below it, so nothing of it can be writable, whatever
-            # the runtime: on a cgroup v2 node /sys/fs/cgroup is the one cgroup2 mount (the
-            # whole tree); on a v1 or hybrid node it is a tmpfs of empty mount points, and
-            # each hierarchy named in cgroupV1Hierarchies is bound on its own instead, over
-            # an empty directory.
+            # The host's cgroup tree, mounted again on its own and read-only (cgroupMount in
+            # values.yaml). recursiveReadOnly: the tree with every mount below it (a v1 or
+            # hybrid node's hierarchies), all read-only, where the runtime can. subPath: a
+            # subPath is bound without the mounts below it, so nothing of it can be writable,
+            # whatever the runtime: on a cgroup v2 node /sys/fs/cgroup is the one cgroup2
+            # mount (the whole tree); on a v1 or hybrid node it is a tmpfs of empty mount
+            # points, and each hierarchy named in cgroupV1Hierarchies is bound on its own
+            # instead, over an empty directory.
             {{- if .Values.cgroupV1Hierarchies }}
             - name: cgroup-v1-root
               mountPath: /host/sys/fs/cgroup
@@ -179,6 +185,11 @@ spec:
               subPath: {{ printf "cgroup/%s" . | quote }}
               readOnly: true
             {{- end }}
+            {{- else if eq $cgroupMount "recursiveReadOnly" }}
+            - name: cgroup
+              mountPath: /host/sys/fs/cgroup
+              readOnly: true
+              recursiveReadOnly: Enabled
             {{- else }}
             - name: sys-fs
               mountPath: /host/sys/fs/cgroup
@@ -229,10 +240,18 @@ spec:
             path: /sys
             type: Directory
         {{- end }}
+        {{- if or .Values.cgroupV1Hierarchies (eq $cgroupMount "subPath") }}
         - name: sys-fs
           hostPath:
             path: /sys/fs
             type: Directory
+        {{- end }}
+        {{- if and (eq $cgroupMount "recursiveReadOnly") (not .Values.cgroupV1Hierarchies) }}
+        - name: cgroup
+          hostPath:
+            path: /sys/fs/cgroup
+            type: Directory
+        {{- end }}
         {{- if .Values.cgroupV1Hierarchies }}
         - name: cgroup-v1-root
           emptyDir:
