@@ -515,7 +515,7 @@ mod tests {
         assert!(
             lines[1].starts_with(
                 "  WARNING: the host's cgroup tree is writable from this container at \
-                 /host/sys/fs/cgroup/cpu,cpuacct: mount each hierarchy read-only"
+                 /host/sys/fs/cgroup/cpu,cpuacct: mount it read-only with every mount below it"
             ),
             "{o}"
         );
