@@ -11,15 +11,21 @@ set -u
 H=${HOST_DIR:-/mnt/host}
 # shellcheck disable=SC1091
 . "$H/net.env"
+# The runner may start before udev has loaded virtio_net (Debian 13's boot, on a loaded
+# host, ran it 112 s into the boot with no NIC yet): load it, and wait for the NIC.
+modprobe virtio_net 2>/dev/null || true
 nic=
-for d in /sys/class/net/*; do
-    if [ "$(basename "$(readlink -f "$d/device/driver" 2>/dev/null)")" = virtio_net ]; then
-        nic=$(basename "$d")
-        break
-    fi
+for _ in $(seq 1 600); do
+    for d in /sys/class/net/*; do
+        if [ "$(basename "$(readlink -f "$d/device/driver" 2>/dev/null)")" = virtio_net ]; then
+            nic=$(basename "$d")
+            break 2
+        fi
+    done
+    sleep 0.1
 done
 if [ -z "$nic" ]; then
-    echo "no virtio-net NIC" >&2
+    echo "no virtio-net NIC within 60 s: $(ls /sys/class/net)" >&2
     exit 1
 fi
 ip link set lo up
