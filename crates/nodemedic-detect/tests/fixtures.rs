@@ -11,6 +11,22 @@ use nodemedic_detect::{CollapseConfig, CollapseDetector, GroupVerdict, HurtingCo
 use nodemedic_sample::Snapshot;
 use nodemedic_testkit::{copy_fixture, fixture_paths, fixture_snapshot};
 
+/// What the collapse detector reads: the IRQ side's collectors, which every tree these tests
+/// read must have active.
+const IRQ_SIDE: &[CollectorName] = &[
+    CollectorName::Topology,
+    CollectorName::Interrupts,
+    CollectorName::IrqAffinity,
+    CollectorName::PciDevices,
+    CollectorName::Softirqs,
+    CollectorName::Softnet,
+];
+
+/// The fixture tree `tree` read by the collectors, with the IRQ side's asserted active.
+fn irq_snapshot(tree: &str, at: Duration) -> Snapshot {
+    fixture_snapshot(tree, at).needing(IRQ_SIDE)
+}
+
 fn immediate() -> CollapseDetector {
     let collapse = CollapseConfig {
         raise_after: 1,
@@ -48,7 +64,7 @@ fn collapsed_names(verdicts: &[GroupVerdict]) -> Vec<&str> {
 #[test]
 fn incident_8cpu_is_collapsed_then_hurting() {
     let mut d = immediate();
-    let first = d.observe(&fixture_snapshot("8cpu-collapsed", Duration::ZERO));
+    let first = d.observe(&irq_snapshot("8cpu-collapsed", Duration::ZERO));
     let nic = group(&first, "virtio2");
     assert!(nic.collapsed);
     assert!(!nic.hurting, "no rate yet, cannot be hurting");
@@ -76,7 +92,7 @@ fn incident_8cpu_is_collapsed_then_hurting() {
     assert_eq!(nvme.group.effective_cpus.len(), 8);
 
     // Ten seconds later the NIC's counts grew on CPUs 4 and 5 only.
-    let later = d.observe(&fixture_snapshot(
+    let later = d.observe(&irq_snapshot(
         "8cpu-collapsed-later",
         Duration::from_secs(10),
     ));
@@ -124,8 +140,8 @@ fn incident_8cpu_is_collapsed_then_hurting() {
 fn hurting_needs_rate_on_the_hot_cpu_not_just_placement() {
     // Same placement sampled twice without growth: collapsed, not hurting.
     let mut d = immediate();
-    d.observe(&fixture_snapshot("8cpu-collapsed", Duration::ZERO));
-    let again = d.observe(&fixture_snapshot("8cpu-collapsed", Duration::from_secs(10)));
+    d.observe(&irq_snapshot("8cpu-collapsed", Duration::ZERO));
+    let again = d.observe(&irq_snapshot("8cpu-collapsed", Duration::from_secs(10)));
     let nic = group(&again, "virtio2");
     assert!(nic.collapsed && !nic.hurting);
     assert_eq!(nic.evidence.irq_rate, Some(0.0));
@@ -153,7 +169,7 @@ fn one_flow_on_a_spread_nic_is_one_irqs_load_on_the_hottest_cpu() {
     // hottest CPU takes all of the rate, yet it carries a single IRQ, which no placement splits
     // (remediation's verification must not call that spread a failure).
     let mut d = immediate();
-    let before = fixture_snapshot("8cpu-balanced", Duration::ZERO);
+    let before = irq_snapshot("8cpu-balanced", Duration::ZERO);
     let v = d.observe(&before);
     let irqs = group(&v, "virtio2").group.irqs.clone();
     let later = grown(&before, 10, &irqs[..1]);
@@ -173,7 +189,7 @@ fn one_flow_on_a_spread_nic_is_one_irqs_load_on_the_hottest_cpu() {
 
 #[test]
 fn balanced_8cpu_is_healthy() {
-    let v = immediate().observe(&fixture_snapshot("8cpu-balanced", Duration::ZERO));
+    let v = immediate().observe(&irq_snapshot("8cpu-balanced", Duration::ZERO));
     assert!(collapsed_names(&v).is_empty());
     let nic = group(&v, "virtio2");
     assert_eq!(nic.group.effective_cpus.len(), 8);
@@ -182,7 +198,7 @@ fn balanced_8cpu_is_healthy() {
 
 #[test]
 fn large_nodes() {
-    let v = immediate().observe(&fixture_snapshot("96cpu-healthy", Duration::ZERO));
+    let v = immediate().observe(&irq_snapshot("96cpu-healthy", Duration::ZERO));
     assert!(collapsed_names(&v).is_empty());
     let mlx = group(&v, "mlx5_core 0000:3b:00.0");
     assert_eq!(mlx.group.irqs.len(), 48);
@@ -203,15 +219,15 @@ fn large_nodes() {
     );
     assert_eq!(ice.group.eligible_cpus.to_list_string(), "48-95");
 
-    let v = immediate().observe(&fixture_snapshot("96cpu-collapsed", Duration::ZERO));
+    let v = immediate().observe(&irq_snapshot("96cpu-collapsed", Duration::ZERO));
     assert_eq!(collapsed_names(&v), vec!["mlx5_core 0000:3b:00.0"]);
     let mlx = group(&v, "mlx5_core 0000:3b:00.0");
     assert_eq!(mlx.group.effective_cpus.to_list_string(), "4-5");
     assert_eq!(mlx.group.eligible_cpus.len(), 48);
 
-    let v = immediate().observe(&fixture_snapshot("256cpu-healthy", Duration::ZERO));
+    let v = immediate().observe(&irq_snapshot("256cpu-healthy", Duration::ZERO));
     assert!(collapsed_names(&v).is_empty());
-    let v = immediate().observe(&fixture_snapshot("256cpu-collapsed", Duration::ZERO));
+    let v = immediate().observe(&irq_snapshot("256cpu-collapsed", Duration::ZERO));
     assert_eq!(
         collapsed_names(&v),
         vec!["mlx5_core 0000:17:00.0", "mlx5_core 0000:17:00.1"]
@@ -226,7 +242,7 @@ fn large_nodes() {
 
 #[test]
 fn isolated_nohz_and_banned_cpus_are_not_eligible() {
-    let snap = fixture_snapshot("isolated", Duration::ZERO);
+    let snap = irq_snapshot("isolated", Duration::ZERO);
     let irqb = snap.irqbalance.as_ref().unwrap();
     assert_eq!(irqb.banned_cpus.to_list_string(), "6-7");
     let topo = snap.topology.as_ref().unwrap();
@@ -243,7 +259,7 @@ fn isolated_nohz_and_banned_cpus_are_not_eligible() {
 
 #[test]
 fn offline_cpus_and_old_layouts() {
-    let snap = fixture_snapshot("8cpu-offline", Duration::ZERO);
+    let snap = irq_snapshot("8cpu-offline", Duration::ZERO);
     let ints = snap.interrupts.as_ref().unwrap();
     assert_eq!(ints.cpus, vec![0, 1, 3, 4, 6, 7]);
     let softnet_cpus: Vec<u32> = snap.softnet.as_ref().unwrap().iter().map(|r| r.0).collect();
@@ -253,7 +269,7 @@ fn offline_cpus_and_old_layouts() {
     let nic = group(&v, "virtio2");
     assert_eq!(nic.group.eligible_cpus.to_list_string(), "0-1,3-4,6-7");
 
-    let snap = fixture_snapshot("8cpu-legacy-softnet", Duration::ZERO);
+    let snap = irq_snapshot("8cpu-legacy-softnet", Duration::ZERO);
     let softnet_cpus: Vec<u32> = snap.softnet.as_ref().unwrap().iter().map(|r| r.0).collect();
     assert_eq!(softnet_cpus, (0..8).collect::<Vec<_>>());
     let v = immediate().observe(&snap);
@@ -272,14 +288,14 @@ fn offline_cpus_and_old_layouts() {
 #[test]
 fn aarch64_layouts() {
     for name in ["aarch64", "aarch64-128cpu"] {
-        let snap = fixture_snapshot(name, Duration::ZERO);
+        let snap = irq_snapshot(name, Duration::ZERO);
         let ints = snap.interrupts.as_ref().unwrap();
         assert!(ints.skipped.is_empty(), "{name}: {:?}", ints.skipped);
         assert!(ints.arch.iter().any(|a| a.name == "IPI0"));
         let v = immediate().observe(&snap);
         assert!(collapsed_names(&v).is_empty(), "{name}");
     }
-    let snap = fixture_snapshot("aarch64-128cpu", Duration::ZERO);
+    let snap = irq_snapshot("aarch64-128cpu", Duration::ZERO);
     let ipi0 = snap
         .interrupts
         .as_ref()
@@ -293,7 +309,7 @@ fn aarch64_layouts() {
     let mlx = group(&v, "mlx5_core 0000:01:00.0");
     assert_eq!(mlx.group.irqs.len(), 64);
     assert_eq!(mlx.group.effective_cpus.len(), 64);
-    let v = immediate().observe(&fixture_snapshot("aarch64", Duration::ZERO));
+    let v = immediate().observe(&irq_snapshot("aarch64", Duration::ZERO));
     let nic = group(&v, "ens5");
     assert_eq!(nic.group.irqs.len(), 4);
 }
@@ -366,8 +382,8 @@ fn damaged_trees_degrade_without_losing_the_rest() {
 
 #[test]
 fn oscillating_placement_never_flips_the_verdict() {
-    let collapsed = fixture_snapshot("8cpu-collapsed", Duration::ZERO);
-    let balanced = fixture_snapshot("8cpu-balanced", Duration::ZERO);
+    let collapsed = irq_snapshot("8cpu-collapsed", Duration::ZERO);
+    let balanced = irq_snapshot("8cpu-balanced", Duration::ZERO);
     let mut d = CollapseDetector::new(CollapseConfig::default(), HurtingConfig::default());
     for i in 0..50u64 {
         let mut s = if i % 2 == 0 {
@@ -452,4 +468,36 @@ fn a_corrupt_affinity_file_loses_only_its_own_irq_mask() {
     let nic = group(&v, "virtio2");
     assert!(nic.collapsed, "the collapse is still reported");
     assert_eq!(nic.group.effective_cpus.to_list_string(), "4-5");
+}
+
+/// A collector that fails on a tree is that collector's state, not a panic of every test that
+/// reads the tree; a test that needs it says so and fails naming it.
+#[test]
+fn a_failed_collector_is_its_state_and_fails_only_who_needs_it() {
+    // `missing` has /sys but no /proc.
+    let read = fixture_snapshot("missing", Duration::ZERO);
+    match read.state(CollectorName::Interrupts) {
+        Some(nodemedic_sample::CollectorState::Failed { reason }) => {
+            assert!(reason.contains("proc/interrupts"), "{reason}")
+        }
+        other => panic!("interrupts on a tree without /proc: {other:?}"),
+    }
+    assert_eq!(
+        read.state(CollectorName::Topology),
+        Some(&nodemedic_sample::CollectorState::Active)
+    );
+    let topology = read.needing(&[CollectorName::Topology]).topology.unwrap();
+    assert_eq!(topology.online.len(), 8);
+
+    let needs_interrupts =
+        std::panic::catch_unwind(|| fixture_snapshot("missing", Duration::ZERO).needing(IRQ_SIDE))
+            .expect_err("a needed collector that failed fails the test");
+    let message = needs_interrupts
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        message.contains("needs collector interrupts active"),
+        "{message}"
+    );
 }

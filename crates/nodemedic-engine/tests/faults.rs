@@ -278,6 +278,21 @@ const KINDS: &[Kind] = &[
     },
 ];
 
+/// The file kind named `name`: tests pick kinds by name, so that a kind added anywhere in
+/// [`KINDS`] changes no other test.
+fn kind(name: &str) -> &'static Kind {
+    KINDS
+        .iter()
+        .find(|k| k.name == name)
+        .unwrap_or_else(|| panic!("no file kind {name:?} in KINDS"))
+}
+
+#[test]
+fn file_kinds_have_unique_names() {
+    let names: BTreeSet<&str> = KINDS.iter().map(|k| k.name).collect();
+    assert_eq!(names.len(), KINDS.len(), "a kind name used twice");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Trees
 
@@ -922,7 +937,11 @@ fn an_irq_directory_racing_the_walk_costs_only_its_irq() {
         .collect();
     let irq = irqs[irqs.len() / 2];
     let unit = format!("proc/irq/{irq}");
-    let hit = groups_hit(&KINDS[3], &Path::new(&unit).join("smp_affinity"), &base);
+    let hit = groups_hit(
+        kind("smp_affinity"),
+        &Path::new(&unit).join("smp_affinity"),
+        &base,
+    );
     assert!(!hit.is_empty());
     race(IRQ_SIDE, &unit, |key| {
         key.starts_with("collector/irq_affinity")

@@ -197,9 +197,19 @@ mod tests {
 
     use crate::{ActionKind, DecisionAction};
     use nodemedic_detect::{CollapseConfig, CollapseDetector, HurtingConfig};
+    use nodemedic_sample::CollectorName;
     use nodemedic_testkit::fixture_snapshot;
 
     use super::*;
+
+    /// What the collapse detector reads from a fixture tree: its IRQ side's collectors, asserted
+    /// active.
+    const IRQ_SIDE: &[CollectorName] = &[
+        CollectorName::Topology,
+        CollectorName::Interrupts,
+        CollectorName::IrqAffinity,
+        CollectorName::PciDevices,
+    ];
 
     struct Recording {
         calls: Mutex<Vec<(Duration, ActionKind)>>,
@@ -239,8 +249,8 @@ mod tests {
         pattern: impl Fn(u64) -> bool,
         pause_at: impl Fn(u64) -> Pause,
     ) -> (Vec<(Duration, ActionKind)>, Vec<Decision>) {
-        let collapsed = fixture_snapshot("8cpu-collapsed", Duration::ZERO);
-        let balanced = fixture_snapshot("8cpu-balanced", Duration::ZERO);
+        let collapsed = fixture_snapshot("8cpu-collapsed", Duration::ZERO).needing(IRQ_SIDE);
+        let balanced = fixture_snapshot("8cpu-balanced", Duration::ZERO).needing(IRQ_SIDE);
         let rec = Arc::new(Recording {
             calls: Mutex::new(Vec::new()),
             epoch: tokio::time::Instant::now(),

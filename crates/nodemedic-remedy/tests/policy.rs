@@ -9,8 +9,17 @@ use nodemedic_detect::{CollapseConfig, CollapseDetector, GroupVerdict, HurtingCo
 use nodemedic_remedy::config::{ConfigError, NativeStep};
 use nodemedic_remedy::IrqbalanceState;
 use nodemedic_remedy::{ActionKind, Decision, Mode, Outcome, Policy, RemediationConfig};
-use nodemedic_sample::Snapshot;
+use nodemedic_sample::{CollectorName, Snapshot};
 use nodemedic_testkit::fixture_snapshot;
+
+/// What the collapse detector reads from a fixture tree: its IRQ side's collectors, asserted
+/// active.
+const IRQ_SIDE: &[CollectorName] = &[
+    CollectorName::Topology,
+    CollectorName::Interrupts,
+    CollectorName::IrqAffinity,
+    CollectorName::PciDevices,
+];
 
 const INTERVAL: u64 = 5;
 
@@ -29,8 +38,8 @@ impl Sim {
         Self {
             detector: CollapseDetector::new(CollapseConfig::default(), HurtingConfig::default()),
             policy: Policy::new(cfg),
-            collapsed: fixture_snapshot("8cpu-collapsed", Duration::ZERO),
-            balanced: fixture_snapshot("8cpu-balanced", Duration::ZERO),
+            collapsed: fixture_snapshot("8cpu-collapsed", Duration::ZERO).needing(IRQ_SIDE),
+            balanced: fixture_snapshot("8cpu-balanced", Duration::ZERO).needing(IRQ_SIDE),
             t: 0,
             log: Vec::new(),
             steps: Vec::new(),
@@ -399,8 +408,8 @@ fn a_spread_nic_carrying_one_flow_is_verified() {
     let cfg = RemediationConfig::default();
     let mut detector = CollapseDetector::new(CollapseConfig::default(), HurtingConfig::default());
     let mut policy = Policy::new(cfg.clone());
-    let collapsed = fixture_snapshot("8cpu-collapsed", Duration::ZERO);
-    let balanced = fixture_snapshot("8cpu-balanced", Duration::ZERO);
+    let collapsed = fixture_snapshot("8cpu-collapsed", Duration::ZERO).needing(IRQ_SIDE);
+    let balanced = fixture_snapshot("8cpu-balanced", Duration::ZERO).needing(IRQ_SIDE);
     let nic = |v: &[GroupVerdict]| {
         v.iter()
             .find(|g| g.group.name == "virtio2")

@@ -1,59 +1,96 @@
 //! The collectors' names: what `nodemedic_scrape_collector_success{collector}`, `/status` and
-//! the `[collectors]` switches call them. One list, so a name is spelled once.
+//! the `[collectors]` switches call them.
+//!
+//! Each collector is declared once, in the one list below: its variant, its name and whether
+//! `[collectors]` can switch it off, side by side. Every other list ([`CollectorName::ALL`],
+//! [`CollectorName::SWITCHABLE`], [`CollectorName::SWITCHABLE_KEYS`]) and every array length is
+//! derived from it at compile time, so none can miss an entry; an entry that leaves out its
+//! name or its switch does not compile.
 
-/// A collector of nodemedic, built into nodemedic-collect or fed by another crate (the eBPF
-/// probes, the Kubernetes pod watch).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum CollectorName {
-    Topology,
-    Interrupts,
-    IrqAffinity,
-    PciDevices,
-    Softirqs,
-    Softnet,
-    IrqbalanceConfig,
-    Pressure,
-    Cgroups,
-    Tuning,
-    DiskCommit,
-    PerfProbes,
-    KubePods,
+/// Declares [`CollectorName`] and derives its lists from one list of
+/// `Variant => "name", switchable | fixed;` entries, in the order `/status` lists them.
+macro_rules! collector_names {
+    ($( $(#[$doc:meta])* $variant:ident => $name:literal, $switch:ident; )+) => {
+        /// A collector of nodemedic, built into nodemedic-collect or fed by another crate (the
+        /// eBPF probes, the Kubernetes pod watch).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum CollectorName {
+            $( $(#[$doc])* $variant, )+
+        }
+
+        impl CollectorName {
+            /// Every collector, in the order of the declaration.
+            pub const ALL: [Self; [$(Self::$variant),+].len()] = [$(Self::$variant),+];
+
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $( Self::$variant => $name, )+
+                }
+            }
+
+            /// Whether `[collectors]` in the configuration switches it on and off.
+            pub const fn is_switchable(self) -> bool {
+                match self {
+                    $( Self::$variant => collector_names!(@switch $switch), )+
+                }
+            }
+        }
+    };
+    (@switch switchable) => { true };
+    (@switch fixed) => { false };
 }
 
-impl CollectorName {
-    pub const ALL: [Self; 13] = [
-        Self::Topology,
-        Self::Interrupts,
-        Self::IrqAffinity,
-        Self::PciDevices,
-        Self::Softirqs,
-        Self::Softnet,
-        Self::IrqbalanceConfig,
-        Self::Pressure,
-        Self::Cgroups,
-        Self::Tuning,
-        Self::DiskCommit,
-        Self::PerfProbes,
-        Self::KubePods,
-    ];
+collector_names! {
+    Topology => "topology", switchable;
+    Interrupts => "interrupts", switchable;
+    IrqAffinity => "irq_affinity", switchable;
+    PciDevices => "pci_devices", switchable;
+    Softirqs => "softirqs", switchable;
+    Softnet => "softnet", switchable;
+    IrqbalanceConfig => "irqbalance_config", switchable;
+    Pressure => "pressure", switchable;
+    Cgroups => "cgroups", switchable;
+    Tuning => "tuning", switchable;
+    /// Switched by `[disk_probe] enabled`, not by `[collectors]`.
+    DiskCommit => "disk_commit", fixed;
+    /// Switched by `[probes]`, not by `[collectors]`.
+    PerfProbes => "perf_probes", fixed;
+    /// Switched by `[kubernetes] pod_names`, not by `[collectors]`.
+    KubePods => "kube_pods", fixed;
+}
 
-    /// Those that `[collectors]` in the configuration switches on and off.
-    pub const SWITCHABLE: [Self; 10] = [
-        Self::Topology,
-        Self::Interrupts,
-        Self::IrqAffinity,
-        Self::PciDevices,
-        Self::Softirqs,
-        Self::Softnet,
-        Self::IrqbalanceConfig,
-        Self::Pressure,
-        Self::Cgroups,
-        Self::Tuning,
-    ];
+/// How many collectors [`CollectorName::is_switchable`].
+const SWITCHABLE_COUNT: usize = {
+    let mut n = 0;
+    let mut i = 0;
+    while i < CollectorName::ALL.len() {
+        if CollectorName::ALL[i].is_switchable() {
+            n += 1;
+        }
+        i += 1;
+    }
+    n
+};
+
+impl CollectorName {
+    /// Those that `[collectors]` in the configuration switches on and off, in the order of
+    /// [`Self::ALL`].
+    pub const SWITCHABLE: [Self; SWITCHABLE_COUNT] = {
+        let mut out = [Self::ALL[0]; SWITCHABLE_COUNT];
+        let (mut i, mut j) = (0, 0);
+        while i < Self::ALL.len() {
+            if Self::ALL[i].is_switchable() {
+                out[j] = Self::ALL[i];
+                j += 1;
+            }
+            i += 1;
+        }
+        out
+    };
 
     /// [`Self::SWITCHABLE`]'s names: the keys of `[collectors]`.
-    pub const SWITCHABLE_KEYS: [&'static str; 10] = {
-        let mut keys = [""; 10];
+    pub const SWITCHABLE_KEYS: [&'static str; SWITCHABLE_COUNT] = {
+        let mut keys = [""; SWITCHABLE_COUNT];
         let mut i = 0;
         while i < keys.len() {
             keys[i] = Self::SWITCHABLE[i].as_str();
@@ -61,24 +98,6 @@ impl CollectorName {
         }
         keys
     };
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Topology => "topology",
-            Self::Interrupts => "interrupts",
-            Self::IrqAffinity => "irq_affinity",
-            Self::PciDevices => "pci_devices",
-            Self::Softirqs => "softirqs",
-            Self::Softnet => "softnet",
-            Self::IrqbalanceConfig => "irqbalance_config",
-            Self::Pressure => "pressure",
-            Self::Cgroups => "cgroups",
-            Self::Tuning => "tuning",
-            Self::DiskCommit => "disk_commit",
-            Self::PerfProbes => "perf_probes",
-            Self::KubePods => "kube_pods",
-        }
-    }
 
     /// The collector named `name` ([`Self::as_str`]), if there is one.
     pub fn from_name(name: &str) -> Option<Self> {
@@ -112,16 +131,31 @@ mod tests {
         assert_eq!(CollectorName::from_name(""), None);
     }
 
+    /// Names are unique and every derived list holds exactly the collectors its rule picks,
+    /// in the declaration's order.
     #[test]
-    fn the_lists_hold_each_collector_once() {
+    fn the_derived_lists_follow_the_declaration() {
+        let names: std::collections::BTreeSet<&str> =
+            CollectorName::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(names.len(), CollectorName::ALL.len(), "a name used twice");
         let all: std::collections::BTreeSet<_> = CollectorName::ALL.into_iter().collect();
         assert_eq!(all.len(), CollectorName::ALL.len());
-        assert!(CollectorName::SWITCHABLE.iter().all(|c| all.contains(c)));
-        for (c, key) in CollectorName::SWITCHABLE
-            .iter()
-            .zip(CollectorName::SWITCHABLE_KEYS)
-        {
-            assert_eq!(c.as_str(), key);
+        let switchable: Vec<CollectorName> = CollectorName::ALL
+            .into_iter()
+            .filter(|c| c.is_switchable())
+            .collect();
+        assert_eq!(CollectorName::SWITCHABLE.to_vec(), switchable);
+        let keys: Vec<&str> = switchable.iter().map(|c| c.as_str()).collect();
+        assert_eq!(CollectorName::SWITCHABLE_KEYS.to_vec(), keys);
+        // What the configuration's users rely on: the probes, the disk probe and the pod
+        // names have switches of their own.
+        for fixed in [
+            CollectorName::DiskCommit,
+            CollectorName::PerfProbes,
+            CollectorName::KubePods,
+        ] {
+            assert!(!fixed.is_switchable(), "{fixed}");
         }
+        assert!(CollectorName::Tuning.is_switchable());
     }
 }

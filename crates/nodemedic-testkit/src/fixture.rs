@@ -50,15 +50,58 @@ pub fn fixture_paths(name: &str) -> nodemedic_collect::Paths {
     nodemedic_collect::Paths::under(fixture(name))
 }
 
-/// The fixture tree `name` read by every collector as if at `at` on the monotonic clock;
-/// panics if a collector fails, since a fixture that does not read is a broken fixture.
+/// A fixture tree as every collector of nodemedic-collect read it: the snapshot and how each
+/// collector fared. A collector that fails on a tree is its status here, not a panic, so that
+/// a new collector whose files a tree lacks breaks only the tests that need it: those ask for
+/// it by name with [`FixtureSnapshot::needing`].
 #[cfg(feature = "collect")]
-pub fn fixture_snapshot(name: &str, at: std::time::Duration) -> nodemedic_sample::Snapshot {
-    let (snap, runs) = nodemedic_collect::CollectorSet::all().sample(&fixture_paths(name), at);
-    for run in &runs {
-        if let Err(e) = &run.outcome {
-            panic!("{name}: collector {} failed: {e}", run.name);
-        }
+#[derive(Debug)]
+pub struct FixtureSnapshot {
+    /// The tree's name under `tests/fixtures`.
+    pub tree: String,
+    pub snapshot: nodemedic_sample::Snapshot,
+    /// Each collector that ran, with its state (and for a failure, its reason).
+    pub collectors: std::collections::BTreeMap<
+        nodemedic_sample::CollectorName,
+        nodemedic_sample::CollectorState,
+    >,
+}
+
+#[cfg(feature = "collect")]
+impl FixtureSnapshot {
+    /// How the collector `name` fared, if it ran.
+    pub fn state(
+        &self,
+        name: nodemedic_sample::CollectorName,
+    ) -> Option<&nodemedic_sample::CollectorState> {
+        self.collectors.get(&name)
     }
-    snap
+
+    /// The snapshot, once each collector in `needed` is asserted active on this tree: the
+    /// test says what it depends on, and fails naming the collector and its reason when a
+    /// tree stops providing it.
+    pub fn needing(self, needed: &[nodemedic_sample::CollectorName]) -> nodemedic_sample::Snapshot {
+        for name in needed {
+            let state = self.collectors.get(name);
+            assert!(
+                state == Some(&nodemedic_sample::CollectorState::Active),
+                "fixture {}: this test needs collector {name} active; it is {state:?}",
+                self.tree
+            );
+        }
+        self.snapshot
+    }
+}
+
+/// The fixture tree `name` read by every collector of nodemedic-collect as if at `at` on the
+/// monotonic clock. A failed collector is reported in [`FixtureSnapshot::collectors`], not
+/// panicked on.
+#[cfg(feature = "collect")]
+pub fn fixture_snapshot(name: &str, at: std::time::Duration) -> FixtureSnapshot {
+    let (snapshot, runs) = nodemedic_collect::CollectorSet::all().sample(&fixture_paths(name), at);
+    FixtureSnapshot {
+        tree: name.to_string(),
+        snapshot,
+        collectors: runs.iter().map(|r| (r.name, r.status().state)).collect(),
+    }
 }

@@ -15,6 +15,6 @@ mod rng;
 pub use child::ChildGuard;
 pub use fixture::{copy_fixture, fixture, fixtures_dir, workspace_root};
 #[cfg(feature = "collect")]
-pub use fixture::{fixture_paths, fixture_snapshot};
+pub use fixture::{fixture_paths, fixture_snapshot, FixtureSnapshot};
 pub use poll::poll_until;
 pub use rng::XorShift64;

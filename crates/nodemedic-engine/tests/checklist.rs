@@ -1,0 +1,444 @@
+//! The checklist of docs/adding-a-collector.md, kept by a test. For every collector it lists
+//! the fixture trees it reads (where it must be active), the series it puts in the golden
+//! expositions (`tests/golden`) and the fuzz targets of its parsers, and checks each claim:
+//!
+//! - a collector left out of [`checklist`] does not compile (the `match` has no `_` arm);
+//! - a tree where the collector is not active, a series no golden file holds (or a golden
+//!   file that does not show the collector succeeding), or a fuzz target missing from any of
+//!   its four places fails here;
+//! - a collector with no fixture, golden series or fuzz target says why, in its entry, where
+//!   a reviewer reads it.
+
+#![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::Duration;
+
+use nodemedic_collect::{CollectorName, CollectorState, Paths};
+use nodemedic_engine::{Engine, EngineConfig, NicLimitsFrom};
+use nodemedic_testkit::{fixture, workspace_root};
+
+/// Where a collector's input comes from in the tests.
+enum Fixtures {
+    /// Fixture trees under `tests/fixtures` on which it must be active.
+    Trees(&'static [&'static str]),
+    /// It reads no kernel file a tree could hold; why, and what tests it instead.
+    NotFiles(&'static str),
+}
+
+/// What a collector puts in the golden expositions.
+enum Golden {
+    /// `(golden file under tests/golden without .prom, the start of a series line)`.
+    Series(&'static [(&'static str, &'static str)]),
+    /// Why no golden file holds its series, and what checks them instead.
+    None(&'static str),
+}
+
+/// The fuzz targets of the parsers a collector runs.
+enum Fuzz {
+    /// Names in `nodemedic_fuzz_logic::TARGETS`.
+    Targets(&'static [&'static str]),
+    /// Why it parses nothing from outside.
+    NoParser(&'static str),
+}
+
+struct Entry {
+    fixtures: Fixtures,
+    golden: Golden,
+    fuzz: Fuzz,
+}
+
+/// Each collector's entry. A new collector is a compile error here until it has one.
+fn checklist(c: CollectorName) -> Entry {
+    use CollectorName as C;
+    match c {
+        C::Topology => Entry {
+            fixtures: Fixtures::Trees(&["8cpu-collapsed", "8cpu-offline", "isolated", "aarch64"]),
+            golden: Golden::Series(&[("8cpu-offline", "nodemedic_cpus{state=\"online\"} 6")]),
+            fuzz: Fuzz::Targets(&["cpuset"]),
+        },
+        C::Interrupts => Entry {
+            fixtures: Fixtures::Trees(&[
+                "8cpu-collapsed",
+                "96cpu-collapsed",
+                "256cpu-healthy",
+                "aarch64",
+                "aarch64-128cpu",
+                "8cpu-legacy-softnet",
+            ]),
+            golden: Golden::Series(&[
+                ("8cpu-collapsed", "nodemedic_irq_interrupts_total{"),
+                ("aarch64", "nodemedic_arch_interrupts_total{type=\"IPI0\"}"),
+            ]),
+            fuzz: Fuzz::Targets(&["interrupts"]),
+        },
+        C::IrqAffinity => Entry {
+            fixtures: Fixtures::Trees(&["8cpu-collapsed", "96cpu-collapsed", "aarch64"]),
+            golden: Golden::Series(&[("8cpu-collapsed", "nodemedic_irq_effective_cpu{")]),
+            fuzz: Fuzz::Targets(&["cpuset"]),
+        },
+        C::PciDevices => Entry {
+            fixtures: Fixtures::Trees(&["8cpu-collapsed", "96cpu-collapsed", "256cpu-healthy"]),
+            golden: Golden::Series(&[(
+                "96cpu-collapsed",
+                "nodemedic_irq_group_info{group=\"mlx5_core 0000:3b:00.0\",driver=\"mlx5_core\"",
+            )]),
+            fuzz: Fuzz::Targets(&["cpuset"]),
+        },
+        C::Softirqs => Entry {
+            fixtures: Fixtures::Trees(&["8cpu-collapsed", "aarch64"]),
+            golden: Golden::Series(&[("8cpu-collapsed", "nodemedic_softirqs_total{")]),
+            fuzz: Fuzz::Targets(&["softirqs"]),
+        },
+        C::Softnet => Entry {
+            fixtures: Fixtures::Trees(&["8cpu-collapsed", "8cpu-legacy-softnet", "8cpu-offline"]),
+            golden: Golden::Series(&[("8cpu-collapsed", "nodemedic_softnet_processed_total{")]),
+            fuzz: Fuzz::Targets(&["softnet"]),
+        },
+        C::IrqbalanceConfig => Entry {
+            fixtures: Fixtures::Trees(&["isolated", "96cpu-collapsed"]),
+            golden: Golden::Series(&[(
+                "96cpu-collapsed",
+                "nodemedic_cpus{state=\"irqbalance_banned\"}",
+            )]),
+            fuzz: Fuzz::Targets(&["irqbalance_env", "cpuset"]),
+        },
+        C::Pressure => Entry {
+            fixtures: Fixtures::Trees(&["k8s-systemd-v2", "k8s-cgroupfs-hybrid"]),
+            golden: Golden::Series(&[(
+                "k8s-systemd-v2",
+                "nodemedic_pressure_cpu_waiting_seconds_total ",
+            )]),
+            fuzz: Fuzz::Targets(&["psi"]),
+        },
+        C::Cgroups => Entry {
+            fixtures: Fixtures::Trees(&["k8s-systemd-v2", "k8s-cgroupfs-hybrid"]),
+            golden: Golden::Series(&[(
+                "k8s-systemd-v2",
+                "nodemedic_cgroup_cpu_usage_seconds_total{",
+            )]),
+            fuzz: Fuzz::Targets(&["cgroup_cpu", "cgroup_path", "mountinfo", "psi"]),
+        },
+        C::Tuning => Entry {
+            fixtures: Fixtures::Trees(&["tuning-nic-channels", "tuning-iommu-strict"]),
+            golden: Golden::Series(&[
+                ("tuning-nic-channels", "nodemedic_net_channels{"),
+                (
+                    "tuning-iommu-strict",
+                    "nodemedic_iommu_groups{type=\"strict\"}",
+                ),
+            ]),
+            fuzz: Fuzz::Targets(&[
+                "tuning_cmdline",
+                "tuning_value",
+                "tuning_choice",
+                "tuning_queue",
+                "cpuinfo",
+            ]),
+        },
+        C::DiskCommit => Entry {
+            fixtures: Fixtures::NotFiles(
+                "it times its own write + fdatasync of a real file: \
+                 crates/nodemedic/tests/exposition.rs disk_commit_probe_histogram",
+            ),
+            golden: Golden::None(
+                "its histogram holds this machine's real fsync latencies and directory: \
+                 disk_commit_probe_histogram checks its buckets and promtool",
+            ),
+            fuzz: Fuzz::NoParser("it reads no file; it measures its own writes"),
+        },
+        C::PerfProbes => Entry {
+            fixtures: Fixtures::NotFiles(
+                "it reads the eBPF probes' maps and ring buffer: \
+                 crates/nodemedic-probe/tests/this_kernel.rs and the VM test (tests/vm)",
+            ),
+            golden: Golden::Series(&[("perf-probes", "nodemedic_perf_event_wakeup_ratio ")]),
+            fuzz: Fuzz::NoParser(
+                "it reads fixed-layout records its own BPF programs write (abi.rs), no text",
+            ),
+        },
+        C::KubePods => Entry {
+            fixtures: Fixtures::NotFiles(
+                "it watches the Kubernetes API: crates/nodemedic/tests/kubernetes.rs against \
+                 a real kube-apiserver",
+            ),
+            golden: Golden::None(
+                "it adds namespace/pod/container labels to the cgroups collector's series and \
+                 no series of its own: kubernetes.rs checks them on a real kube-apiserver",
+            ),
+            fuzz: Fuzz::NoParser("the API's objects are decoded by kube-rs and k8s-openapi"),
+        },
+    }
+}
+
+/// Every collector's state after two samples of the tree `tree` through the real engine,
+/// configured as the daemon is on fixture trees (channels and rings from the tree's files).
+fn states(tree: &str) -> Vec<(CollectorName, CollectorState)> {
+    let mut config = EngineConfig {
+        paths: Paths::under(fixture(tree)),
+        ..Default::default()
+    };
+    config.tuning.nic_limits = NicLimitsFrom::Files;
+    let mut engine = Engine::new(config);
+    engine.sample_at(Duration::from_secs(100));
+    let sample = engine.sample_at(Duration::from_secs(105));
+    sample
+        .collectors
+        .into_iter()
+        .map(|c| (c.name, c.state))
+        .collect()
+}
+
+#[test]
+fn every_collector_has_fixtures_golden_series_and_fuzz_targets() {
+    let mut wrong = Vec::new();
+    let mut trees: std::collections::BTreeMap<&str, Vec<(CollectorName, CollectorState)>> =
+        Default::default();
+    for c in CollectorName::ALL {
+        let entry = checklist(c);
+        match entry.fixtures {
+            Fixtures::Trees(names) => {
+                if names.is_empty() {
+                    wrong.push(format!("{c}: no fixture tree"));
+                }
+                for tree in names {
+                    let got = trees.entry(tree).or_insert_with(|| states(tree));
+                    let state = got.iter().find(|(n, _)| *n == c).map(|(_, s)| s);
+                    if state != Some(&CollectorState::Active) {
+                        wrong.push(format!("{c}: not active on fixture {tree}: {state:?}"));
+                    }
+                }
+            }
+            Fixtures::NotFiles(why) => assert!(!why.is_empty(), "{c}: say why"),
+        }
+        match entry.golden {
+            Golden::Series(series) => {
+                if series.is_empty() {
+                    wrong.push(format!("{c}: no golden series"));
+                }
+                for (file, start) in series {
+                    wrong.extend(golden_holds(c, file, start).err());
+                }
+            }
+            Golden::None(why) => assert!(!why.is_empty(), "{c}: say why"),
+        }
+        match entry.fuzz {
+            Fuzz::Targets(targets) => {
+                if targets.is_empty() {
+                    wrong.push(format!("{c}: no fuzz target"));
+                }
+                for t in targets {
+                    wrong.extend(
+                        fuzz_target_wired(t)
+                            .into_iter()
+                            .map(|e| format!("{c}: {e}")),
+                    );
+                }
+            }
+            Fuzz::NoParser(why) => assert!(!why.is_empty(), "{c}: say why"),
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "the collector checklist:\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// The golden file `file` has a series line starting with `start`, and shows `c` succeeding.
+fn golden_holds(c: CollectorName, file: &str, start: &str) -> Result<(), String> {
+    let path = workspace_root()
+        .join("tests/golden")
+        .join(format!("{file}.prom"));
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("{c}: golden file {}: {e}", path.display()))?;
+    if !text
+        .lines()
+        .any(|l| !l.starts_with('#') && l.starts_with(start))
+    {
+        return Err(format!("{c}: no series `{start}…` in {}", path.display()));
+    }
+    // A daemon's exposition shows the collector succeeding; perf-probes.prom is rendered from
+    // a made-up snapshot, without collectors' statuses.
+    let success = format!("nodemedic_scrape_collector_success{{collector=\"{c}\"}} 1");
+    let from_daemon = text.contains("\nnodemedic_scrape_collector_success{");
+    if from_daemon && !text.lines().any(|l| l == success) {
+        return Err(format!("{c}: {} has no `{success}`", path.display()));
+    }
+    Ok(())
+}
+
+/// The fuzz target `name` in its four places: `nodemedic_fuzz_logic::TARGETS`, a `[[bin]]` of
+/// fuzz/Cargo.toml, its fuzz_targets/ file calling the entry point, a non-empty corpus.
+fn fuzz_target_wired(name: &str) -> Vec<String> {
+    let mut wrong = Vec::new();
+    let fuzz = workspace_root().join("fuzz");
+    if !nodemedic_fuzz_logic::TARGETS
+        .iter()
+        .any(|(n, _)| *n == name)
+    {
+        wrong.push(format!(
+            "fuzz target {name} is not in nodemedic_fuzz_logic::TARGETS"
+        ));
+    }
+    let bins = fuzz_bins(&fuzz);
+    if !bins.contains(name) {
+        wrong.push(format!(
+            "fuzz target {name} has no [[bin]] in fuzz/Cargo.toml"
+        ));
+    }
+    let file = fuzz.join("fuzz_targets").join(format!("{name}.rs"));
+    let calls = format!("nodemedic_fuzz_logic::{name}(");
+    match std::fs::read_to_string(&file) {
+        Ok(text) if text.contains(&calls) => {}
+        Ok(_) => wrong.push(format!("{} does not call {calls}…)", file.display())),
+        Err(e) => wrong.push(format!("{}: {e}", file.display())),
+    }
+    let corpus = fuzz.join("corpus").join(name);
+    let seeds = std::fs::read_dir(&corpus).map(|d| d.count()).unwrap_or(0);
+    if seeds == 0 {
+        wrong.push(format!(
+            "fuzz target {name} has no seed in {}",
+            corpus.display()
+        ));
+    }
+    wrong
+}
+
+/// The `[[bin]]` names of fuzz/Cargo.toml.
+fn fuzz_bins(fuzz: &Path) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(fuzz.join("Cargo.toml")).unwrap();
+    let doc: toml::Table = text.parse().unwrap();
+    doc.get("bin")
+        .and_then(|b| b.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|b| b.get("name").and_then(|n| n.as_str()).map(str::to_string))
+        .collect()
+}
+
+/// The other direction: every fuzz target belongs to some collector's entry, and every
+/// `[[bin]]` of fuzz/Cargo.toml is a target, so none is orphaned by a rename.
+#[test]
+fn every_fuzz_target_belongs_to_a_collector() {
+    let claimed: BTreeSet<&str> = CollectorName::ALL
+        .into_iter()
+        .flat_map(|c| match checklist(c).fuzz {
+            Fuzz::Targets(t) => t.to_vec(),
+            Fuzz::NoParser(_) => Vec::new(),
+        })
+        .collect();
+    let targets: BTreeSet<&str> = nodemedic_fuzz_logic::TARGETS
+        .iter()
+        .map(|(n, _)| *n)
+        .collect();
+    let orphans: Vec<_> = targets.difference(&claimed).collect();
+    assert!(
+        orphans.is_empty(),
+        "fuzz targets no collector claims: {orphans:?}"
+    );
+    let bins = fuzz_bins(&workspace_root().join("fuzz"));
+    let bins: BTreeSet<&str> = bins.iter().map(String::as_str).collect();
+    assert_eq!(bins, targets, "fuzz/Cargo.toml's [[bin]]s against TARGETS");
+}
+
+/// Each collector `[collectors]` can switch off has its commented line in the shipped
+/// configuration, and no other key is there.
+#[test]
+fn the_shipped_configuration_lists_every_switch() {
+    let path = workspace_root().join("deploy/nodemedic.toml");
+    let doc: toml::Table = std::fs::read_to_string(&path).unwrap().parse().unwrap();
+    let keys: BTreeSet<&str> = doc["collectors"]
+        .as_table()
+        .expect("[collectors]")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let switches: BTreeSet<&str> = CollectorName::SWITCHABLE_KEYS.into_iter().collect();
+    assert_eq!(keys, switches, "{}'s [collectors]", path.display());
+}
+
+/// Series of the README's metrics table that no golden exposition holds, and why.
+const README_NOT_IN_GOLDEN: &[(&str, &str)] = &[
+    (
+        "nodemedic_irq_cpu_interrupts_total",
+        "opt-in (metrics.per_irq_per_cpu); the goldens are the defaults",
+    ),
+    (
+        "nodemedic_remediation_actions_total",
+        "only after a remediation decision: crates/nodemedic/tests/remediation_real.rs",
+    ),
+    (
+        "nodemedic_remediation_last_action_timestamp_seconds",
+        "only after a remediation action: crates/nodemedic/tests/remediation_real.rs",
+    ),
+];
+
+/// The README's metrics table names series as they are exposed (`_total`, `_info` included,
+/// though the encoder adds those suffixes): every name in it, with the shorthand `_suffix`
+/// entries completed from the row's first name, is a series of some golden exposition, or
+/// is listed in [`README_NOT_IN_GOLDEN`] with the reason.
+#[test]
+fn the_readme_names_series_as_they_are_exposed() {
+    let readme = std::fs::read_to_string(workspace_root().join("README.md")).unwrap();
+    let section = readme
+        .split("\n## Metrics\n")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("the README's Metrics section");
+    let mut exposed = BTreeSet::new();
+    for entry in std::fs::read_dir(workspace_root().join("tests/golden")).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        for line in text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+        {
+            let end = line.find(['{', ' ']).unwrap_or(line.len());
+            exposed.insert(line[..end].to_string());
+        }
+    }
+    let known =
+        |name: &str| exposed.contains(name) || README_NOT_IN_GOLDEN.iter().any(|(n, _)| *n == name);
+    let plain = |t: &str| {
+        t.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    };
+    let mut wrong = Vec::new();
+    let mut checked = 0;
+    for row in section.lines().filter(|l| l.starts_with("| `")) {
+        let cell = row.split('|').nth(1).unwrap_or("");
+        let names: Vec<&str> = cell.split('`').skip(1).step_by(2).collect();
+        let Some(first) = names
+            .first()
+            .filter(|n| plain(n) && n.starts_with("nodemedic_"))
+        else {
+            continue;
+        };
+        for name in names.iter().filter(|n| plain(n)) {
+            checked += 1;
+            let ok = if name.starts_with('_') {
+                // `_dropped_total` after `nodemedic_softnet_processed_total`: the first name
+                // cut at one of its underscores, then the suffix.
+                first
+                    .match_indices('_')
+                    .any(|(i, _)| known(&format!("{}{name}", &first[..i])))
+            } else {
+                known(name)
+            };
+            if !ok {
+                wrong.push(format!("`{name}` (row of `{first}`)"));
+            }
+        }
+    }
+    assert!(
+        checked > 40,
+        "only {checked} names read from the README's table"
+    );
+    assert!(
+        wrong.is_empty(),
+        "README metrics names that no golden exposition holds (spell them as exposed, with \
+         _total/_info; or list them in README_NOT_IN_GOLDEN with the reason):\n{}",
+        wrong.join("\n")
+    );
+}
