@@ -34,28 +34,64 @@ ensure_rust() {
 }
 
 # The static binary that both the image and the .deb ship (BENCHMARKS.md, "One binary for the
-# package and the image").
+# package and the image"), one per architecture: amd64 built natively, arm64 cross-built on
+# this x86-64 machine.
 MUSL_TARGET=x86_64-unknown-linux-musl
+ARCHES="amd64 arm64"
 
-# build_static release|debug: builds nodemedic for $MUSL_TARGET (installing what that needs:
-# musl-gcc, clang and libbpf's headers for the probes, the toolchain's target), refuses a
-# dynamically linked result, and prints the binary's path; the build's output goes to stderr.
+# musl_target amd64|arm64: the Rust target of a Debian/OCI architecture name.
+musl_target() {
+    case "$1" in
+        amd64) echo x86_64-unknown-linux-musl ;;
+        arm64) echo aarch64-unknown-linux-musl ;;
+        *) echo "unknown architecture '$1' (amd64 or arm64)" >&2; return 1 ;;
+    esac
+}
+
+# cross_env ARCH: what building for ARCH on this machine needs. amd64 is native (musl-gcc
+# compiles ring's C); arm64 uses rustup's aarch64-unknown-linux-musl target, which links its
+# own musl (crt objects and libc.a), with Debian's aarch64 cross gcc as the linker and the C
+# compiler of ring's C and assembly, and binutils' aarch64 strip.
+cross_env() {
+    case "$1" in
+        amd64) STRIP=strip ;;
+        arm64)
+            ensure_packages gcc-aarch64-linux-gnu >&2
+            export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER=aarch64-linux-gnu-gcc
+            export CC_aarch64_unknown_linux_musl=aarch64-linux-gnu-gcc
+            export AR_aarch64_unknown_linux_musl=aarch64-linux-gnu-ar
+            STRIP=aarch64-linux-gnu-strip
+            ;;
+    esac
+}
+
+# build_static release|debug [amd64|arm64]: builds nodemedic for that architecture's musl
+# target (default amd64; installing what that needs: musl-gcc or the cross gcc, clang and
+# libbpf's headers for the probes, the toolchain's target), refuses a dynamically linked or
+# wrong-architecture result, and prints the binary's path; the build's output goes to stderr.
 build_static() {
-    local profile=$1 bin
+    local profile=$1 arch=${2:-amd64} target bin machine
+    target=$(musl_target "$arch") || return 1
     ensure_packages build-essential musl-tools clang libbpf-dev >&2
     ensure_rust >&2
-    rustup target list --installed | grep -qx "$MUSL_TARGET" || rustup target add "$MUSL_TARGET" >&2
+    cross_env "$arch"
+    rustup target list --installed | grep -qx "$target" || rustup target add "$target" >&2
     if [ "$profile" = release ]; then
-        cargo build --release --locked --target "$MUSL_TARGET" -p nodemedic >&2
+        cargo build --release --locked --target "$target" -p nodemedic >&2
     else
-        cargo build --locked --target "$MUSL_TARGET" -p nodemedic >&2
+        cargo build --locked --target "$target" -p nodemedic >&2
     fi
-    bin=target/$MUSL_TARGET/$profile/nodemedic
+    bin=target/$target/$profile/nodemedic
     # Static, or neither the scratch image nor a system with another C library can run it.
     if readelf -l "$bin" | grep -q INTERP; then
         echo "$bin is dynamically linked" >&2
         return 1
     fi
+    machine=$(readelf -h "$bin" | sed -n 's/^ *Machine: *//p')
+    case "$arch:$machine" in
+        amd64:*X86-64* | arm64:AArch64) ;;
+        *) echo "$bin is built for '$machine', not $arch" >&2; return 1 ;;
+    esac
     echo "$bin"
 }
 

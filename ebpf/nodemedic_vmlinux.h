@@ -55,28 +55,18 @@ struct perf_event {
 	struct task_struct *owner;
 } __attribute__((preserve_access_index));
 
-#if defined(__TARGET_ARCH_x86)
-struct pt_regs {
+/*
+ * A kprobe's registers, for x86-64 and arm64 alike: one object serves both. Which of the two
+ * applies is decided at load time by the kernel's BTF, not at build time: only arm64's has a
+ * `struct user_pt_regs` (the start of its pt_regs); x86-64's pt_regs has `di`, matched through
+ * the `___x86` flavour (CO-RE ignores the suffix).
+ */
+struct pt_regs;
+struct pt_regs___x86 {
 	unsigned long di;
-	unsigned long si;
-	unsigned long dx;
-	unsigned long cx;
-	unsigned long r8;
-	unsigned long ax;
-	unsigned long sp;
-	unsigned long bp;
-	unsigned long ip;
 } __attribute__((preserve_access_index));
-#elif defined(__TARGET_ARCH_arm64)
 struct user_pt_regs {
 	__u64 regs[31];
-	__u64 sp;
-	__u64 pc;
-	__u64 pstate;
 } __attribute__((preserve_access_index));
-struct pt_regs;
-#else
-#error "nodemedic's probes support x86_64 and arm64 (define __TARGET_ARCH_x86 or __TARGET_ARCH_arm64)"
-#endif
 
 #endif /* NODEMEDIC_VMLINUX_H */

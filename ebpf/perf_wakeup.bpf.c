@@ -198,30 +198,43 @@ int BPF_PROG(fentry_perf_event_wakeup, struct perf_event *event)
 	return 0;
 }
 
-SEC("kprobe/perf_event_output")
-int BPF_KPROBE(kprobe_perf_event_output, struct perf_event *event)
+/*
+ * A kprobe's first argument, on x86-64 (`di`) or arm64 (`regs[0]`), read through CO-RE: the
+ * type-exists test is a constant once loaded, so the verifier drops the other architecture's
+ * branch (whose unresolvable relocation the loader has poisoned). libbpf's PT_REGS_PARM1 would
+ * bake the architecture into the object at build time.
+ */
+static __always_inline struct perf_event *kprobe_first_arg(struct pt_regs *ctx)
 {
-	account(event, NM_BPF_OUTPUT, false);
+	if (bpf_core_type_exists(struct user_pt_regs))
+		return (struct perf_event *)BPF_CORE_READ((struct user_pt_regs *)ctx, regs[0]);
+	return (struct perf_event *)BPF_CORE_READ((struct pt_regs___x86 *)ctx, di);
+}
+
+SEC("kprobe/perf_event_output")
+int kprobe_perf_event_output(struct pt_regs *ctx)
+{
+	account(kprobe_first_arg(ctx), NM_BPF_OUTPUT, false);
 	return 0;
 }
 
 SEC("kprobe/perf_event_output_forward")
-int BPF_KPROBE(kprobe_perf_event_output_forward, struct perf_event *event)
+int kprobe_perf_event_output_forward(struct pt_regs *ctx)
 {
-	account(event, NM_SAMPLE_OUTPUT, false);
+	account(kprobe_first_arg(ctx), NM_SAMPLE_OUTPUT, false);
 	return 0;
 }
 
 SEC("kprobe/perf_event_output_backward")
-int BPF_KPROBE(kprobe_perf_event_output_backward, struct perf_event *event)
+int kprobe_perf_event_output_backward(struct pt_regs *ctx)
 {
-	account(event, NM_SAMPLE_OUTPUT, false);
+	account(kprobe_first_arg(ctx), NM_SAMPLE_OUTPUT, false);
 	return 0;
 }
 
 SEC("kprobe/perf_event_wakeup")
-int BPF_KPROBE(kprobe_perf_event_wakeup, struct perf_event *event)
+int kprobe_perf_event_wakeup(struct pt_regs *ctx)
 {
-	account(event, NM_WAKEUP, false);
+	account(kprobe_first_arg(ctx), NM_WAKEUP, false);
 	return 0;
 }

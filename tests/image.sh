@@ -1,36 +1,147 @@
 #!/usr/bin/env bash
 # The container image builds from this repository (deploy/container/build-image.sh: static
-# musl binary, buildah, no daemon, no registry), its binary is static and is the one that
-# runs, it reports the repository's version, its default configuration validates, and it runs
-# as uid 65534 unless told otherwise. Prints the image size.
+# musl binaries for amd64 and arm64, buildah, no daemon, no registry) as one OCI image index
+# naming linux/amd64 and linux/arm64, and its archive carries both. The amd64 image's binary is
+# static and is the one that runs, it reports the repository's version, its default
+# configuration validates, and it runs as uid 65534 unless told otherwise. The arm64 image
+# holds the same files, its binary is a static AArch64 one, and it runs here under Debian's
+# qemu-user: `nodemedic check` on the Graviton-style fixture trees finds the collapse of eth0
+# and nothing on the healthy tree. Prints the image sizes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
+INDEX=localhost/nodemedic:$VERSION
 tmp=$(mktemp -d)
-ctr=
+ctrs=()
 cleanup() {
-    [ -n "$ctr" ] && STORAGE_DRIVER=vfs buildah rm "$ctr" >/dev/null 2>&1
+    local c
+    for c in "${ctrs[@]}"; do
+        STORAGE_DRIVER=vfs buildah umount "$c" >/dev/null 2>&1
+        STORAGE_DRIVER=vfs buildah rm "$c" >/dev/null 2>&1
+    done
     rm -rf "$tmp"
 }
 trap cleanup EXIT
 export STORAGE_DRIVER=vfs BUILDAH_ISOLATION=chroot
+# shellcheck source=deploy/bootstrap.sh
+. deploy/bootstrap.sh
+ensure_packages qemu-user-static python3
 id=$(bash deploy/container/build-image.sh --oci-archive "$tmp/nodemedic.tar")
-echo "image localhost/nodemedic:$VERSION id $id"
+echo "image index $INDEX, this machine's image id $id"
 fail() { echo "image test: $*" >&2; exit 1; }
 [ -s "$tmp/nodemedic.tar" ] || fail "no OCI archive written"
-ctr=$(buildah from --pull=never "localhost/nodemedic:$VERSION")
-mnt=$(buildah mount "$ctr")
-files=$(cd "$mnt" && find . -type f | sort | tr '\n' ' ')
-[ "$files" = "./etc/nodemedic/nodemedic.toml ./usr/bin/nodemedic " ] || fail "unexpected files in the image: $files"
-readelf -l "$mnt/usr/bin/nodemedic" | grep -q INTERP && fail "the image's binary is not static"
-bin_bytes=$(stat -c %s "$mnt/usr/bin/nodemedic")
-buildah umount "$ctr" >/dev/null
-out=$(buildah run "$ctr" -- /usr/bin/nodemedic --version)
+
+# The archive's index names both platforms, and holds each one's manifest.
+mkdir "$tmp/oci"
+tar -xf "$tmp/nodemedic.tar" -C "$tmp/oci"
+platforms=$(/usr/bin/python3 - "$tmp/oci" <<'EOF'
+import json, os, sys
+root = sys.argv[1]
+def blob(digest):
+    algo, hexd = digest.split(":")
+    with open(os.path.join(root, "blobs", algo, hexd)) as f:
+        return json.load(f)
+top = json.load(open(os.path.join(root, "index.json")))
+entries = top["manifests"]
+if len(entries) == 1 and entries[0]["mediaType"].endswith("image.index.v1+json"):
+    entries = blob(entries[0]["digest"])["manifests"]
+out = []
+for m in entries:
+    p = m.get("platform", {})
+    blob(m["digest"])  # the image's manifest is in the archive
+    out.append("%s/%s" % (p.get("os"), p.get("architecture")))
+print(" ".join(sorted(out)))
+EOF
+)
+[ "$platforms" = "linux/amd64 linux/arm64" ] || fail "the archive's index names '$platforms'"
+echo "archive's index: $platforms"
+
+amd=$(buildah from --pull=never "$INDEX-amd64")
+ctrs+=("$amd")
+for arch in amd64 arm64; do
+    c=$(buildah from --pull=never "$INDEX-$arch")
+    ctrs+=("$c")
+    mnt=$(buildah mount "$c")
+    files=$(cd "$mnt" && find . -type f | sort | tr '\n' ' ')
+    [ "$files" = "./etc/nodemedic/nodemedic.toml ./usr/bin/nodemedic " ] ||
+        fail "unexpected files in the $arch image: $files"
+    readelf -l "$mnt/usr/bin/nodemedic" | grep -q INTERP && fail "the $arch image's binary is not static"
+    machine=$(readelf -h "$mnt/usr/bin/nodemedic" | sed -n 's/^ *Machine: *//p')
+    case "$arch:$machine" in
+        amd64:*X86-64* | arm64:AArch64) ;;
+        *) fail "the $arch image's binary is for '$machine'" ;;
+    esac
+    got=$(buildah inspect --format '{{.OCIv1.OS}}/{{.OCIv1.Architecture}}' "$INDEX-$arch")
+    [ "$got" = "linux/$arch" ] || fail "the $arch image says it is $got"
+    user=$(buildah inspect --format '{{.OCIv1.Config.User}}' "$INDEX-$arch")
+    [ "$user" = "65534:65534" ] || fail "the $arch image's user is '$user'"
+    bytes=$(stat -c %s "$mnt/usr/bin/nodemedic")
+    size=$(buildah images --noheading --format '{{.Size}}' "$INDEX-$arch")
+    echo "$arch image size: $size (the static binary: $bytes bytes, stripped)"
+    [ "$arch" = arm64 ] && cp "$mnt/usr/bin/nodemedic" "$tmp/nodemedic-arm64"
+done
+
+out=$(buildah run "$amd" -- /usr/bin/nodemedic --version)
 [ "$out" = "nodemedic $VERSION" ] || fail "--version from the image printed '$out', want 'nodemedic $VERSION'"
-echo "from the image: $out"
-buildah run "$ctr" -- /usr/bin/nodemedic --config /etc/nodemedic/nodemedic.toml config >/dev/null ||
+echo "from the amd64 image: $out"
+buildah run "$amd" -- /usr/bin/nodemedic --config /etc/nodemedic/nodemedic.toml config >/dev/null ||
     fail "the image's default configuration does not validate"
-user=$(buildah inspect --format '{{.OCIv1.Config.User}}' "localhost/nodemedic:$VERSION")
-[ "$user" = "65534:65534" ] || fail "image user is '$user'"
-size=$(buildah images --noheading --format '{{.Size}}' "localhost/nodemedic:$VERSION")
-echo "image size: $size (the static binary: $bin_bytes bytes, stripped)"
+
+# The arm64 binary runs (qemu-user, one process emulated) and reads the tree an arm64 node
+# would: the ENA's queues are one group, eth0; its collapse is found; event lines are not.
+arm=(qemu-aarch64-static "$tmp/nodemedic-arm64")
+out=$("${arm[@]}" --version)
+[ "$out" = "nodemedic $VERSION" ] || fail "--version of the arm64 binary printed '$out'"
+printf '[probes]\nenabled = false\n' >"$tmp/check.toml"
+arm_check() {
+    local rc=0
+    "${arm[@]}" check --config "$tmp/check.toml" --host-root "tests/fixtures/$1" \
+        --interval 50ms --format json >"$tmp/$1.json" || rc=$?
+    echo "$rc"
+}
+collapsed() {
+    /usr/bin/python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))
+print(" ".join(g["name"] for g in r["irq"]["groups"] if g["collapsed"]))
+eth0 = [g for g in r["irq"]["groups"] if g["name"] == "eth0"]
+assert eth0 and len(eth0[0]["irqs"]) == 8, eth0' "$1"
+}
+rc=$(arm_check aarch64-graviton)
+[ "$rc" = 0 ] || fail "arm64 check on aarch64-graviton exited $rc: $(head -c 2000 "$tmp/aarch64-graviton.json")"
+[ -z "$(collapsed "$tmp/aarch64-graviton.json")" ] || fail "arm64 check calls a healthy tree collapsed"
+rc=$(arm_check aarch64-graviton-collapsed)
+got=$(collapsed "$tmp/aarch64-graviton-collapsed.json")
+[ "$rc" = 1 ] && [ "$got" = eth0 ] || fail "arm64 check on aarch64-graviton-collapsed: exit $rc, collapsed '$got'"
+echo "the arm64 binary under qemu-user: $out; check: healthy tree 0, collapsed tree 1 (eth0)"
+
+# The arm64 package: nodemedic_VERSION_arm64.deb, from the binary the arm64 image carries (the
+# same GNU build ID), with the amd64 package's files: unit, configuration, man page.
+deb_arm=$(bash deploy/debian/build-deb.sh --arch arm64)
+deb_amd=$(bash deploy/debian/build-deb.sh)
+case "$(basename "$deb_arm")" in
+    "nodemedic_${VERSION}"*_arm64.deb) ;;
+    *) fail "the arm64 package is named $(basename "$deb_arm")" ;;
+esac
+[ "$(dpkg-deb -f "$deb_arm" Architecture)" = arm64 ] || fail "$deb_arm is not an arm64 package"
+listing() { dpkg-deb -c "$1" | awk '{print $6}' | sort; }
+[ "$(listing "$deb_arm")" = "$(listing "$deb_amd")" ] ||
+    fail "the packages' files differ: $(diff <(listing "$deb_amd") <(listing "$deb_arm") | tr '\n' ' ')"
+mkdir "$tmp/deb-arm" "$tmp/deb-amd"
+dpkg-deb -x "$deb_arm" "$tmp/deb-arm"
+dpkg-deb -x "$deb_amd" "$tmp/deb-amd"
+# Every file but the binary is the same: the unit, the conffile, the man page, the docs.
+same=0
+while read -r f; do
+    [ "$f" = ./usr/bin/nodemedic ] && continue
+    [ -f "$tmp/deb-amd/$f" ] || continue
+    cmp -s "$tmp/deb-arm/$f" "$tmp/deb-amd/$f" || fail "the packages' $f differ"
+    same=$((same + 1))
+done < <(listing "$deb_amd")
+for f in nodemedic.service nodemedic.toml nodemedic.1.gz; do
+    listing "$deb_arm" | grep -q "/$f\$" || fail "the arm64 package has no $f"
+done
+build_id() { readelf -n "$1" | sed -n 's/^ *Build ID: *//p'; }
+id_deb=$(build_id "$tmp/deb-arm/usr/bin/nodemedic")
+id_img=$(build_id "$tmp/nodemedic-arm64")
+[ -n "$id_img" ] && [ "$id_deb" = "$id_img" ] ||
+    fail "the arm64 package's binary (build ID '$id_deb') is not the image's ('$id_img')"
+echo "arm64 package: $(basename "$deb_arm"), $(stat -c %s "$deb_arm") bytes, $same files as the amd64 package's, binary build ID $id_deb as the image's"

@@ -1,39 +1,62 @@
 #!/usr/bin/env bash
 # Builds nodemedic's container image from this repository, without a daemon or a registry:
-# the static musl binary with cargo, then `buildah build` of deploy/container/Containerfile
-# (vfs storage, chroot isolation: works as root in a VM or a CI container).
+# for each architecture the static musl binary with cargo (arm64 cross-built on this x86-64
+# machine, deploy/bootstrap.sh build_static), then `buildah build --platform` of
+# deploy/container/Containerfile (scratch and COPY only: nothing runs, so no emulation; vfs
+# storage, chroot isolation: works as root in a VM or a CI container), and an OCI image index
+# (a buildah manifest list) naming both.
 #
-#   deploy/container/build-image.sh [--oci-archive FILE]
+#   deploy/container/build-image.sh [--arch amd64|arm64] [--oci-archive FILE]
 #
-# Tags localhost/nodemedic:<version> (the version in Cargo.toml, which the Helm chart's appVersion
-# matches) in buildah's local storage and prints the image ID. --oci-archive also writes the
-# image as an OCI archive, e.g. for `ctr -n k8s.io images import FILE` on a node.
+# Tags localhost/nodemedic:<version>-<arch> for each image and localhost/nodemedic:<version>
+# (the version in Cargo.toml, which the Helm chart's appVersion matches) for the index, whose
+# linux/amd64 and linux/arm64 entries a node's runtime chooses from: the chart needs nothing
+# per architecture. Prints the image ID of this machine's architecture. --arch builds that one
+# image alone (and an index of it); --oci-archive also writes the index with every image it
+# names as an OCI archive, e.g. for `ctr -n k8s.io images import --all-platforms FILE`.
 set -euo pipefail
 ROOT=$(readlink -f "$(dirname "${BASH_SOURCE[0]}")/../..")
 cd "$ROOT"
 ARCHIVE=
-if [ "${1:-}" = "--oci-archive" ] && [ -n "${2:-}" ]; then
-    ARCHIVE=$(readlink -f "$2")
-elif [ $# -gt 0 ]; then
-    echo "usage: $0 [--oci-archive FILE]" >&2
+usage() {
+    echo "usage: $0 [--arch amd64|arm64] [--oci-archive FILE]" >&2
     exit 2
-fi
+}
 # shellcheck source=deploy/bootstrap.sh
 . deploy/bootstrap.sh
+arches=$ARCHES
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --oci-archive) [ -n "${2:-}" ] || usage; ARCHIVE=$(readlink -f "$2"); shift 2 ;;
+        --arch) musl_target "${2:-}" >/dev/null || usage; arches=$2; shift 2 ;;
+        *) usage ;;
+    esac
+done
 ensure_packages buildah >&2
 VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
-BIN=$(build_static release)
+INDEX=localhost/nodemedic:$VERSION
 CTX=$(mktemp -d)
 trap 'rm -rf "$CTX"' EXIT
-# Symbols are not needed at run time (panics keep their messages); they are a fifth of the file.
-strip -o "$CTX/nodemedic" "$BIN"
-chmod 0755 "$CTX/nodemedic"
-install -m 0644 deploy/nodemedic.toml "$CTX/nodemedic.toml"
 export STORAGE_DRIVER=vfs BUILDAH_ISOLATION=chroot
-buildah build --quiet --layers=false --build-arg "VERSION=$VERSION" \
-    -f deploy/container/Containerfile -t "localhost/nodemedic:$VERSION" "$CTX" >&2
+# The index is made anew: drop the last one (or the single image an older build tagged so).
+buildah manifest rm "$INDEX" >/dev/null 2>&1 || buildah rmi "$INDEX" >/dev/null 2>&1 || true
+buildah manifest create "$INDEX" >/dev/null
+install -m 0644 deploy/nodemedic.toml "$CTX/nodemedic.toml"
+for arch in $arches; do
+    cross_env "$arch" # here too: build_static runs in a subshell, and STRIP is needed below
+    BIN=$(build_static release "$arch")
+    # Symbols are not needed at run time (panics keep their messages); they are a fifth of
+    # the file. STRIP is the architecture's (cross_env, deploy/bootstrap.sh).
+    "$STRIP" -o "$CTX/nodemedic" "$BIN"
+    chmod 0755 "$CTX/nodemedic"
+    buildah build --quiet --layers=false --platform "linux/$arch" --build-arg "VERSION=$VERSION" \
+        -f deploy/container/Containerfile -t "$INDEX-$arch" "$CTX" >&2
+    buildah manifest add "$INDEX" "containers-storage:$INDEX-$arch" >&2
+done
 if [ -n "$ARCHIVE" ]; then
     rm -f "$ARCHIVE"
-    buildah push --quiet "localhost/nodemedic:$VERSION" "oci-archive:$ARCHIVE:localhost/nodemedic:$VERSION" >&2
+    buildah manifest push --quiet --all "$INDEX" "oci-archive:$ARCHIVE:$INDEX" >&2
 fi
-buildah images --noheading --format '{{.ID}}' "localhost/nodemedic:$VERSION"
+here=$(dpkg --print-architecture)
+case " $arches " in *" $here "*) ;; *) here=${arches%% *} ;; esac
+buildah images --noheading --format '{{.ID}}' "$INDEX-$here"

@@ -5,12 +5,21 @@
 # systemd unit (deploy/systemd), the commented default configuration as a conffile in
 # /etc/nodemedic/, and a man page generated from the clap definitions. Prints the .deb's path
 # on stdout.
-#   deploy/debian/build-deb.sh            release build
-#   deploy/debian/build-deb.sh --debug    package the debug build
+#   deploy/debian/build-deb.sh                release build, amd64
+#   deploy/debian/build-deb.sh --debug        package the debug build
+#   deploy/debian/build-deb.sh --arch arm64   nodemedic_VERSION_arm64.deb: the arm64 binary the
+#                                             image's linux/arm64 variant carries, cross-built
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 profile=release
-[ "${1:-}" = "--debug" ] && profile=debug
+arch=amd64
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --debug) profile=debug; shift ;;
+        --arch) arch=${2:-}; shift 2 ;;
+        *) echo "usage: $0 [--debug] [--arch amd64|arm64]" >&2; exit 2 ;;
+    esac
+done
 
 # What the build needs (build.rs compiles the eBPF probes with clang against libbpf's headers);
 # stdout is the package's path only.
@@ -34,11 +43,20 @@ if ! "$CARGO_DEB_ROOT/bin/cargo-deb" --version 2>/dev/null | grep -q "$CARGO_DEB
 fi
 flock -s 9
 
-BIN=$(build_static "$profile")
+target=$(musl_target "$arch")
+BIN=$(build_static "$profile" "$arch")
 mkdir -p target/man
-"$BIN" man | gzip -9n >target/man/nodemedic.1.gz
+# The man page is the binary's own (`nodemedic man`); an arm64 binary runs here under Debian's
+# qemu-user, which also proves it starts.
+run=()
+if [ "$arch" = arm64 ] && [ "$(uname -m)" != aarch64 ]; then
+    ensure_packages qemu-user-static >&2
+    run=(qemu-aarch64-static)
+fi
+"${run[@]}" "$BIN" man | gzip -9n >target/man/nodemedic.1.gz
 
-# cargo-deb takes the binary from target/$MUSL_TARGET/ for the asset target/release/nodemedic.
-args=(--no-build -p nodemedic --target "$MUSL_TARGET" --output target/debian/)
+# cargo-deb takes the binary from target/$target/ for the asset target/release/nodemedic and
+# names the package's architecture after the target (arm64 for aarch64).
+args=(--no-build -p nodemedic --target "$target" --output target/debian/)
 [ "$profile" = debug ] && args+=(--profile dev)
 "$CARGO_DEB_ROOT/bin/cargo-deb" "${args[@]}" | tail -n 1

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use nodemedic_kernel::device::{Classified, IrqDevice, IrqRole};
+use nodemedic_kernel::interrupts::IrqLine;
 use nodemedic_kernel::CpuSet;
 use nodemedic_sample::Snapshot;
 
@@ -16,6 +17,7 @@ pub struct GroupingOptions {
 
 struct Member<'a> {
     irq: u32,
+    line: &'a IrqLine,
     dev: &'a IrqDevice,
     /// The device's PCI address: classified, or through the network interface it names.
     pci: Option<&'a str>,
@@ -68,6 +70,7 @@ pub fn build_groups(
         };
         by_key.entry(key).or_default().push(Member {
             irq: line.irq,
+            line,
             dev,
             pci,
         });
@@ -80,6 +83,14 @@ pub fn build_groups(
     // The order of the rendered keys (`irq:10` before `irq:9`), as it has always been.
     groups.sort_by(|a, b| a.key.cmp(&b.key));
     groups
+}
+
+/// Whether any CPU shown has taken this IRQ since boot.
+fn has_fired(line: &IrqLine) -> bool {
+    match &line.nonzero {
+        Some(columns) => !columns.is_empty(),
+        None => line.counts.iter().any(|c| *c > 0),
+    }
 }
 
 /// Online CPUs minus isolated, `nohz_full` and irqbalance-banned ones.
@@ -108,8 +119,20 @@ fn build_group(
     let pci = members.iter().find_map(|m| m.pci.map(str::to_string));
     let sysfs = pci.as_ref().and_then(|p| snap.pci_devices.get(p));
     let has_queues = members.iter().any(|m| m.dev.role == IrqRole::Queue);
-    let considered =
-        |m: &&Member| !opts.queue_irqs_only || !has_queues || m.dev.role == IrqRole::Queue;
+    // Event lines are never judged, nor are control vectors but beside their device's queues
+    // when asked to (`queue_irqs_only = false`): both sit on one CPU by design.
+    let by_role = |m: &&Member| match m.dev.role {
+        IrqRole::Queue => true,
+        IrqRole::Event => false,
+        IrqRole::Control => has_queues && !opts.queue_irqs_only,
+        IrqRole::Other => !has_queues || !opts.queue_irqs_only,
+    };
+    // A device with no data queue none of whose IRQs has fired since boot (an HBA with no
+    // disks, a platform line nodemedic has no name for) carries nothing to misplace: it is
+    // judged from its first interrupt on. Data queues count idle: their placement hurts the
+    // moment traffic starts.
+    let judged = has_queues || members.iter().filter(by_role).any(|m| has_fired(m.line));
+    let considered = |m: &&Member| judged && by_role(m);
     let instance = members
         .iter()
         .filter(considered)
@@ -149,8 +172,10 @@ fn build_group(
     if let Some(t) = &snap.topology {
         effective_cpus = effective_cpus.intersection(&t.online);
     }
+    // The device's node, from any of its IRQs when none is judged (an event line's too).
     let numa_node = sysfs.and_then(|d| d.numa_node).or_else(|| {
         irqs.iter()
+            .chain(&other_irqs)
             .find_map(|i| snap.affinity.get(i)?.node)
             .and_then(|n| u32::try_from(n).ok())
     });

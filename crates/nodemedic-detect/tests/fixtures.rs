@@ -501,3 +501,100 @@ fn a_failed_collector_is_its_state_and_fails_only_who_needs_it() {
         "{message}"
     );
 }
+
+/// The group that holds `irq`, considered or not.
+fn group_of_irq(verdicts: &[GroupVerdict], irq: u32) -> &GroupVerdict {
+    verdicts
+        .iter()
+        .find(|v| v.group.irqs.contains(&irq) || v.group.other_irqs.contains(&irq))
+        .unwrap_or_else(|| panic!("no group holds IRQ {irq}"))
+}
+
+/// A Graviton-style instance: 32 `ACPI:Ged` event lines that never fired, all on CPU 0, are
+/// not a collapse; the ENA's management vector and its 8 queues stay one group, `eth0`, and
+/// when those queues are pinned to one CPU that collapse is found, and only it.
+#[test]
+fn graviton_event_lines_are_never_collapsed_and_its_nic_still_is() {
+    let v = immediate().observe(&irq_snapshot("aarch64-graviton", Duration::ZERO));
+    assert!(collapsed_names(&v).is_empty(), "{:?}", collapsed_names(&v));
+    let ged = group(&v, "ACPI:Ged");
+    assert_eq!(
+        ged.group.irqs,
+        Vec::<u32>::new(),
+        "event lines are not judged"
+    );
+    assert_eq!(ged.group.other_irqs, (15..47).collect::<Vec<_>>());
+    assert!(!ged.collapsed_now);
+    let nic = group(&v, "eth0");
+    assert_eq!(nic.group.netdev.as_deref(), Some("eth0"));
+    assert_eq!(nic.group.pci.as_deref(), Some("0000:00:05.0"));
+    assert_eq!(nic.group.irqs, (62..70).collect::<Vec<_>>());
+    assert_eq!(nic.group.other_irqs, vec![61], "ena-mgmnt");
+    assert_eq!(nic.group.effective_cpus.to_list_string(), "0-7");
+    for nvme in ["nvme0", "nvme1"] {
+        assert!(!group(&v, nvme).collapsed, "{nvme}");
+    }
+
+    let mut d = immediate();
+    let v = d.observe(&irq_snapshot(
+        "aarch64-graviton-collapsed",
+        Duration::ZERO,
+    ));
+    assert_eq!(collapsed_names(&v), vec!["eth0"]);
+    let nic = group(&v, "eth0");
+    assert_eq!(nic.group.irqs, (62..70).collect::<Vec<_>>());
+    assert_eq!(nic.group.effective_cpus.to_list_string(), "0");
+    assert_eq!(nic.group.eligible_cpus.len(), 8);
+    assert!(!group(&v, "ACPI:Ged").collapsed);
+    let f = findings(&v);
+    assert_eq!(
+        f.iter().map(|f| f.subject.as_str()).collect::<Vec<_>>(),
+        vec!["eth0"]
+    );
+}
+
+/// x86's event lines (IOMMU faults, PCIe port services in every combination the kernel
+/// prints) are never judged; a device none of whose IRQs ever fired and that has no data
+/// queue (an HBA with no disks) waits until one does; but an idle NIC port's data queues
+/// count, collapsed on CPUs 4-5 before any traffic arrives.
+#[test]
+fn port_service_and_iommu_lines_are_events_and_idle_devices_wait() {
+    let v = immediate().observe(&irq_snapshot("16cpu-port-events", Duration::ZERO));
+    assert_eq!(collapsed_names(&v), vec!["ens1f1"]);
+    // dmar0, dmar1 (24-25) and the six root ports (26-31), one of which fired.
+    for irq in 24..=31 {
+        let g = group_of_irq(&v, irq);
+        assert!(
+            g.group.irqs.is_empty() && g.group.other_irqs == vec![irq],
+            "IRQ {irq} ({}): judged {:?}, not {:?}",
+            g.group.name,
+            g.group.irqs,
+            g.group.other_irqs
+        );
+        assert!(!g.collapsed_now, "IRQ {irq}");
+    }
+    let hba = group_of_irq(&v, 32);
+    assert_eq!(hba.group.driver.as_deref(), Some("mpt3sas"));
+    assert!(hba.group.irqs.is_empty(), "{:?}", hba.group.irqs);
+    assert_eq!(hba.group.other_irqs, (32..=35).collect::<Vec<_>>());
+    assert!(!hba.collapsed_now);
+    let idle = group(&v, "ens1f1");
+    assert_eq!(idle.group.irqs.len(), 16);
+    assert_eq!(idle.group.effective_cpus.to_list_string(), "4-5");
+    assert_eq!(idle.evidence.hottest_cpu, None, "no queue ever fired");
+    assert!(!group(&v, "ens1f0").collapsed);
+
+    // The HBA's first interrupt makes it a device like any other: its 4 vectors on CPU 0
+    // are then a collapse.
+    let snap = irq_snapshot("16cpu-port-events", Duration::ZERO);
+    let mut table = (**snap.interrupts.as_ref().unwrap()).clone();
+    let line = table.irqs.iter_mut().find(|l| l.irq == 32).unwrap();
+    line.counts[0] = 1;
+    line.nonzero = None;
+    let mut fired = snap.clone();
+    fired.interrupts = Some(std::sync::Arc::new(table));
+    let v = immediate().observe(&fired);
+    let hba = group_of_irq(&v, 32);
+    assert_eq!(hba.group.irqs, (32..=35).collect::<Vec<_>>());
+    assert!(hba.collapsed, "{:?}", hba.evidence);
+}

@@ -21,15 +21,44 @@ pub struct IrqDevice {
     pub role: IrqRole,
 }
 
-/// Whether an IRQ carries a data queue (whose placement matters for throughput) or is a
-/// device's control/admin vector (which sits idle on one CPU by design).
+/// Whether an IRQ carries a data queue (whose placement matters for throughput), is a
+/// device's control/admin vector (which sits idle on one CPU by design), or is an event line.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum IrqRole {
     Queue,
     Control,
+    /// A platform or port event line: an ACPI event (`ACPI:Ged`), a PCIe port's services
+    /// (`PCIe PME`, `aerdrv`, `pciehp`, `pcie-dpc`, `PCIe bwctrl`), an IOMMU's faults (`dmar0`,
+    /// `AMD-Vi0-Evt`, `arm-smmu-v3-evtq`). No data flows through it; it fires on rare events
+    /// and stays where the kernel first put it, often the first CPU of its mask.
+    Event,
     #[default]
     Other,
+}
+
+/// Handler names of event lines (see [`IrqRole::Event`]), as the kernel's drivers request
+/// them.
+fn is_event_handler(action: &str) -> bool {
+    const NAMES: &[&str] = &[
+        "ACPI:Ged",
+        "acpi",
+        "PCIe PME",
+        "aerdrv",
+        "pciehp",
+        "pcie-dpc",
+        "PCIe bwctrl",
+        "PCIe BW notif",
+        "AMD-Vi",
+    ];
+    // Intel VT-d: `dmar0`, and its page-request and perfmon lines `dmar0-prq`, `dmar0-perf`.
+    let dmar = action
+        .strip_prefix("dmar")
+        .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()));
+    NAMES.contains(&action)
+        || dmar
+        || action.starts_with("AMD-Vi")
+        || action.starts_with("arm-smmu")
 }
 
 /// Drivers that prefix their queue names with their own name (`ice-ens1f0-TxRx-5`).
@@ -42,14 +71,23 @@ pub fn classify(chip: &str, hwirq: Option<&str>, actions: &[String]) -> IrqDevic
         pci: find_pci_address(chip).or_else(|| pci_from_msi_hwirq(chip, hwirq)),
         ..Default::default()
     };
-    // A shared line (several actions) is legacy INTx: it has no queue semantics.
+    // A shared line (several actions) is legacy INTx, or a PCIe port's services sharing its
+    // one vector (`PCIe PME, aerdrv, pciehp`): no queue semantics.
     let [action] = actions else {
         if dev.pci.is_none() {
             dev.pci = actions.iter().find_map(|a| find_pci_address(a));
         }
+        if !actions.is_empty() && actions.iter().all(|a| is_event_handler(a)) {
+            dev.role = IrqRole::Event;
+        }
         return dev;
     };
     let action = action.as_str();
+    if is_event_handler(action) {
+        dev.instance = Some(action.to_string());
+        dev.role = IrqRole::Event;
+        return dev;
+    }
     if let Some((name, addr)) = action.split_once("@pci:") {
         // mlx5: `mlx5_comp3@pci:0000:3b:00.0`, `mlx5_async17@pci:…`.
         dev.pci = dev.pci.or_else(|| find_pci_address(addr));
@@ -333,6 +371,42 @@ mod tests {
             find_pci_address("-0000:00:1F.7:"),
             Some("0000:00:1f.7".into())
         );
+    }
+
+    /// Event lines on every architecture, alone or sharing a port's vector; names that only
+    /// look alike are not.
+    #[test]
+    fn event_lines() {
+        for (chip, hw, action) in [
+            ("GICv3", Some("34"), "ACPI:Ged"),
+            ("IO-APIC", Some("9"), "acpi"),
+            ("DMAR-MSI", Some("0"), "dmar0"),
+            ("DMAR-MSI", Some("3"), "dmar3-prq"),
+            ("IR-PCI-MSI-0000:00:1c.0", Some("0"), "aerdrv"),
+            ("PCI-MSI", Some("458752"), "pciehp"),
+            ("ITS-MSI", Some("8192"), "PCIe PME"),
+            ("IR-PCI-MSI-0000:00:00.2", Some("0"), "AMD-Vi0-Evt"),
+            ("ITS-MSI", Some("0"), "arm-smmu-v3-evtq"),
+        ] {
+            assert_eq!(c(chip, hw, action).role, IrqRole::Event, "{action}");
+        }
+        let port = classify(
+            "IR-PCI-MSI-0000:5d:00.0",
+            Some("0"),
+            &["PCIe PME".into(), "aerdrv".into(), "pciehp".into()],
+        );
+        assert_eq!(
+            (port.pci.as_deref(), port.role),
+            (Some("0000:5d:00.0"), IrqRole::Event)
+        );
+        let shared = classify("IO-APIC", Some("9"), &["acpi".into(), "ehci_hcd".into()]);
+        assert_eq!(
+            shared.role,
+            IrqRole::Other,
+            "an event line shared with a device"
+        );
+        assert_eq!(c("x", None, "dmarc-rx-0").role, IrqRole::Queue);
+        assert_eq!(c("x", None, "acpi-tx-1").role, IrqRole::Queue);
     }
 
     /// A row that changes in place is classified again; rows that move, come or go are

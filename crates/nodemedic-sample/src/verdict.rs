@@ -29,9 +29,11 @@ pub struct DeviceGroup {
     pub netdev: Option<String>,
     pub numa_node: Option<u32>,
     /// The IRQs the collapse verdict considers: the data-queue IRQs when the device has any
-    /// (control vectors sit on one CPU by design), else all of them.
+    /// (control vectors sit on one CPU by design); else its IRQs that are neither control
+    /// vectors nor event lines, once one of them has fired since boot; else none.
     pub irqs: Vec<u32>,
-    /// The device's other IRQs (control, admin, config).
+    /// The device's other IRQs (control, admin, config, event lines, and those of a device
+    /// with no data queue that has never taken an interrupt).
     pub other_irqs: Vec<u32>,
     /// Union of the CPUs the considered IRQs are delivered to.
     pub effective_cpus: CpuSet,

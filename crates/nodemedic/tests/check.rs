@@ -130,6 +130,8 @@ fn healthy_fixtures_exit_zero() {
         "256cpu-healthy",
         "8cpu-offline",
         "aarch64-128cpu",
+        // 32 ACPI:Ged event lines, never fired, all on CPU 0: no collapse.
+        "aarch64-graviton",
     ] {
         let out = check_fixture(name, &["--format", "json"]);
         let r = json(&out);
@@ -161,6 +163,26 @@ fn collapsed_large_nodes() {
     assert_eq!(u32s(&g["effective_cpus"]), vec![4, 5]);
     assert_eq!(g["eligible_cpus"], 64);
     assert_eq!(g["irqs"].as_array().unwrap().len(), 64);
+}
+
+/// The same node with its ENA queues pinned to CPU 0: `eth0` is the one collapse, though its
+/// event lines share that CPU.
+#[test]
+fn graviton_collapse_names_the_nic_only() {
+    let out = check_fixture("aarch64-graviton-collapsed", &["--format", "json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let r = json(&out);
+    let collapsed: Vec<&str> = r["irq"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["collapsed"] == true)
+        .map(|g| g["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(collapsed, vec!["eth0"]);
+    let g = group(&r, "eth0");
+    assert_eq!(u32s(&g["effective_cpus"]), vec![0]);
+    assert_eq!(g["irqs"].as_array().unwrap().len(), 8);
 }
 
 #[test]
