@@ -33,6 +33,13 @@ ensure_rust() {
     fi
 }
 
+# nodemedic_version: the workspace's version (Cargo.toml's [workspace.package]), which the
+# image is tagged with, the .deb carries and the chart's appVersion must equal
+# (crates/nodemedic/tests/versions.rs).
+nodemedic_version() {
+    sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' "${1:-.}/Cargo.toml"
+}
+
 # The static binary that both the image and the .deb ship (BENCHMARKS.md, "One binary for the
 # package and the image").
 MUSL_TARGET=x86_64-unknown-linux-musl

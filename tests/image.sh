@@ -5,7 +5,9 @@
 # as uid 65534 unless told otherwise. Prints the image size.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
+# shellcheck source=deploy/bootstrap.sh
+. deploy/bootstrap.sh
+VERSION=$(nodemedic_version)
 tmp=$(mktemp -d)
 ctr=
 cleanup() {
@@ -26,7 +28,10 @@ readelf -l "$mnt/usr/bin/nodemedic" | grep -q INTERP && fail "the image's binary
 bin_bytes=$(stat -c %s "$mnt/usr/bin/nodemedic")
 buildah umount "$ctr" >/dev/null
 out=$(buildah run "$ctr" -- /usr/bin/nodemedic --version)
-[ "$out" = "nodemedic $VERSION" ] || fail "--version from the image printed '$out', want 'nodemedic $VERSION'"
+case "$out" in
+    "nodemedic $VERSION (revision "*", target x86_64-unknown-linux-musl)") ;;
+    *) fail "--version from the image printed '$out', want 'nodemedic $VERSION (revision …, rustc …, target x86_64-unknown-linux-musl)'" ;;
+esac
 echo "from the image: $out"
 buildah run "$ctr" -- /usr/bin/nodemedic --config /etc/nodemedic/nodemedic.toml config >/dev/null ||
     fail "the image's default configuration does not validate"

@@ -21,7 +21,7 @@ fi
 # shellcheck source=deploy/bootstrap.sh
 . deploy/bootstrap.sh
 ensure_packages buildah >&2
-VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
+VERSION=$(nodemedic_version)
 BIN=$(build_static release)
 CTX=$(mktemp -d)
 trap 'rm -rf "$CTX"' EXIT
