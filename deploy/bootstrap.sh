@@ -40,6 +40,41 @@ nodemedic_version() {
     sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' "${1:-.}/Cargo.toml"
 }
 
+# The cargo tools the release scripts run (cargo-deny, cargo-auditable, cargo-cyclonedx,
+# rust-audit-info), installed from crates.io once into a cache shared by every checkout.
+NODEMEDIC_TOOLS_ROOT=${NODEMEDIC_TOOLS_ROOT:-/var/cache/nodemedic-tools}
+
+# ensure_cargo_tool CRATE VERSION [BINARY]: installs CRATE at VERSION (--locked) into
+# $NODEMEDIC_TOOLS_ROOT unless cargo's record of that root has it, under a flock so that two
+# checkouts finding it missing install it once; prints the path of BINARY (default CRATE).
+# The install's output goes to stderr with the seconds it took (CI's cold budget counts them).
+ensure_cargo_tool() {
+    local crate=$1 version=$2 bin=${3:-$1} start
+    mkdir -p "$NODEMEDIC_TOOLS_ROOT"
+    (
+        flock 7
+        if ! { cargo install --list --root "$NODEMEDIC_TOOLS_ROOT" | grep -qxF "$crate v$version:" &&
+            [ -x "$NODEMEDIC_TOOLS_ROOT/bin/$bin" ]; }; then
+            start=$(date +%s)
+            echo "[tools] installing $crate $version into $NODEMEDIC_TOOLS_ROOT" >&2
+            cargo install --locked "$crate" --version "$version" --root "$NODEMEDIC_TOOLS_ROOT" >&2
+            echo "[tools] $crate $version installed in $(($(date +%s) - start))s" >&2
+        fi
+    ) 7>"$NODEMEDIC_TOOLS_ROOT/.lock" || return 1
+    echo "$NODEMEDIC_TOOLS_ROOT/bin/$bin"
+}
+
+# source_date_epoch: the time every release artifact carries (SOURCE_DATE_EPOCH, as Debian's
+# reproducible builds use it): the given one, else the commit's, so two builds of one commit
+# write the same timestamps.
+source_date_epoch() {
+    if [ -n "${SOURCE_DATE_EPOCH:-}" ]; then
+        echo "$SOURCE_DATE_EPOCH"
+    else
+        git log -1 --format=%ct 2>/dev/null || echo 0
+    fi
+}
+
 # The static binary that both the image and the .deb ship (BENCHMARKS.md, "One binary for the
 # package and the image").
 MUSL_TARGET=x86_64-unknown-linux-musl
