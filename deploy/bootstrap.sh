@@ -50,6 +50,7 @@ NODEMEDIC_TOOLS_ROOT=${NODEMEDIC_TOOLS_ROOT:-/var/cache/nodemedic-tools}
 # The install's output goes to stderr with the seconds it took (CI's cold budget counts them).
 ensure_cargo_tool() {
     local crate=$1 version=$2 bin=${3:-$1} start
+    ensure_rust >&2
     mkdir -p "$NODEMEDIC_TOOLS_ROOT"
     (
         flock 7
@@ -75,6 +76,28 @@ source_date_epoch() {
     fi
 }
 
+# build_sbom: writes the CycloneDX SBOM of the static binary's crates to
+# target/sbom/nodemedic.cdx.json (deploy/sbom.py, with CycloneDX's Python library from PyPI in a
+# virtualenv cached beside the cargo tools) and prints its path. The .deb and the image ship it.
+CYCLONEDX_LIB_VERSION=11.12.0
+build_sbom() {
+    local venv=$NODEMEDIC_TOOLS_ROOT/venv-cyclonedx out=target/sbom/nodemedic.cdx.json
+    ensure_packages python3-venv >&2
+    mkdir -p "$NODEMEDIC_TOOLS_ROOT"
+    (
+        flock 7
+        if [ "$(cat "$venv/.installed" 2>/dev/null)" != "$CYCLONEDX_LIB_VERSION" ]; then
+            # Debian's interpreter, not one found first on PATH (as run-all.sh).
+            /usr/bin/python3 -m venv --clear "$venv" >&2
+            "$venv/bin/pip" install --quiet "cyclonedx-python-lib[json-validation]==$CYCLONEDX_LIB_VERSION" >&2
+            echo "$CYCLONEDX_LIB_VERSION" >"$venv/.installed"
+        fi
+    ) 7>"$NODEMEDIC_TOOLS_ROOT/.lock" || return 1
+    SOURCE_DATE_EPOCH=$(source_date_epoch) "$venv/bin/python" deploy/sbom.py "$out" \
+        --target "$MUSL_TARGET" >&2 || return 1
+    echo "$out"
+}
+
 # The static binary that both the image and the .deb ship (BENCHMARKS.md, "One binary for the
 # package and the image").
 MUSL_TARGET=x86_64-unknown-linux-musl
@@ -82,15 +105,26 @@ MUSL_TARGET=x86_64-unknown-linux-musl
 # build_static release|debug: builds nodemedic for $MUSL_TARGET (installing what that needs:
 # musl-gcc, clang and libbpf's headers for the probes, the toolchain's target), refuses a
 # dynamically linked result, and prints the binary's path; the build's output goes to stderr.
+# The build is `cargo auditable build` (the dependency list embedded in the binary, for
+# `cargo audit bin`, trivy, syft: docs/release.md) with the checkout's and cargo's paths
+# remapped, and the release binary stripped by cargo: the image and the .deb ship this one
+# file, and two checkouts of one commit build it byte for byte the same
+# (deploy/reproducible-build.sh).
 build_static() {
-    local profile=$1 bin
+    local profile=$1 bin auditable flags
     ensure_packages build-essential musl-tools clang libbpf-dev >&2
     ensure_rust >&2
     rustup target list --installed | grep -qx "$MUSL_TARGET" || rustup target add "$MUSL_TARGET" >&2
+    auditable=$(ensure_cargo_tool cargo-auditable 0.7.7) || return 1
+    # With --target, RUSTFLAGS reach the target's crates only, not build scripts or macros.
+    flags="${RUSTFLAGS:-} --remap-path-prefix=$(pwd -P)=/nodemedic"
+    flags+=" --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo"
     if [ "$profile" = release ]; then
-        cargo build --release --locked --target "$MUSL_TARGET" -p nodemedic >&2
+        CARGO_PROFILE_RELEASE_STRIP=symbols RUSTFLAGS="$flags" PATH="$(dirname "$auditable"):$PATH" \
+            cargo auditable build --release --locked --target "$MUSL_TARGET" -p nodemedic >&2
     else
-        cargo build --locked --target "$MUSL_TARGET" -p nodemedic >&2
+        RUSTFLAGS="$flags" PATH="$(dirname "$auditable"):$PATH" \
+            cargo auditable build --locked --target "$MUSL_TARGET" -p nodemedic >&2
     fi
     bin=target/$MUSL_TARGET/$profile/nodemedic
     # Static, or neither the scratch image nor a system with another C library can run it.

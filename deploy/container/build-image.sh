@@ -23,14 +23,17 @@ fi
 ensure_packages buildah >&2
 VERSION=$(nodemedic_version)
 BIN=$(build_static release)
+SBOM=$(build_sbom)
 CTX=$(mktemp -d)
 trap 'rm -rf "$CTX"' EXIT
-# Symbols are not needed at run time (panics keep their messages); they are a fifth of the file.
-strip -o "$CTX/nodemedic" "$BIN"
-chmod 0755 "$CTX/nodemedic"
+# The binary as built: stripped by cargo (build_static), the very file the .deb ships.
+install -m 0755 "$BIN" "$CTX/nodemedic"
 install -m 0644 deploy/nodemedic.toml "$CTX/nodemedic.toml"
+install -m 0644 "$SBOM" "$CTX/nodemedic.cdx.json"
 export STORAGE_DRIVER=vfs BUILDAH_ISOLATION=chroot
-buildah build --quiet --layers=false --build-arg "VERSION=$VERSION" \
+# --timestamp: the layer's files and the image's dates are the commit's, so that two builds of
+# one commit give the same layer (deploy/reproducible-build.sh).
+buildah build --quiet --layers=false --timestamp "$(source_date_epoch)" --build-arg "VERSION=$VERSION" \
     -f deploy/container/Containerfile -t "localhost/nodemedic:$VERSION" "$CTX" >&2
 if [ -n "$ARCHIVE" ]; then
     rm -f "$ARCHIVE"

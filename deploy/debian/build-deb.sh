@@ -37,8 +37,15 @@ flock -s 9
 BIN=$(build_static "$profile")
 mkdir -p target/man
 "$BIN" man | gzip -9n >target/man/nodemedic.1.gz
+# The SBOM the package installs in /usr/share/doc/nodemedic/ (the asset in Cargo.toml).
+build_sbom >/dev/null
+# The archive's dates are the commit's (reproducible builds; deploy/reproducible-build.sh).
+SOURCE_DATE_EPOCH=$(source_date_epoch)
+export SOURCE_DATE_EPOCH
 
 # cargo-deb takes the binary from target/$MUSL_TARGET/ for the asset target/release/nodemedic.
 args=(--no-build -p nodemedic --target "$MUSL_TARGET" --output target/debian/)
-[ "$profile" = debug ] && args+=(--profile dev)
+# --no-strip: build_static's release binary is stripped already, and the package ships that
+# very file, the image's (tests/image.sh compares them).
+if [ "$profile" = debug ]; then args+=(--profile dev); else args+=(--no-strip); fi
 "$CARGO_DEB_ROOT/bin/cargo-deb" "${args[@]}" | tail -n 1
