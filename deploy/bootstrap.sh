@@ -33,6 +33,72 @@ ensure_rust() {
     fi
 }
 
+# nodemedic_version: the workspace's version (Cargo.toml's [workspace.package]), which the
+# image is tagged with, the .deb carries and the chart's appVersion must equal
+# (crates/nodemedic/tests/versions.rs).
+nodemedic_version() {
+    sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' "${1:-.}/Cargo.toml"
+}
+
+# The cargo tools the release scripts run (cargo-deny, cargo-auditable, cargo-cyclonedx,
+# rust-audit-info), installed from crates.io once into a cache shared by every checkout.
+NODEMEDIC_TOOLS_ROOT=${NODEMEDIC_TOOLS_ROOT:-/var/cache/nodemedic-tools}
+
+# ensure_cargo_tool CRATE VERSION [BINARY]: installs CRATE at VERSION (--locked) into
+# $NODEMEDIC_TOOLS_ROOT unless cargo's record of that root has it, under a flock so that two
+# checkouts finding it missing install it once; prints the path of BINARY (default CRATE).
+# The install's output goes to stderr with the seconds it took (CI's cold budget counts them).
+ensure_cargo_tool() {
+    local crate=$1 version=$2 bin=${3:-$1} start
+    ensure_rust >&2
+    mkdir -p "$NODEMEDIC_TOOLS_ROOT"
+    (
+        flock 7
+        if ! { cargo install --list --root "$NODEMEDIC_TOOLS_ROOT" | grep -qxF "$crate v$version:" &&
+            [ -x "$NODEMEDIC_TOOLS_ROOT/bin/$bin" ]; }; then
+            start=$(date +%s)
+            echo "[tools] installing $crate $version into $NODEMEDIC_TOOLS_ROOT" >&2
+            cargo install --locked "$crate" --version "$version" --root "$NODEMEDIC_TOOLS_ROOT" >&2
+            echo "[tools] $crate $version installed in $(($(date +%s) - start))s" >&2
+        fi
+    ) 7>"$NODEMEDIC_TOOLS_ROOT/.lock" || return 1
+    echo "$NODEMEDIC_TOOLS_ROOT/bin/$bin"
+}
+
+# source_date_epoch: the time every release artifact carries (SOURCE_DATE_EPOCH, as Debian's
+# reproducible builds use it): the given one, else the commit's, so two builds of one commit
+# write the same timestamps.
+source_date_epoch() {
+    if [ -n "${SOURCE_DATE_EPOCH:-}" ]; then
+        echo "$SOURCE_DATE_EPOCH"
+    else
+        git log -1 --format=%ct 2>/dev/null || echo 0
+    fi
+}
+
+# build_sbom [amd64|arm64]: writes the CycloneDX SBOM of that architecture's static binary's
+# crates (default amd64) to target/sbom/nodemedic.cdx.json (deploy/sbom.py, with CycloneDX's Python library from PyPI in a
+# virtualenv cached beside the cargo tools) and prints its path. The .deb and the image ship it.
+CYCLONEDX_LIB_VERSION=11.12.0
+build_sbom() {
+    local venv=$NODEMEDIC_TOOLS_ROOT/venv-cyclonedx out=target/sbom/nodemedic.cdx.json target
+    target=$(musl_target "${1:-amd64}") || return 1
+    ensure_packages python3-venv >&2
+    mkdir -p "$NODEMEDIC_TOOLS_ROOT"
+    (
+        flock 7
+        if [ "$(cat "$venv/.installed" 2>/dev/null)" != "$CYCLONEDX_LIB_VERSION" ]; then
+            # Debian's interpreter, not one found first on PATH (as run-all.sh).
+            /usr/bin/python3 -m venv --clear "$venv" >&2
+            "$venv/bin/pip" install --quiet "cyclonedx-python-lib[json-validation]==$CYCLONEDX_LIB_VERSION" >&2
+            echo "$CYCLONEDX_LIB_VERSION" >"$venv/.installed"
+        fi
+    ) 7>"$NODEMEDIC_TOOLS_ROOT/.lock" || return 1
+    SOURCE_DATE_EPOCH=$(source_date_epoch) "$venv/bin/python" deploy/sbom.py "$out" \
+        --target "$target" >&2 || return 1
+    echo "$out"
+}
+
 # The static binary that both the image and the .deb ship (BENCHMARKS.md, "One binary for the
 # package and the image"), one per architecture: amd64 built natively, arm64 cross-built on
 # this x86-64 machine.
@@ -69,17 +135,28 @@ cross_env() {
 # target (default amd64; installing what that needs: musl-gcc or the cross gcc, clang and
 # libbpf's headers for the probes, the toolchain's target), refuses a dynamically linked or
 # wrong-architecture result, and prints the binary's path; the build's output goes to stderr.
+# The build is `cargo auditable build` (the dependency list embedded in the binary, for
+# `cargo audit bin`, trivy, syft: docs/release.md) with the checkout's and cargo's paths
+# remapped, and the release binary stripped by cargo: the image and the .deb ship this one
+# file, and two checkouts of one commit build it byte for byte the same
+# (deploy/reproducible-build.sh).
 build_static() {
-    local profile=$1 arch=${2:-amd64} target bin machine
+    local profile=$1 arch=${2:-amd64} target bin machine auditable flags
     target=$(musl_target "$arch") || return 1
     ensure_packages build-essential musl-tools clang libbpf-dev >&2
     ensure_rust >&2
     cross_env "$arch"
     rustup target list --installed | grep -qx "$target" || rustup target add "$target" >&2
+    auditable=$(ensure_cargo_tool cargo-auditable 0.7.7) || return 1
+    # With --target, RUSTFLAGS reach the target's crates only, not build scripts or macros.
+    flags="${RUSTFLAGS:-} --remap-path-prefix=$(pwd -P)=/nodemedic"
+    flags+=" --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo"
     if [ "$profile" = release ]; then
-        cargo build --release --locked --target "$target" -p nodemedic >&2
+        CARGO_PROFILE_RELEASE_STRIP=symbols RUSTFLAGS="$flags" PATH="$(dirname "$auditable"):$PATH" \
+            cargo auditable build --release --locked --target "$target" -p nodemedic >&2 || return 1
     else
-        cargo build --locked --target "$target" -p nodemedic >&2
+        RUSTFLAGS="$flags" PATH="$(dirname "$auditable"):$PATH" \
+            cargo auditable build --locked --target "$target" -p nodemedic >&2 || return 1
     fi
     bin=target/$target/$profile/nodemedic
     # Static, or neither the scratch image nor a system with another C library can run it.

@@ -6,10 +6,15 @@
 # configuration validates, and it runs as uid 65534 unless told otherwise. The arm64 image
 # holds the same files, its binary is a static AArch64 one, and it runs here under Debian's
 # qemu-user: `nodemedic check` on the Graviton-style fixture trees finds the collapse of eth0
-# and nothing on the healthy tree. Prints the image sizes.
+# and nothing on the healthy tree. Each image carries the SBOM of its binary's crates. The
+# .deb of each architecture ships the very binary its image does, under the crate's version,
+# and the dependency list cargo-auditable embedded is read back against Cargo.lock. Prints the
+# image sizes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
+# shellcheck source=deploy/bootstrap.sh
+. deploy/bootstrap.sh
+VERSION=$(nodemedic_version)
 INDEX=localhost/nodemedic:$VERSION
 tmp=$(mktemp -d)
 ctrs=()
@@ -23,8 +28,6 @@ cleanup() {
 }
 trap cleanup EXIT
 export STORAGE_DRIVER=vfs BUILDAH_ISOLATION=chroot
-# shellcheck source=deploy/bootstrap.sh
-. deploy/bootstrap.sh
 ensure_packages qemu-user-static python3
 id=$(bash deploy/container/build-image.sh --oci-archive "$tmp/nodemedic.tar")
 echo "image index $INDEX, this machine's image id $id"
@@ -63,7 +66,7 @@ for arch in amd64 arm64; do
     ctrs+=("$c")
     mnt=$(buildah mount "$c")
     files=$(cd "$mnt" && find . -type f | sort | tr '\n' ' ')
-    [ "$files" = "./etc/nodemedic/nodemedic.toml ./usr/bin/nodemedic " ] ||
+    [ "$files" = "./etc/nodemedic/nodemedic.toml ./usr/bin/nodemedic ./usr/share/doc/nodemedic/nodemedic.cdx.json " ] ||
         fail "unexpected files in the $arch image: $files"
     readelf -l "$mnt/usr/bin/nodemedic" | grep -q INTERP && fail "the $arch image's binary is not static"
     machine=$(readelf -h "$mnt/usr/bin/nodemedic" | sed -n 's/^ *Machine: *//p')
@@ -75,14 +78,20 @@ for arch in amd64 arm64; do
     [ "$got" = "linux/$arch" ] || fail "the $arch image says it is $got"
     user=$(buildah inspect --format '{{.OCIv1.Config.User}}' "$INDEX-$arch")
     [ "$user" = "65534:65534" ] || fail "the $arch image's user is '$user'"
+    label=$(buildah inspect --format '{{index .OCIv1.Config.Labels "org.opencontainers.image.version"}}' "$INDEX-$arch")
+    [ "$label" = "$VERSION" ] || fail "the $arch image's version label is '$label', its tag $VERSION"
     bytes=$(stat -c %s "$mnt/usr/bin/nodemedic")
     size=$(buildah images --noheading --format '{{.Size}}' "$INDEX-$arch")
     echo "$arch image size: $size (the static binary: $bytes bytes, stripped)"
-    [ "$arch" = arm64 ] && cp "$mnt/usr/bin/nodemedic" "$tmp/nodemedic-arm64"
+    cp "$mnt/usr/bin/nodemedic" "$tmp/nodemedic-$arch"
+    cp "$mnt/usr/share/doc/nodemedic/nodemedic.cdx.json" "$tmp/sbom-$arch.json"
 done
 
 out=$(buildah run "$amd" -- /usr/bin/nodemedic --version)
-[ "$out" = "nodemedic $VERSION" ] || fail "--version from the image printed '$out', want 'nodemedic $VERSION'"
+case "$out" in
+    "nodemedic $VERSION (revision "*", target x86_64-unknown-linux-musl)") ;;
+    *) fail "--version from the image printed '$out', want 'nodemedic $VERSION (revision …, rustc …, target x86_64-unknown-linux-musl)'" ;;
+esac
 echo "from the amd64 image: $out"
 buildah run "$amd" -- /usr/bin/nodemedic --config /etc/nodemedic/nodemedic.toml config >/dev/null ||
     fail "the image's default configuration does not validate"
@@ -91,7 +100,10 @@ buildah run "$amd" -- /usr/bin/nodemedic --config /etc/nodemedic/nodemedic.toml 
 # would: the ENA's queues are one group, eth0; its collapse is found; event lines are not.
 arm=(qemu-aarch64-static "$tmp/nodemedic-arm64")
 out=$("${arm[@]}" --version)
-[ "$out" = "nodemedic $VERSION" ] || fail "--version of the arm64 binary printed '$out'"
+case "$out" in
+    "nodemedic $VERSION (revision "*", target aarch64-unknown-linux-musl)") ;;
+    *) fail "--version of the arm64 binary printed '$out'" ;;
+esac
 printf '[probes]\nenabled = false\n' >"$tmp/check.toml"
 arm_check() {
     local rc=0
@@ -131,7 +143,8 @@ dpkg-deb -x "$deb_amd" "$tmp/deb-amd"
 # Every file but the binary is the same: the unit, the conffile, the man page, the docs.
 same=0
 while read -r f; do
-    [ "$f" = ./usr/bin/nodemedic ] && continue
+    # The binary, and the SBOM of its crates, are each architecture's own.
+    case "$f" in ./usr/bin/nodemedic | ./usr/share/doc/nodemedic/nodemedic.cdx.json) continue ;; esac
     [ -f "$tmp/deb-amd/$f" ] || continue
     cmp -s "$tmp/deb-arm/$f" "$tmp/deb-amd/$f" || fail "the packages' $f differ"
     same=$((same + 1))
@@ -145,3 +158,25 @@ id_img=$(build_id "$tmp/nodemedic-arm64")
 [ -n "$id_img" ] && [ "$id_deb" = "$id_img" ] ||
     fail "the arm64 package's binary (build ID '$id_deb') is not the image's ('$id_img')"
 echo "arm64 package: $(basename "$deb_arm"), $(stat -c %s "$deb_arm") bytes, $same files as the amd64 package's, binary build ID $id_deb as the image's"
+
+# Each .deb (issue 36): built from the same build, it ships the very binary and SBOM its image
+# does (reproducible builds' cheaper half: deploy/reproducible-build.sh does the whole), under
+# the crate's version.
+for arch in amd64 arm64; do
+    if [ "$arch" = arm64 ]; then deb=$deb_arm; else deb=$deb_amd; fi
+    deb_version=$(dpkg-deb -f "$deb" Version)
+    [ "$deb_version" = "$VERSION-1" ] || fail "$deb is version $deb_version, the crate $VERSION"
+    dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/bin/nodemedic >"$tmp/deb-nodemedic-$arch"
+    cmp -s "$tmp/deb-nodemedic-$arch" "$tmp/nodemedic-$arch" ||
+        fail "the $arch .deb's /usr/bin/nodemedic ($(sha256sum <"$tmp/deb-nodemedic-$arch" | cut -c1-16)) is not the image's ($(sha256sum <"$tmp/nodemedic-$arch" | cut -c1-16))"
+    dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/share/doc/nodemedic/nodemedic.cdx.json >"$tmp/deb-sbom-$arch.json"
+    cmp -s "$tmp/deb-sbom-$arch.json" "$tmp/sbom-$arch.json" || fail "the $arch .deb's SBOM is not its image's"
+    echo "$(basename "$deb"): version $deb_version, /usr/bin/nodemedic identical to the $arch image's (sha256 $(sha256sum <"$tmp/deb-nodemedic-$arch" | cut -d' ' -f1))"
+done
+
+# What cargo-auditable embedded in the binary, read back by rust-audit-info (the reader of the
+# cargo-auditable project; trivy, syft and `cargo audit bin` read the same section), against
+# Cargo.lock and the SBOM.
+audit_info=$(ensure_cargo_tool rust-audit-info 0.5.4)
+/usr/bin/python3 tests/sbom_check.py --audit-info "$audit_info" --binary "$tmp/nodemedic-amd64" \
+    --sbom "$tmp/sbom-amd64.json" --lock Cargo.lock --version "$VERSION"

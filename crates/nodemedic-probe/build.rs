@@ -69,8 +69,13 @@ fn main() {
         let obj = out_dir.join(format!("{name}.bpf.o"));
         let mut cmd = Command::new(&clang);
         cmd.args(["-target", "bpf", "-O2", "-g", "-Wall", "-Werror"])
-            // Reproducible objects: no build paths in the BTF/DWARF strings.
+            // Reproducible objects: no build paths in the BTF/DWARF strings, the sources' nor
+            // the compilation directory's (clang runs in this crate's directory).
             .arg(format!("-fdebug-prefix-map={}=ebpf", src_dir.display()))
+            .arg(format!(
+                "-fdebug-prefix-map={}=crates/nodemedic-probe",
+                manifest.display()
+            ))
             .arg("-I")
             .arg(&src_dir);
         if let Some(dir) = &include {

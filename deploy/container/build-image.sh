@@ -33,7 +33,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 ensure_packages buildah >&2
-VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
+VERSION=$(nodemedic_version)
 INDEX=localhost/nodemedic:$VERSION
 CTX=$(mktemp -d)
 trap 'rm -rf "$CTX"' EXIT
@@ -43,14 +43,16 @@ buildah manifest rm "$INDEX" >/dev/null 2>&1 || buildah rmi "$INDEX" >/dev/null 
 buildah manifest create "$INDEX" >/dev/null
 install -m 0644 deploy/nodemedic.toml "$CTX/nodemedic.toml"
 for arch in $arches; do
-    cross_env "$arch" # here too: build_static runs in a subshell, and STRIP is needed below
     BIN=$(build_static release "$arch")
-    # Symbols are not needed at run time (panics keep their messages); they are a fifth of
-    # the file. STRIP is the architecture's (cross_env, deploy/bootstrap.sh).
-    "$STRIP" -o "$CTX/nodemedic" "$BIN"
-    chmod 0755 "$CTX/nodemedic"
-    buildah build --quiet --layers=false --platform "linux/$arch" --build-arg "VERSION=$VERSION" \
-        -f deploy/container/Containerfile -t "$INDEX-$arch" "$CTX" >&2
+    SBOM=$(build_sbom "$arch")
+    # The binary as built: stripped by cargo (build_static), the very file the .deb of that
+    # architecture ships.
+    install -m 0755 "$BIN" "$CTX/nodemedic"
+    install -m 0644 "$SBOM" "$CTX/nodemedic.cdx.json"
+    # --timestamp: the layer's files and the image's dates are the commit's, so that two
+    # builds of one commit give the same layer (deploy/reproducible-build.sh).
+    buildah build --quiet --layers=false --platform "linux/$arch" --timestamp "$(source_date_epoch)" \
+        --build-arg "VERSION=$VERSION" -f deploy/container/Containerfile -t "$INDEX-$arch" "$CTX" >&2
     buildah manifest add "$INDEX" "containers-storage:$INDEX-$arch" >&2
 done
 if [ -n "$ARCHIVE" ]; then

@@ -54,9 +54,17 @@ if [ "$arch" = arm64 ] && [ "$(uname -m)" != aarch64 ]; then
     run=(qemu-aarch64-static)
 fi
 "${run[@]}" "$BIN" man | gzip -9n >target/man/nodemedic.1.gz
+# The SBOM the package installs in /usr/share/doc/nodemedic/ (the asset in Cargo.toml), of
+# this architecture's binary.
+build_sbom "$arch" >/dev/null
+# The archive's dates are the commit's (reproducible builds; deploy/reproducible-build.sh).
+SOURCE_DATE_EPOCH=$(source_date_epoch)
+export SOURCE_DATE_EPOCH
 
 # cargo-deb takes the binary from target/$target/ for the asset target/release/nodemedic and
 # names the package's architecture after the target (arm64 for aarch64).
 args=(--no-build -p nodemedic --target "$target" --output target/debian/)
-[ "$profile" = debug ] && args+=(--profile dev)
+# --no-strip: build_static's release binary is stripped already, and the package ships that
+# very file, the image's (tests/image.sh compares them).
+if [ "$profile" = debug ]; then args+=(--profile dev); else args+=(--no-strip); fi
 "$CARGO_DEB_ROOT/bin/cargo-deb" "${args[@]}" | tail -n 1

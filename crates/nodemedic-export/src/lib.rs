@@ -5,8 +5,10 @@
 //! - [`encoder`] and the `metrics` modules: the Prometheus exposition of a sample;
 //! - [`report`]: the report shapes of `/status` and `check --format json`;
 //! - [`text`]: `check`'s text report;
-//! - [`endpoint`]: the routes, served by the toolkit in `nodemedic-webkit`.
+//! - [`endpoint`]: the routes, served by the toolkit in `nodemedic-webkit`;
+//! - [`build_info`]: what this binary is (version, revision, compiler, target).
 
+pub mod build_info;
 pub mod encoder;
 pub mod endpoint;
 mod metrics;
@@ -16,6 +18,7 @@ pub mod report;
 pub mod text;
 mod tuning;
 
+pub use build_info::{BuildInfo, BUILD_INFO};
 pub use encoder::{Encoder, Format, Kind};
 pub use endpoint::{Endpoint, EndpointConfig};
 pub use metrics::{render, render_with_tuning, ExportInput, MetricsOptions, ProcessStats};

@@ -93,9 +93,9 @@ fn self_metrics(e: &mut Encoder, input: &ExportInput<'_>) {
     e.family(
         "nodemedic_build",
         Kind::Info,
-        "A metric with a constant '1' value labeled by nodemedic's version.",
+        "A metric with a constant '1' value labeled by nodemedic's version, the commit it was built from, the Rust compiler and the target it was built for.",
     );
-    e.sample(&[("version", env!("CARGO_PKG_VERSION"))], 1.0);
+    e.sample(&crate::build_info::BUILD_INFO.labels(), 1.0);
     // A collector switched off in the configuration is not failing: like node_exporter's
     // disabled collectors it has no series (its state is on /status).
     let running: Vec<&CollectorStatus> = input

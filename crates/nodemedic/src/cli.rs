@@ -7,7 +7,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// Watches a Linux node's kernel-level health — IRQ placement, softirqs, softnet — exports it
 /// to Prometheus, and diagnoses IRQ collapse (device interrupts piled onto one or two CPUs).
 #[derive(Debug, Parser)]
-#[command(name = "nodemedic", version, propagate_version = true)]
+#[command(
+    name = "nodemedic",
+    version = nodemedic_export::build_info::VERSION_LINE,
+    propagate_version = true
+)]
 pub struct Cli {
     #[command(flatten)]
     pub global: GlobalArgs,

@@ -26,7 +26,11 @@ const FIRST_RESULT_DEADLINE: Duration = Duration::from_secs(60);
 const FLEET_RULES: &str = "deploy/prometheus/nodemedic-fleet-rules.yml";
 
 /// The info series the fleet groups by: exactly one series per node, always.
-const INFO_SERIES: [&str; 2] = ["nodemedic_irqbalance_info", "nodemedic_node_info"];
+const INFO_SERIES: [&str; 3] = [
+    "nodemedic_build_info",
+    "nodemedic_irqbalance_info",
+    "nodemedic_node_info",
+];
 
 /// One query of the Fleet row.
 struct Query {
@@ -268,5 +272,31 @@ fn the_fleet_row_queries_exported_series_and_each_returns_data() {
             },
         );
     }
+    // The versions running: both daemons are this build, so one version on two nodes.
+    let versions = queries
+        .iter()
+        .find(|q| q.panel == "nodemedic versions running")
+        .expect("the Fleet row has no `nodemedic versions running` panel");
+    let expr = versions.expr.clone();
+    prom.poll(
+        &format!(
+            "two nodes on {} (`{}`)",
+            env!("CARGO_PKG_VERSION"),
+            versions.expr
+        ),
+        FIRST_RESULT_DEADLINE,
+        move |p| {
+            let result = query(p, &expr)?;
+            let got: Vec<(&str, &str)> = result
+                .iter()
+                .filter_map(|s| Some((s["metric"]["version"].as_str()?, s["value"][1].as_str()?)))
+                .collect();
+            if got == [(env!("CARGO_PKG_VERSION"), "2")] {
+                Ok(())
+            } else {
+                Err(format!("got {got:?}"))
+            }
+        },
+    );
     // `prom` then the two daemons are killed here by their guards.
 }

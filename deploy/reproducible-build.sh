@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Builds one commit twice, in two fresh source trees at different paths (each with its own
+# empty target directory), and compares what ships: the static binary, the .deb and the image's
+# layer. Exits 1 if any differs. docs/release.md records a run.
+#
+#   deploy/reproducible-build.sh [COMMIT]        (default HEAD; as root, like the builds)
+#
+# Each tree is `git archive COMMIT` unpacked, without .git, so the revision comes from
+# NODEMEDIC_REVISION (as for any source tarball) and nothing but the commit's files is built.
+# Both builds run deploy/debian/build-deb.sh and deploy/container/build-image.sh as they are,
+# with SOURCE_DATE_EPOCH the commit's time. Two cold release builds: about 2 x 10 minutes on 2
+# cores. Set KEEP=1 to keep the trees.
+set -euo pipefail
+ROOT=$(readlink -f "$(dirname "${BASH_SOURCE[0]}")/..")
+COMMIT=$(git -C "$ROOT" rev-parse "${1:-HEAD}^{commit}")
+export SOURCE_DATE_EPOCH
+SOURCE_DATE_EPOCH=$(git -C "$ROOT" show -s --format=%ct "$COMMIT")
+export NODEMEDIC_REVISION=$COMMIT
+
+WORK=$(mktemp -d /tmp/nodemedic-repro.XXXXXX)
+[ "${KEEP:-0}" = 1 ] || trap 'rm -rf "$WORK"' EXIT
+# Different lengths and depths, so that a path left in an artifact shows.
+TREES=("$WORK/a" "$WORK/second/build-tree-b")
+
+build() {
+    local tree=$1 start
+    mkdir -p "$tree"
+    git -C "$ROOT" archive "$COMMIT" | tar -x -C "$tree"
+    start=$(date +%s)
+    (
+        cd "$tree"
+        unset CARGO_TARGET_DIR
+        bash deploy/debian/build-deb.sh >"$tree/deb.path"
+        bash deploy/container/build-image.sh --oci-archive "$tree/image.tar" >/dev/null
+    ) >"$tree/build.log" 2>&1 || {
+        tail -n 30 "$tree/build.log" >&2
+        echo "build in $tree failed" >&2
+        exit 1
+    }
+    echo "built $tree in $(($(date +%s) - start))s" >&2
+}
+
+# The image's layers (its one layer: the binary and the configuration), by digest, from the OCI
+# archive's manifest.
+layers() {
+    local tar=$1 dir
+    dir=$(mktemp -d -p "$WORK")
+    tar -x -C "$dir" -f "$tar"
+    python3 - "$dir" <<'EOF'
+import json, sys, os
+d = sys.argv[1]
+index = json.load(open(os.path.join(d, "index.json")))
+for m in index["manifests"]:
+    algo, digest = m["digest"].split(":")
+    manifest = json.load(open(os.path.join(d, "blobs", algo, digest)))
+    for layer in manifest["layers"]:
+        print(layer["digest"])
+EOF
+}
+
+for tree in "${TREES[@]}"; do
+    build "$tree"
+done
+
+fail=0
+# compare WHAT A B [info]: the two files' sha256; a difference fails the run unless "info".
+compare() {
+    local what=$1 a=$2 b=$3 sa sb
+    sa=$(sha256sum <"$a" | cut -d' ' -f1)
+    sb=$(sha256sum <"$b" | cut -d' ' -f1)
+    if [ "$sa" = "$sb" ]; then
+        echo "same      $what  sha256 $sa"
+    else
+        echo "DIFFERENT $what  $sa != $sb"
+        [ "${4:-}" = info ] || fail=1
+    fi
+}
+deb_of() {
+    local path
+    path=$(cat "$1/deb.path")
+    case "$path" in /*) echo "$path" ;; *) echo "$1/$path" ;; esac
+}
+A=${TREES[0]}
+B=${TREES[1]}
+echo "commit $COMMIT, SOURCE_DATE_EPOCH $SOURCE_DATE_EPOCH, trees $A and $B"
+compare "static binary" "$A/target/x86_64-unknown-linux-musl/release/nodemedic" \
+    "$B/target/x86_64-unknown-linux-musl/release/nodemedic"
+compare ".deb ($(basename "$(deb_of "$A")"))" "$(deb_of "$A")" "$(deb_of "$B")"
+la=$(layers "$A/image.tar")
+lb=$(layers "$B/image.tar")
+if [ -n "$la" ] && [ "$la" = "$lb" ]; then
+    echo "same      image layer  $la"
+else
+    echo "DIFFERENT image layers  $la != $lb"
+    fail=1
+fi
+# The whole archive (manifest, config, the tar's own headers) is reported, not required.
+compare "image (whole OCI archive)" "$A/image.tar" "$B/image.tar" info
+exit "$fail"
