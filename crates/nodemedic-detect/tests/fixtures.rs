@@ -536,10 +536,7 @@ fn graviton_event_lines_are_never_collapsed_and_its_nic_still_is() {
     }
 
     let mut d = immediate();
-    let v = d.observe(&irq_snapshot(
-        "aarch64-graviton-collapsed",
-        Duration::ZERO,
-    ));
+    let v = d.observe(&irq_snapshot("aarch64-graviton-collapsed", Duration::ZERO));
     assert_eq!(collapsed_names(&v), vec!["eth0"]);
     let nic = group(&v, "eth0");
     assert_eq!(nic.group.irqs, (62..70).collect::<Vec<_>>());

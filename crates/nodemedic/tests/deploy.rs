@@ -297,7 +297,8 @@ fn privileges_mounts_and_rbac_follow_the_features() {
         .unwrap();
     assert!(!bad.status.success());
     assert!(
-        String::from_utf8_lossy(&bad.stderr).contains("cgroupMount must be recursiveReadOnly or subPath"),
+        String::from_utf8_lossy(&bad.stderr)
+            .contains("cgroupMount must be recursiveReadOnly or subPath"),
         "{}",
         String::from_utf8_lossy(&bad.stderr)
     );
