@@ -177,7 +177,7 @@ def joined():
     assert info["kubeletVersion"] == ne.KUBERNETES_VERSION, info
     assert [a["address"] for a in n["status"]["addresses"] if a["type"] == "InternalIP"] == [GUEST["GUEST_IP"]], n["status"]["addresses"]
     out = guest_sh("stat -fc %T /sys/fs/cgroup; ps -o comm= 1; grep -c SystemdCgroup.=.true /etc/containerd/config.toml; "
-                   "grep -c cgroupDriver /mnt/host/etc/kubelet.yaml; ls -d /sys/fs/cgroup/kubepods.slice; "
+                   "grep -c ^cgroupDriver: /mnt/host/etc/kubelet.yaml; ls -d /sys/fs/cgroup/kubepods.slice; "
                    "cut -d. -f1 /etc/debian_version; systemctl --version | head -n1 | cut -d' ' -f2; "
                    "grep -c cgroup /proc/filesystems; grep -w cgroup /proc/filesystems || true").stdout.split()
     # cgroup2fs and no v1 hierarchy mounted (Debian 13's systemd has no v1 support; the
