@@ -71,7 +71,11 @@ fn main() -> ExitCode {
             .validate()
             .and_then(|_| check::run(&config, args, nodemedic_webkit::FileLimit::raise())),
         Command::Man => {
-            let man = clap_mangen::Man::new(<Cli as clap::CommandFactory>::command());
+            // The page names the release only: the revision, compiler and target of
+            // `--version` would make each architecture's package carry another page.
+            let command = <Cli as clap::CommandFactory>::command()
+                .version(nodemedic_export::build_info::BUILD_INFO.version);
+            let man = clap_mangen::Man::new(command);
             let mut out = Vec::new();
             match man.render(&mut out) {
                 Ok(()) => {
