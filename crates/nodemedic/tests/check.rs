@@ -56,6 +56,17 @@ fn json(out: &Output) -> Value {
     })
 }
 
+/// The names of the groups a `check --format json` report calls collapsed, in its order.
+fn collapsed_names(r: &Value) -> Vec<&str> {
+    r["irq"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["collapsed"] == true)
+        .map(|g| g["name"].as_str().unwrap())
+        .collect()
+}
+
 fn group<'a>(report: &'a Value, name: &str) -> &'a Value {
     report["irq"]["groups"]
         .as_array()
@@ -148,13 +159,7 @@ fn collapsed_large_nodes() {
     let out = check_fixture("256cpu-collapsed", &["--format", "json"]);
     assert_eq!(out.status.code(), Some(1));
     let r = json(&out);
-    let collapsed: Vec<&str> = r["irq"]["groups"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|g| g["collapsed"] == true)
-        .map(|g| g["name"].as_str().unwrap())
-        .collect();
+    let collapsed = collapsed_names(&r);
     assert_eq!(
         collapsed,
         vec!["mlx5_core 0000:17:00.0", "mlx5_core 0000:17:00.1"]
@@ -172,13 +177,7 @@ fn graviton_collapse_names_the_nic_only() {
     let out = check_fixture("aarch64-graviton-collapsed", &["--format", "json"]);
     assert_eq!(out.status.code(), Some(1));
     let r = json(&out);
-    let collapsed: Vec<&str> = r["irq"]["groups"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|g| g["collapsed"] == true)
-        .map(|g| g["name"].as_str().unwrap())
-        .collect();
+    let collapsed = collapsed_names(&r);
     assert_eq!(collapsed, vec!["eth0"]);
     let g = group(&r, "eth0");
     assert_eq!(u32s(&g["effective_cpus"]), vec![0]);
