@@ -1099,7 +1099,7 @@ def release_objects(helm_bin=None):
     ds = kjson("get", "daemonset", "nodemedic", "-n", NAMESPACE)
     cm = kjson("get", "configmap", "nodemedic", "-n", NAMESPACE)
     for kind in ("serviceaccount/nodemedic", "clusterrole/nodemedic", "clusterrolebinding/nodemedic",
-                 f"service/nodemedic"):
+                 "service/nodemedic"):
         kubectl("get", kind, *(["-n", NAMESPACE] if not kind.startswith("cluster") else []))
     interval = re.search(r'^sample_interval = "([^"]+)"', cm["data"]["nodemedic.toml"], re.M)
     env = dict(os.environ, KUBECONFIG=ENV["KUBECONFIG"])
