@@ -12,8 +12,8 @@ use std::collections::BTreeSet;
 use std::process::Command;
 
 use common::promql::{
-    annotation_hints, annotation_queries, families, metric_names, recorded_names, shipped_rules,
-    PROMETHEUS_SERIES, RULE_FILES,
+    annotation_hints, annotation_queries, dashboard_exprs, families, metric_names, recorded_names,
+    shipped_rules, PROMETHEUS_SERIES, RULE_FILES,
 };
 use common::{golden_dir, prometheus_tool, workspace_root};
 
@@ -213,22 +213,6 @@ fn metric_names_are_extracted_whole() {
         annotation_hints("run `nodemedic check` or `topk(3, nodemedic_a)`"),
         ["topk(3, nodemedic_a)"]
     );
-}
-
-/// Every PromQL expression in a Grafana dashboard (panel targets and annotations).
-fn dashboard_exprs(v: &serde_json::Value, out: &mut Vec<String>) {
-    match v {
-        serde_json::Value::Object(map) => {
-            for (k, v) in map {
-                match (k.as_str(), v) {
-                    ("expr", serde_json::Value::String(e)) => out.push(e.clone()),
-                    _ => dashboard_exprs(v, out),
-                }
-            }
-        }
-        serde_json::Value::Array(items) => items.iter().for_each(|i| dashboard_exprs(i, out)),
-        _ => {}
-    }
 }
 
 #[test]

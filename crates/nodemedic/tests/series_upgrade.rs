@@ -16,7 +16,9 @@ mod common;
 use std::collections::BTreeSet;
 use std::process::Command;
 
-use common::promql::{families, metric_names, recorded_names, PROMETHEUS_SERIES, RULE_FILES};
+use common::promql::{
+    dashboard_exprs, families, metric_names, recorded_names, PROMETHEUS_SERIES, RULE_FILES,
+};
 use common::{golden_dir, workspace_root};
 
 /// The commit of the version before this one, as CHANGELOG.md's `(commit …)` records it.
@@ -64,21 +66,6 @@ fn renamed_in_changelog(changelog: &str) -> BTreeSet<String> {
         }
     }
     out
-}
-
-fn dashboard_exprs(v: &serde_json::Value, out: &mut Vec<String>) {
-    match v {
-        serde_json::Value::Object(map) => {
-            for (k, v) in map {
-                match (k.as_str(), v) {
-                    ("expr", serde_json::Value::String(e)) => out.push(e.clone()),
-                    _ => dashboard_exprs(v, out),
-                }
-            }
-        }
-        serde_json::Value::Array(items) => items.iter().for_each(|i| dashboard_exprs(i, out)),
-        _ => {}
-    }
 }
 
 #[derive(serde::Deserialize)]

@@ -246,3 +246,20 @@ pub fn annotation_hints(text: &str) -> Vec<String> {
         .map(str::to_string)
         .collect()
 }
+
+/// Every PromQL expression in a Grafana dashboard (panel targets and annotations), appended to
+/// `out`.
+pub fn dashboard_exprs(v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(map) => {
+            for (k, v) in map {
+                match (k.as_str(), v) {
+                    ("expr", serde_json::Value::String(e)) => out.push(e.clone()),
+                    _ => dashboard_exprs(v, out),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|i| dashboard_exprs(i, out)),
+        _ => {}
+    }
+}
