@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes every nodemedic-kernel parser with cargo-fuzz (libFuzzer) for FUZZ_SECONDS each.
 #
-#   tests/fuzz.sh                  # 20 s per target
+#   tests/fuzz.sh                  # 20 s per target, one target per CPU at a time
 #   FUZZ_SECONDS=300 tests/fuzz.sh
 #
 # Needs the nightly toolchain: installs it with rustup when it is missing, and cargo-fuzz
@@ -55,25 +55,45 @@ fi
 
 cargo +nightly fuzz build -s none --debug-assertions
 
+# FUZZ_JOBS targets at a time (default: one per CPU; each libFuzzer process uses one core), each
+# writing to its own log, printed whole when it ends.
+FUZZ_JOBS="${FUZZ_JOBS:-$(nproc)}"
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+fuzz_one() {
+    local t=$1
+    local runs=()
+    mkdir -p "target/work-corpus/$t"
+    if [ -n "${FUZZ_RUNS:-}" ]; then
+        runs=(-runs="$FUZZ_RUNS")
+    fi
+    echo "=== fuzz $t for ${FUZZ_SECONDS}s${FUZZ_RUNS:+ or $FUZZ_RUNS inputs}"
+    cargo +nightly fuzz run -s none --debug-assertions "$t" \
+        "target/work-corpus/$t" "corpus/$t" -- \
+        -max_total_time="$FUZZ_SECONDS" "${runs[@]}" -max_len=8192 -timeout=10 -print_final_stats=1
+}
 failed=()
+declare -A running=()
+# reap: waits for one running target, prints its log and records a failure.
+reap() {
+    local pid t rc
+    wait -n -p pid "${!running[@]}" && rc=0 || rc=$?
+    t=${running[$pid]}
+    unset "running[$pid]"
+    cat "$logs/$t.log"
+    [ "$rc" -eq 0 ] || failed+=("$t")
+}
 for t in "${targets[@]}"; do
     if [ ! -d "corpus/$t" ] || [ -z "$(ls -A "corpus/$t")" ]; then
         echo "fuzz.sh: target $t has no seed corpus in fuzz/corpus/$t" >&2
         failed+=("$t (no corpus)")
         continue
     fi
-    mkdir -p "target/work-corpus/$t"
-    runs=()
-    if [ -n "${FUZZ_RUNS:-}" ]; then
-        runs=(-runs="$FUZZ_RUNS")
-    fi
-    echo "=== fuzz $t for ${FUZZ_SECONDS}s${FUZZ_RUNS:+ or $FUZZ_RUNS inputs}"
-    if ! cargo +nightly fuzz run -s none --debug-assertions "$t" \
-        "target/work-corpus/$t" "corpus/$t" -- \
-        -max_total_time="$FUZZ_SECONDS" "${runs[@]}" -max_len=8192 -timeout=10 -print_final_stats=1; then
-        failed+=("$t")
-    fi
+    while [ "${#running[@]}" -ge "$FUZZ_JOBS" ]; do reap; done
+    fuzz_one "$t" >"$logs/$t.log" 2>&1 &
+    running[$!]=$t
 done
+while [ "${#running[@]}" -gt 0 ]; do reap; done
 
 if [ "${#failed[@]}" -gt 0 ]; then
     echo "fuzz.sh: FAILED: ${failed[*]} (inputs in fuzz/artifacts/)" >&2
