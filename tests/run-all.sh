@@ -18,9 +18,15 @@ ensure_test_deps
 # first on PATH (a pyenv, a virtualenv) would import whatever it happens to have.
 PY=/usr/bin/python3
 
-echo "== fixtures match their generator"
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# The Go and debootstrap builds the later steps need, in the background at a lower priority
+# (tests/prebuild.sh: each step still builds or waits for what it needs itself); stopped with
+# everything it started if this script ends first.
+setsid nice -n 10 bash tests/prebuild.sh >"$tmp/prebuild.log" 2>&1 &
+prebuild=$!
+trap 'kill -TERM -- "-$prebuild" 2>/dev/null; rm -rf "$tmp"' EXIT
+
+echo "== fixtures match their generator"
 "$PY" tests/fixtures/generate.py "$tmp"
 for tree in "$tmp"/*/; do
     name=$(basename "$tree")
@@ -61,3 +67,7 @@ echo "== real kernel, systemd, D-Bus and irqbalance in a QEMU VM (nodemedic from
 
 echo "== bounded fuzzing"
 bash tests/fuzz.sh
+
+echo "== the background builds (tests/prebuild.sh)"
+wait "$prebuild" || true
+cat "$tmp/prebuild.log"

@@ -11,6 +11,8 @@
 #                                                 # writes DIR/guest/env
 #   tests/k8s/guest-node.sh exec DIR SCRIPT       # bash SCRIPT as root in the guest
 #   tests/k8s/guest-node.sh down DIR              # qemu and the tap gone: before cluster-down.sh
+#   tests/k8s/guest-node.sh image                 # only builds (or finds cached) the guest's
+#                                                 # image: tests/prebuild.sh warms it early
 #
 # A boot that hangs (RCU stalls or soft lockups on the console, seen once in 19 boots under
 # TCG) is detected and booted again once; each retry is reported on stderr and counted in
@@ -26,7 +28,34 @@ set -euo pipefail
 exec </dev/null
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 VM="$HERE/../vm"
-cmd=${1:?usage: guest-node.sh up|exec|down DIR ...}
+cmd=${1:?usage: guest-node.sh up|exec|down DIR ... | image}
+CACHE=${NODEMEDIC_K8S_CACHE:-/var/cache/nodemedic-k8s}
+export NODEMEDIC_VM_CACHE=${NODEMEDIC_GUEST_VM_CACHE:-/var/cache/nodemedic-vm-node}
+
+log() { printf '[guest-node %s] %s\n' "$(date +%T)" "$*" >&2; }
+
+# The image: the VM's on Debian 13, plus the node's packages, the cluster's kubelet and
+# kube-proxy, and its containerd 2 and runc.
+build_image() {
+    CTD=$("$HERE/build-containerd.sh")
+    export NODEMEDIC_VM_SUITE=trixie
+    export NODEMEDIC_VM_PACKAGES="containernetworking-plugins iptables conntrack"
+    NODEMEDIC_VM_FILES="$CACHE/bin/kubelet=/usr/local/bin/kubelet $CACHE/bin/kube-proxy=/usr/local/bin/kube-proxy"
+    for b in containerd ctr containerd-shim-runc-v2 runc; do NODEMEDIC_VM_FILES+=" $CTD/$b=/usr/local/bin/$b"; done
+    NODEMEDIC_VM_FILES+=" $HERE/guest/containerd.service=/etc/systemd/system/containerd.service"
+    NODEMEDIC_VM_FILES+=" $HERE/guest/containerd.toml=/etc/containerd/config.toml $HERE/guest/10-nmk8s.conflist=/etc/cni/net.d/10-nmk8s.conflist"
+    export NODEMEDIC_VM_FILES
+    export NODEMEDIC_VM_ENABLE=containerd.service
+    export NODEMEDIC_VM_IMG_SIZE=3G
+    t=$(date +%s)
+    bash "$VM/build-image.sh"
+    log "guest image ready in $(($(date +%s) - t))s ($NODEMEDIC_VM_CACHE)"
+}
+
+if [ "$cmd" = image ]; then
+    build_image
+    exit 0
+fi
 DIR=$(cd "${2:?usage: guest-node.sh $cmd DIR ...}" && pwd)
 shift 2
 G="$DIR/guest"
@@ -34,10 +63,6 @@ NODE=${NODEMEDIC_GUEST_NODE:-nodemedic-guest}
 HOST_ADDR=10.213.1.1/24
 GUEST_IP=10.213.1.2
 GUEST_POD_CIDR=10.244.1.0/24
-CACHE=${NODEMEDIC_K8S_CACHE:-/var/cache/nodemedic-k8s}
-export NODEMEDIC_VM_CACHE=${NODEMEDIC_GUEST_VM_CACHE:-/var/cache/nodemedic-vm-node}
-
-log() { printf '[guest-node %s] %s\n' "$(date +%T)" "$*" >&2; }
 
 case "$cmd" in
 down)
@@ -64,21 +89,7 @@ esac
 set -a && . "$DIR/env" && set +a
 k() { nsenter --net="/run/netns/$NETNS" "$KUBECTL" --kubeconfig "$KUBECONFIG" "$@"; }
 
-# The image: the VM's on Debian 13, plus the node's packages, the cluster's kubelet and
-# kube-proxy, and its containerd 2 and runc.
-CTD=$("$HERE/build-containerd.sh")
-export NODEMEDIC_VM_SUITE=trixie
-export NODEMEDIC_VM_PACKAGES="containernetworking-plugins iptables conntrack"
-NODEMEDIC_VM_FILES="$CACHE/bin/kubelet=/usr/local/bin/kubelet $CACHE/bin/kube-proxy=/usr/local/bin/kube-proxy"
-for b in containerd ctr containerd-shim-runc-v2 runc; do NODEMEDIC_VM_FILES+=" $CTD/$b=/usr/local/bin/$b"; done
-NODEMEDIC_VM_FILES+=" $HERE/guest/containerd.service=/etc/systemd/system/containerd.service"
-NODEMEDIC_VM_FILES+=" $HERE/guest/containerd.toml=/etc/containerd/config.toml $HERE/guest/10-nmk8s.conflist=/etc/cni/net.d/10-nmk8s.conflist"
-export NODEMEDIC_VM_FILES
-export NODEMEDIC_VM_ENABLE=containerd.service
-export NODEMEDIC_VM_IMG_SIZE=3G
-t=$(date +%s)
-bash "$VM/build-image.sh"
-log "guest image ready in $(($(date +%s) - t))s ($NODEMEDIC_VM_CACHE)"
+build_image
 
 bash "$VM/run.sh" --stop "$G" 2>/dev/null || true
 rm -rf "$G"
