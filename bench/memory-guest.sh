@@ -8,8 +8,9 @@
 #   bench/memory-guest.sh glibc=target/release/nodemedic \
 #       musl=target/x86_64-unknown-linux-musl/release/nodemedic
 # Printed per process, after 3 samples and a scrape and again 20 s later: VmRSS, RssAnon, the
-# transparent huge pages in it (AnonHugePages), VmHWM (MiB), and whether its probes were up;
-# and the guest kernel's THP mode.
+# transparent huge pages in it (AnonHugePages), VmHWM (MiB), whether its probes were up, and
+# the VmHWM of its probes' loader (the child process that loads them; "-" for builds that load
+# them in the daemon); and the guest kernel's THP mode.
 set -euo pipefail
 ROOT=$(readlink -f "$(dirname "$0")/..")
 [ $# -gt 0 ] || { sed -n '2,12p' "$0" >&2; exit 2; }
@@ -51,12 +52,14 @@ for name in $NAMES; do
 done
 samples() { curl -sf "localhost:$1/status" | sed -n 's/.*"samples_total": *\([0-9]*\).*/\1/p' | head -n1; }
 report() {
-    echo "| process | RSS MiB | of which anonymous MiB | of which huge pages MiB | VmHWM MiB | probes up |"
-    echo "|---|---|---|---|---|---|"
+    echo "| process | RSS MiB | of which anonymous MiB | of which huge pages MiB | VmHWM MiB | probes up | loader VmHWM MiB |"
+    echo "|---|---|---|---|---|---|---|"
     for k in "${!pid[@]}"; do
         p=${pid[$k]}
         up=$(curl -sf "localhost:${portof[$k]}/metrics" | grep -c '^nodemedic_probe_up{.*} 1' || true)
-        echo "| ${k/-true/ probes on} | $(mib "$(kib "$p" VmRSS)") | $(mib "$(kib "$p" RssAnon)") | $(mib "$(huge "$p")") | $(mib "$(kib "$p" VmHWM)") | $up |" \
+        loader=$(sed -n "s/.*the eBPF probes' loader .* answered.*peak_kib=\([0-9]*\).*/\1/p" "/tmp/$k.log" | head -n1)
+        [ -n "$loader" ] && loader=$(mib "$loader")
+        echo "| ${k/-true/ probes on} | $(mib "$(kib "$p" VmRSS)") | $(mib "$(kib "$p" RssAnon)") | $(mib "$(huge "$p")") | $(mib "$(kib "$p" VmHWM)") | $up | ${loader:--} |" \
             | sed 's/-false/ probes off/'
     done | sort
 }

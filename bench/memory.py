@@ -26,7 +26,9 @@ Printed per tree and process, as Markdown:
 - RSS and VmHWM at the end of the window;
 - CPU per sample (one sample and its scrape; for node_exporter, per scrape), from the
   scheduler's nanosecond accounting of every thread (`/proc/PID/task/*/schedstat`) over the
-  window after the first three samples.
+  window after the first three samples;
+- the VmHWM of the probes' loader, the child process that loads the eBPF probes, from the
+  daemon's log line about its answer (builds that load the probes in the daemon: none).
 
 node_exporter: `--node-exporter PATH`, else $NODE_EXPORTER, else it is built with
 `go install github.com/prometheus/node_exporter@v1.9.1` into /var/cache/nodemedic-bench
@@ -113,8 +115,10 @@ class Proc:
     def __init__(self, label, argv, port, work, kind):
         self.label, self.port, self.kind = label, port, kind
         self.log = open(work / f"{label}.log", "wb")
+        self.path = work / f"{label}.log"
         self.p = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
-                                  env=dict(os.environ, NO_COLOR="1", RUST_LOG="warn"))
+                                  env=dict(os.environ, NO_COLOR="1",
+                                           RUST_LOG="warn,nodemedic_probe::loader=info"))
         self.scrapes = self.failed = 0
 
     def alive(self):
@@ -134,6 +138,11 @@ class Proc:
             return self.scrapes
         _, body = get(self.port, "/status")
         return json.loads(body)["samples_total"]
+
+    def loader_peak_kib(self):
+        """The probes' loader's VmHWM, from the daemon's log (None: no loader child)."""
+        m = re.search(rb"the eBPF probes' loader .* answered.*?peak_kib=(\d+)", self.path.read_bytes())
+        return int(m.group(1)) if m else None
 
     def stop(self):
         self.p.terminate()
@@ -224,7 +233,8 @@ def measure(builds, tree_name, ne_bin, seconds, interval_ms, work):
             samples = p.samples() - s0 if p.kind == "nodemedic" else p.scrapes
             cpu = task_ns(p.p.pid) - cpu0
             rows.append((p.label, p.early, (status_kib(p.p.pid, "VmRSS"), status_kib(p.p.pid, "VmHWM")),
-                         cpu / max(samples, 1) / 1e6, samples, p.failed))
+                         cpu / max(samples, 1) / 1e6, samples, p.failed,
+                         p.loader_peak_kib() if p.kind == "nodemedic" else None))
     finally:
         for p in procs:
             p.stop()
@@ -259,11 +269,12 @@ def main():
             print(f"### {tree}\n")
             print("| process | RSS after 3 samples + a scrape MiB | of which anonymous MiB "
                   "| VmHWM then MiB | RSS at end MiB | VmHWM at end MiB | CPU ms per sample "
-                  "| samples (failed scrapes) |")
-            print("|---|---|---|---|---|---|---|---|")
-            for label, early, late, cpu, samples, failed in rows:
+                  "| samples (failed scrapes) | probes' loader VmHWM MiB |")
+            print("|---|---|---|---|---|---|---|---|---|")
+            for label, early, late, cpu, samples, failed, loader in rows:
                 print(f"| {label} | {mib(early[0])} | {mib(early[2])} | {mib(early[1])} "
-                      f"| {mib(late[0])} | {mib(late[1])} | {cpu:.2f} | {samples} ({failed}) |")
+                      f"| {mib(late[0])} | {mib(late[1])} | {cpu:.2f} | {samples} ({failed}) "
+                      f"| {mib(loader) if loader is not None else '-'} |")
             print(flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)

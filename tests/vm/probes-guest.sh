@@ -36,6 +36,14 @@ sysctl -qw kernel.bpf_stats_enabled=1
 systemctl restart nodemedic
 check probes_attached wait_for 90 "every probe attached" bash -c "$(declare -f http_get); [ \$(http_get /metrics | grep -c '^nodemedic_probe_up{.*} 1\$') -ge 4 ]"
 http_get /metrics | grep -E '^nodemedic_probe_(up|attach)' | sed 's/^/  /'
+# The probes were loaded by a child process (the loader): the daemon's own peak stays small
+# (issue 35: VmHWM at most 16 MiB with the probes on); the loader's peak is in the log.
+main_pid=$(systemctl show -p MainPID --value nodemedic)
+hwm=$(awk '$1 == "VmHWM:" { print $2 }' "/proc/$main_pid/status")
+loader_peak=$(journalctl -u nodemedic -o cat --no-pager | sed -n "s/.*the eBPF probes' loader .* answered.*peak_kib=\([0-9]*\).*/\1/p" | tail -n1)
+say "the daemon's VmHWM with the probes attached: ${hwm} KiB; its loader's: ${loader_peak:-?} KiB"
+check daemon_peak_at_most_16_mib [ "${hwm:-99999}" -le 16384 ]
+check loader_peak_logged [ -n "$loader_peak" ]
 
 bpftrace -e 'kprobe:perf_event_output { @outputs = count(); } kprobe:perf_event_output_forward { @samples = count(); } kprobe:perf_event_wakeup { @wakeups = count(); }' >/tmp/bpftrace.out 2>&1 &
 bt=$!

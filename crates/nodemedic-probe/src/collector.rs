@@ -16,7 +16,7 @@ use nodemedic_sample::perf::{
 use nodemedic_sample::Snapshot;
 
 use crate::abi::{CpuCounts, EventKind, OwnerCounts, ProbeEvent};
-use crate::probe::{PerfProbes, ProbeOptions, HOOKS};
+use crate::probe::{PerfProbes, ProbeError, ProbeOptions, HOOKS};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CollectorOptions {
@@ -77,10 +77,12 @@ pub struct PerfProbeCollector {
 }
 
 impl PerfProbeCollector {
-    /// Loads and attaches the probes now. A failure is logged once here and then reported by
-    /// every sample (collector failed with the reason, hooks down); it never stops the caller.
-    pub fn load(opts: CollectorOptions) -> Self {
-        let (state, ring) = match PerfProbes::load(&opts.probe) {
+    /// The collector of probes loaded with `opts.probe`, or down with the load's reason (by
+    /// [`crate::loader::load_in_child`] in the daemon). A failure is logged once here and then
+    /// reported by every sample (collector failed with the reason, hooks down); it never
+    /// stops the caller.
+    pub fn new(opts: CollectorOptions, loaded: Result<PerfProbes, ProbeError>) -> Self {
+        let (state, ring) = match loaded {
             Ok(mut p) => {
                 tracing::info!(
                     method = %p.method(),

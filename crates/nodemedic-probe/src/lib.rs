@@ -3,12 +3,14 @@
 //! (`perf_event_wakeup`), per CPU and per owning process, counted in the kernel.
 //!
 //! The probes are C (`ebpf/perf_wakeup.bpf.c`), compiled by build.rs with clang and relocated
-//! at load time against the running kernel's BTF (CO-RE), loaded and attached with aya. See
+//! at load time against the running kernel's BTF (CO-RE), loaded and attached with aya, in a
+//! short-lived child process that hands the probes' fds to the daemon ([`loader`]). See
 //! docs/ebpf.md for what is hooked and why.
 
 pub mod abi;
 mod collector;
 pub mod host;
+pub mod loader;
 mod probe;
 
 pub use abi::{CpuCounts, EventKind, OwnerCounts, ProbeEvent};
@@ -16,6 +18,6 @@ pub use collector::{
     CollectorOptions, PerfProbeCollector, RingCounters, RingReader, RING_DRAIN_INTERVAL,
 };
 pub use probe::{
-    error_chain, AttachMode, Hook, HookStatus, Method, PerfProbes, ProbeError, ProbeOptions,
-    ProgramStats, Readings, HOOKS,
+    error_chain, parse_program_fdinfo, AttachMode, Hook, HookStatus, Method, PerfProbes,
+    ProbeError, ProbeOptions, ProgramStats, Readings, HOOKS,
 };

@@ -3,11 +3,12 @@
 use std::error::Error as StdError;
 use std::fmt;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::{FEntry, KProbe};
 use aya::{Btf, Ebpf, EbpfLoader};
+use serde::{Deserialize, Serialize};
 
 use crate::abi::{CpuCounts, OwnerCounts, RawCpuCounts, RawOwner};
 use crate::host;
@@ -16,7 +17,7 @@ use crate::host;
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/perf_wakeup.bpf.o"));
 
 /// How to hook the kernel functions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum AttachMode {
     /// fentry (BTF trampolines, cheapest) and, if that fails, kprobes.
     #[default]
@@ -25,7 +26,7 @@ pub enum AttachMode {
     Kprobe,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Method {
     Fentry,
     Kprobe,
@@ -74,7 +75,7 @@ pub const HOOKS: &[Hook] = &[
     },
 ];
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProbeOptions {
     pub attach: AttachMode,
     /// Capacity of the per-owner map; owners beyond it are counted as untracked.
@@ -105,14 +106,15 @@ impl Default for ProbeOptions {
 }
 
 /// Why the probes are not running. Display gives the one-line reason shown in the log, on
-/// `/status` and in `nodemedic check`.
-#[derive(Debug, thiserror::Error)]
+/// `/status` and in `nodemedic check`. The loader child sends it to the daemon as it is
+/// (serde), so the reason reads the same wherever the load ran.
+#[derive(Debug, thiserror::Error, Serialize, Deserialize)]
 pub enum ProbeError {
     #[error(
         "kernel BTF is missing ({path}): the probes read struct perf_event through BTF CO-RE \
          and need a kernel built with CONFIG_DEBUG_INFO_BTF=y"
     )]
-    NoBtf { path: &'static str },
+    NoBtf { path: String },
     #[error(
         "permission denied {what}: this process lacks {missing} (grant CAP_BPF and CAP_PERFMON, \
          or CAP_SYS_ADMIN on kernels before 5.8)"
@@ -133,6 +135,9 @@ pub enum ProbeError {
     Attach { function: String, detail: String },
     #[error("{what}: {detail}")]
     Other { what: String, detail: String },
+    /// The child process that loads the probes crashed, hung or answered nonsense.
+    #[error("the probes' loader (a child process) {detail}")]
+    Loader { detail: String },
 }
 
 /// Every message in an error's source chain, joined: aya's top-level messages leave the
@@ -262,22 +267,41 @@ impl Readings {
     }
 }
 
+/// What keeps the programs attached.
+pub(crate) enum Attachments {
+    /// The aya object that loaded them, in the process that loaded them (the loader child,
+    /// tests).
+    Loaded(Box<Ebpf>),
+    /// The fds of their links (bpf links, or perf events on kernels before 5.15), handed over
+    /// by the loader child: the kernel detaches a program when the last of these closes.
+    Handed(Vec<OwnedFd>),
+}
+
 /// The loaded and attached probes. Dropping it detaches and unloads them.
 pub struct PerfProbes {
-    ebpf: Ebpf,
-    cpu_counts: PerCpuArray<MapData, RawCpuCounts>,
-    owners: HashMap<MapData, u32, RawOwner>,
-    ring: Option<RingBuf<MapData>>,
-    hooks: Vec<HookStatus>,
-    method: Method,
+    pub(crate) attachments: Attachments,
+    pub(crate) cpu_counts: PerCpuArray<MapData, RawCpuCounts>,
+    pub(crate) owners: HashMap<MapData, u32, RawOwner>,
+    pub(crate) ring: Option<RingBuf<MapData>>,
+    /// One program fd per attached hook, for its run-time counters (`/proc/self/fdinfo`).
+    pub(crate) programs: Vec<(&'static str, OwnedFd)>,
+    pub(crate) hooks: Vec<HookStatus>,
+    pub(crate) method: Method,
     /// Holding this fd keeps the kernel's run-time accounting on (BPF_ENABLE_STATS).
-    _stats: Option<OwnedFd>,
-    stats_error: Option<String>,
+    pub(crate) stats: Option<OwnedFd>,
+    pub(crate) stats_error: Option<String>,
 }
 
 impl fmt::Debug for PerfProbes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let attachments = match &self.attachments {
+            Attachments::Loaded(ebpf) => {
+                format!("{} programs loaded here", ebpf.programs().count())
+            }
+            Attachments::Handed(links) => format!("{} links handed over", links.len()),
+        };
         f.debug_struct("PerfProbes")
+            .field("attachments", &attachments)
             .field("method", &self.method)
             .field("hooks", &self.hooks)
             .finish_non_exhaustive()
@@ -294,7 +318,7 @@ impl PerfProbes {
     pub fn load(opts: &ProbeOptions) -> Result<Self, ProbeError> {
         if !host::has_kernel_btf() {
             return Err(ProbeError::NoBtf {
-                path: host::KERNEL_BTF,
+                path: host::KERNEL_BTF.to_owned(),
             });
         }
         let btf = Btf::from_sys_fs().map_err(|e| ProbeError::Other {
@@ -363,14 +387,32 @@ impl PerfProbes {
             .and_then(|m| HashMap::try_from(m).map_err(|e| map_err("owners", &e)))?;
         let ring = take_map(&mut ebpf, "events")
             .and_then(|m| RingBuf::try_from(m).map_err(|e| map_err("events", &e)))?;
+        let mut programs = Vec::new();
+        for hook in &hooks {
+            let Some(method) = hook.method else { continue };
+            let name = program_name(method, hook.function);
+            let fd = ebpf
+                .program(&name)
+                .and_then(|p| p.fd().ok())
+                .map(|fd| fd.as_fd().try_clone_to_owned())
+                .transpose()
+                .map_err(|e| ProbeError::Other {
+                    what: format!("program {name}"),
+                    detail: e.to_string(),
+                })?;
+            if let Some(fd) = fd {
+                programs.push((hook.function, fd));
+            }
+        }
         Ok(Self {
-            ebpf,
+            attachments: Attachments::Loaded(Box::new(ebpf)),
             cpu_counts,
             owners,
             ring: Some(ring),
+            programs,
             hooks,
             method,
-            _stats: stats,
+            stats,
             stats_error,
         })
     }
@@ -411,23 +453,15 @@ impl PerfProbes {
                 Err(e) => return Err(map_err("owners", &e)),
             }
         }
-        let mut programs = Vec::new();
-        for hook in &self.hooks {
-            let Some(method) = hook.method else { continue };
-            let name = program_name(method, hook.function);
-            if let Some(p) = self.ebpf.program(&name) {
-                if let Ok(info) = p.info() {
-                    programs.push((
-                        hook.function,
-                        ProgramStats {
-                            run_count: info.run_count(),
-                            run_time_ns: u64::try_from(info.run_time().as_nanos())
-                                .unwrap_or(u64::MAX),
-                        },
-                    ));
-                }
-            }
-        }
+        let programs = self
+            .programs
+            .iter()
+            .filter_map(|(function, fd)| {
+                let fdinfo = format!("/proc/self/fdinfo/{}", fd.as_raw_fd());
+                let text = std::fs::read_to_string(fdinfo).ok()?;
+                Some((*function, parse_program_fdinfo(&text)?))
+            })
+            .collect();
         Ok(Readings {
             per_cpu,
             owners,
@@ -445,7 +479,21 @@ impl PerfProbes {
     }
 }
 
-fn map_err(name: &str, e: &aya::maps::MapError) -> ProbeError {
+/// A BPF program's run-time counters from its fd's `/proc/<pid>/fdinfo` entry (`run_time_ns`
+/// and `run_cnt`, since Linux 5.1): readable by whoever holds the fd, without a BPF syscall.
+pub fn parse_program_fdinfo(text: &str) -> Option<ProgramStats> {
+    let field = |key: &str| -> Option<u64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    Some(ProgramStats {
+        run_count: field("run_cnt")?,
+        run_time_ns: field("run_time_ns")?,
+    })
+}
+
+pub(crate) fn map_err(name: &str, e: &aya::maps::MapError) -> ProbeError {
     ProbeError::Other {
         what: format!("map {name}"),
         detail: error_chain(e),
@@ -553,4 +601,29 @@ fn attach_one(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn program_counters_come_from_the_fds_fdinfo() {
+        // Linux 6.1's fdinfo of a tracing program.
+        let text = "pos:\t0\nflags:\t02000002\nmnt_id:\t15\nino:\t1057\nprog_type:\t26\n\
+                    prog_jited:\t1\nprog_tag:\t3b185187f1855c4c\nmemlock:\t4096\nprog_id:\t42\n\
+                    run_time_ns:\t123456\nrun_cnt:\t789\nrecursion_misses:\t0\n\
+                    verified_insns:\t88\n";
+        assert_eq!(
+            parse_program_fdinfo(text),
+            Some(ProgramStats {
+                run_count: 789,
+                run_time_ns: 123456,
+            })
+        );
+        // Before 5.1 there are no counters; a map's fdinfo has none either.
+        assert_eq!(parse_program_fdinfo("prog_type:\t2\nprog_id:\t1\n"), None);
+        assert_eq!(parse_program_fdinfo("run_cnt:\tx\nrun_time_ns:\t1\n"), None);
+        assert_eq!(parse_program_fdinfo(""), None);
+    }
 }

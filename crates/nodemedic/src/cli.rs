@@ -70,6 +70,10 @@ pub enum Command {
     /// Print the man page (roff) generated from these definitions; used to build packages.
     #[command(hide = true)]
     Man,
+    /// Load and attach the eBPF probes and hand them to the nodemedic that started this one
+    /// over the socket on stdin (run by `run` and `check` themselves).
+    #[command(hide = true, name = "load-probes")]
+    LoadProbes,
 }
 
 #[derive(Debug, Args)]

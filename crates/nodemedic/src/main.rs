@@ -16,11 +16,6 @@ use tracing_subscriber::EnvFilter;
 use crate::cli::{Cli, Command};
 use crate::config::Config;
 
-/// The C library's allocator, with a heap of its own for the eBPF probes' load, whose
-/// memory is given back when it ends (`nodemedic_heap::OwnHeap`).
-#[global_allocator]
-static HEAP: nodemedic_heap::OwnHeap = nodemedic_heap::OwnHeap::new();
-
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -34,11 +29,25 @@ fn main() -> ExitCode {
             };
         }
     };
+    if matches!(cli.command, Command::LoadProbes) {
+        // The probes' loader, started by `run` or `check`: no configuration of its own, the
+        // options come over its socket. Its log lines go to the daemon's stderr.
+        init_logging(cli.global.verbose, None);
+        return match probes::serve_loader() {
+            Ok(code) => ExitCode::from(code),
+            Err(e) => {
+                eprintln!("nodemedic: {e:#}");
+                ExitCode::from(check::EXIT_COULD_NOT_RUN)
+            }
+        };
+    }
     // check reports every failed collector, with its reason, in its output: the engine's log
-    // line about it would say it a second time.
+    // line about it would say it a second time. The probes' loader's line about its own memory
+    // is for the daemon's log.
     init_logging(
         cli.global.verbose,
-        matches!(cli.command, Command::Check(_)).then_some("nodemedic_engine=error"),
+        matches!(cli.command, Command::Check(_))
+            .then_some("nodemedic_engine=error,nodemedic_probe::loader=warn"),
     );
     let mut config = match Config::load(cli.global.config.as_deref()) {
         Ok(c) => c,
@@ -86,6 +95,7 @@ fn main() -> ExitCode {
                 Err(e) => Err(e.into()),
             }
         }
+        Command::LoadProbes => Ok(0),
         Command::Config => config.validate().and_then(|_| {
             print!("{}", toml::to_string_pretty(&config)?);
             Ok(0)
