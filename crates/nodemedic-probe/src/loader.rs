@@ -504,6 +504,15 @@ mod tests {
         }
     }
 
+    /// The reason a load through `loader` fails with, given 20 s.
+    fn reason_of(loader: Command) -> String {
+        reason(load_in_child(
+            loader,
+            &ProbeOptions::default(),
+            Duration::from_secs(20),
+        ))
+    }
+
     #[test]
     fn a_loader_that_hangs_is_killed_at_the_deadline() {
         let started = Instant::now();
@@ -526,12 +535,7 @@ mod tests {
 
     #[test]
     fn a_loader_that_crashes_is_named_with_its_signal() {
-        let r = load_in_child(
-            sh("kill -SEGV $$"),
-            &ProbeOptions::default(),
-            Duration::from_secs(20),
-        );
-        let reason = reason(r);
+        let reason = reason_of(sh("kill -SEGV $$"));
         assert!(
             reason.starts_with(
                 "the probes' loader (a child process) exited without answering (signal: 11"
@@ -542,20 +546,12 @@ mod tests {
 
     #[test]
     fn a_loader_that_exits_or_cannot_start_says_so() {
-        let exited = reason(load_in_child(
-            sh("exit 3"),
-            &ProbeOptions::default(),
-            Duration::from_secs(20),
-        ));
+        let exited = reason_of(sh("exit 3"));
         assert!(
             exited.contains("exited without answering (exit status: 3)"),
             "{exited}"
         );
-        let missing = reason(load_in_child(
-            Command::new("/nonexistent/nodemedic"),
-            &ProbeOptions::default(),
-            Duration::from_secs(20),
-        ));
+        let missing = reason_of(Command::new("/nonexistent/nodemedic"));
         assert!(
             missing.starts_with(
                 "the probes' loader (a child process) could not be started (/nonexistent/nodemedic): "
@@ -567,11 +563,7 @@ mod tests {
     #[test]
     fn a_loader_that_answers_nonsense_is_refused() {
         // The request is read from stdin; the answer goes back on it (fd 0 is the socket).
-        let reason = reason(load_in_child(
-            sh("head -c 1 >/dev/null; printf 'not json' >&0; sleep 0.1"),
-            &ProbeOptions::default(),
-            Duration::from_secs(20),
-        ));
+        let reason = reason_of(sh("head -c 1 >/dev/null; printf 'not json' >&0; sleep 0.1"));
         assert!(
             reason.starts_with(
                 "the probes' loader (a child process) answered something unreadable: "
