@@ -3,21 +3,22 @@
 # check 11 of tests/k8s/node_e2e.py): built once by that commit's own scripts and cached.
 #
 #   tests/previous-version.sh deb        path of the previous release's amd64 .deb
-#   tests/previous-version.sh image      path of its image as an OCI archive (localhost/nodemedic:VERSION)
-#   tests/previous-version.sh chart DIR  its Helm chart, unpacked as DIR/deploy/helm/nodemedic, with
-#                                        the rules its files/ link to and the dashboard
+#   tests/previous-version.sh image      its image as an OCI archive (localhost/nodemedic:VERSION)
+#   tests/previous-version.sh chart DIR  its Helm chart unpacked as DIR/deploy/helm/nodemedic, with
+#                                        the rules its files/ link to, and its dashboard
 #   tests/previous-version.sh version    its version; `commit`: its commit
 #
 # The previous release is the version after the first heading of CHANGELOG.md, at the commit
 # its heading records, "(commit …)" (as crates/nodemedic/tests/series_upgrade.rs reads it).
 # That commit is unpacked with `git archive` into a temporary tree (no .git: NODEMEDIC_REVISION
 # names it, for a version whose build asks), where its deploy/debian/build-deb.sh and then its
-# deploy/container/build-image.sh --oci-archive run as they are: one release build of the static
-# binary, which the .deb and the image share (the image's build finds it built). The two
-# artifacts and a stamp go to ${NODEMEDIC_PREVIOUS_CACHE:-/var/cache/nodemedic-previous}/COMMIT/;
-# the tree is removed. Later runs, from any checkout, take the cache: the build is paid once per
-# machine (about 10 minutes on 2 cores). Needs the commit in this checkout's history (a shallow
-# clone does not have it: the script says so and fails).
+# deploy/container/build-image.sh --oci-archive run as they are: one release build of the
+# static binary, which the .deb and the image share (the image's build finds it built). The
+# two artifacts, the build's log and a stamp go to
+# ${NODEMEDIC_PREVIOUS_CACHE:-/var/cache/nodemedic-previous}/COMMIT/; the tree is removed.
+# Later runs, from any checkout, take the cache: the build is paid once per machine (about 10
+# minutes on 2 cores). Needs the commit in this checkout's history (a shallow clone does not
+# have it: the script says so and fails).
 set -euo pipefail
 ROOT=$(readlink -f "$(dirname "${BASH_SOURCE[0]}")/..")
 cd "$ROOT"
@@ -79,8 +80,8 @@ mkdir -p "$CACHE"
         export NODEMEDIC_REVISION=$COMMIT
         bash deploy/debian/build-deb.sh >"$src/deb.path"
         bash deploy/container/build-image.sh --oci-archive "$src/image.tar" >/dev/null
-    ) >"$src/build.log" 2>&1 || {
-        tail -n 40 "$src/build.log" >&2
+    ) >"$CACHE/build.log" 2>&1 || {
+        tail -n 40 "$CACHE/build.log" >&2
         echo "[previous] the build of $VERSION ($COMMIT) failed" >&2
         exit 1
     }

@@ -6,7 +6,8 @@
 #   - the edit is kept, and the package's own configuration is set beside it (.dpkg-dist);
 #   - the service restarted once: one new process answered the scrapes, one new invocation in
 #     systemd's journal, a new main PID, no automatic restart (NRestarts);
-#   - /metrics answers within two sample intervals of the new process's start;
+#   - /metrics answers within two sample intervals of the new process's start (its
+#     process_start_time_seconds: to the second, as the kernel's boot time is whole seconds);
 #   - no scrape failed outside the restart (from the old process's last answer to the new one's
 #     first), and the old one answered until at most two intervals before the new one started
 #     (stopped for the restart, not for the whole unpacking);
@@ -110,7 +111,7 @@ upgrade_step() {
     # dpkg returns once the restart is done (systemctl waits for READY=1): the new process
     # answers for three intervals more, or the test waits 30 s for it.
     wait_for 30 "answers of the new process" bash -c \
-        "[ \$(awk '\$2 == \"ok\" { s[\$3] = 1 } END { print length(s) }' $log) -ge 2 ]"
+        "[ \$(awk '\$2 == \"ok\" && !(\$3 in s) { s[\$3] = 1; n++ } END { print n + 0 }' $log) -ge 2 ]"
     sleep $((3 * EDIT_INTERVAL))
     touch /run/nodemedic-scrape.stop
     wait "$spid"
