@@ -153,5 +153,8 @@ check prev_starts systemctl enable --now nodemedic
 check prev_version running_version "$(deb_version "$PREV_DEB")"
 upgrade_step upgrade "$H/nodemedic.deb"
 upgrade_step downgrade "$PREV_DEB"
+# 0.1.0's package has no prerm to stop the service on removal: stopped here first, or the
+# fresh install below would find the old process still serving.
+systemctl disable --now nodemedic
 check upgrade_test_purged dpkg --purge nodemedic
 rm -f /run/nodemedic-edited.toml /run/nodemedic-packaged.toml
