@@ -3,11 +3,13 @@
 # fixture regeneration check; the cargo test suite (unit, fixture trees, golden exposition
 # with promtool, a real Prometheus, this machine's real IRQs, remediation on a paused clock
 # and on real IRQs, a real kube-apiserver built from Go modules with etcd); the end-to-end
-# remediation test in a QEMU VM with systemd and irqbalance; the shipped chart on a real
-# single-node Kubernetes cluster (kubelet, containerd, runc: tests/k8s/node_e2e.py), then with
-# the QEMU guest as its second node (tests/k8s/guest_e2e.py); and a bounded fuzz run. The
-# Kubernetes binaries, helm and the VM images are cached under /var/cache (first build: about
-# 7, 2 and 3-6 minutes on 2 cores).
+# remediation test in a QEMU VM with systemd and irqbalance, after a .deb upgrade from the
+# previous release and a downgrade back; the shipped chart on a real single-node Kubernetes
+# cluster (kubelet, containerd, runc: tests/k8s/node_e2e.py, with a `helm upgrade` from the
+# previous release's chart), then with the QEMU guest as its second node
+# (tests/k8s/guest_e2e.py); and a bounded fuzz run. The Kubernetes binaries, helm, the VM
+# images and the previous release's .deb and image are cached under /var/cache (first build:
+# about 7, 2, 3-6 and 10 minutes on 2 cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,6 +52,13 @@ bash tests/image.sh
 echo "== the image for the Kubernetes tests (deploy/container/build-image.sh), built once"
 bash deploy/container/build-image.sh --oci-archive "$tmp/nodemedic-image.tar" >/dev/null
 export NODEMEDIC_IMAGE_ARCHIVE="$tmp/nodemedic-image.tar"
+
+echo "== the previous release's .deb and image for the upgrade tests (tests/previous-version.sh: its own scripts, built once per machine)"
+start=$(date +%s)
+NODEMEDIC_PREVIOUS_DEB=$(bash tests/previous-version.sh deb)
+NODEMEDIC_PREVIOUS_IMAGE_ARCHIVE=$(bash tests/previous-version.sh image)
+export NODEMEDIC_PREVIOUS_DEB NODEMEDIC_PREVIOUS_IMAGE_ARCHIVE
+echo "nodemedic $(bash tests/previous-version.sh version): ready in $(($(date +%s) - start))s"
 
 # The cluster and the VM use fixed network namespaces, addresses and ports: one user at a time
 # on this machine (another checkout's test run, a benchmark), under this lock; -o keeps the

@@ -6,6 +6,8 @@ helm and its default values (image pull policy aside), the kubelet running it as
     tests/k8s/node_e2e.py [DIR]      # as root; DIR keeps the cluster's state and logs
     NODEMEDIC_IMAGE_ARCHIVE=FILE     # an archive of deploy/container/build-image.sh --oci-archive
                                      # instead of building one (tests/run-all.sh builds it once)
+    NODEMEDIC_PREVIOUS_IMAGE_ARCHIVE=FILE   # the previous release's image for check 11, instead
+                                     # of tests/previous-version.sh's (built once, cached)
 
 Each check prints one line; the last line is "k8s node: N passed, N failed". The cluster is
 torn down at the end (KEEP=1 leaves it running). Where the real node disagrees with an
@@ -411,6 +413,96 @@ def judge_memory(on, off):
     assert rss_on - rss_off <= PROBES_RSS_MAX_KIB, (
         f"the probes cost {rss_on - rss_off} KiB of RSS (on {rss_on}, off {rss_off}; at most {PROBES_RSS_MAX_KIB})")
     return f"RSS {rss_on / 1024:.1f} MiB probes on (peak {hwm_on / 1024:.1f}), {rss_off / 1024:.1f} MiB off"
+
+
+# An upgrade from the previous release (check 11) loses no series that the shipped alerts,
+# recording rules and dashboard query, read from the same files and with the same CHANGELOG.md
+# rule as crates/nodemedic/tests/series_upgrade.rs (which checks the previous version's golden
+# expositions statically); here the two live daemons' expositions are compared.
+# The previous release's pod on the collapsed fixture answers about 25 of the queried names: a
+# handful means the scrape or the reading of the queries broke.
+MIN_QUERIED_SERIES = 15
+
+
+def exposition_names(body):
+    """The families an exposition declares (# TYPE) and the names of its samples, a histogram's
+    _bucket, _sum and _count mapped to their family too."""
+    names = set()
+    for line in body.splitlines():
+        if line.startswith("# TYPE "):
+            name = line.split()[2]
+        elif not line.strip() or line.startswith("#"):
+            continue
+        else:
+            name = re.match(r"[a-zA-Z_:][a-zA-Z0-9_:]*", line).group(0)
+        names.add(name)
+        for suffix in ("_bucket", "_sum", "_count"):
+            if name.endswith(suffix):
+                names.add(name[: -len(suffix)])
+    return names
+
+
+def shipped_queries(deploy):
+    """Every PromQL expression of the rule files (not their promtool tests) and the dashboard
+    under DEPLOY, a deploy/ directory of any version."""
+    import yaml
+
+    exprs = []
+    for path in sorted((deploy / "prometheus").glob("*.yml")):
+        if not path.name.endswith(".test.yml"):
+            for group in yaml.safe_load(path.read_text())["groups"]:
+                exprs += [rule["expr"] for rule in group["rules"]]
+
+    def walk(v):
+        if isinstance(v, dict):
+            for k, x in v.items():
+                if k == "expr" and isinstance(x, str):
+                    exprs.append(x)
+                else:
+                    walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+
+    walk(json.loads((deploy / "grafana" / "nodemedic.json").read_text()))
+    return exprs
+
+
+def renamed_in_changelog(text):
+    """The series CHANGELOG.md names under the newest version's "### Renamed series" heading:
+    the backticked names before each line's arrow (`old` → `new`, or `old` → removed)."""
+    out = set()
+    versions = 0
+    section = False
+    for line in text.splitlines():
+        if line.startswith("## ["):
+            versions += 1
+            section = False
+        elif line.startswith("### "):
+            section = versions == 1 and line.strip() == "### Renamed series"
+        elif section and "→" in line:
+            out.update(line.split("→")[0].split("`")[1::2])
+    return out
+
+
+def judge_series_kept(before, after, queries, renamed, min_queried=MIN_QUERIED_SERIES):
+    """The names that the previous release's daemon exported (exposition BEFORE) and a query of
+    QUERIES uses must all be exported by the new one (exposition AFTER), unless RENAMED (the
+    CHANGELOG's) names them. Returns (queried, renamed ones that went); raises AssertionError
+    with the lost names, or when fewer than MIN_QUERIED were queried at all."""
+    words = set()
+    for q in queries:
+        words.update(re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", q))
+    queried = exposition_names(before) & words
+    assert len(queried) >= min_queried, (
+        f"only {len(queried)} names of the previous release's exposition are queried "
+        f"(at least {min_queried}): {sorted(queried)}")
+    gone = queried - exposition_names(after)
+    lost = sorted(gone - renamed)
+    assert not lost, (
+        f"series the alerts, rules or dashboard query that the previous release exported and this "
+        f"one does not, and CHANGELOG.md's Renamed series does not name: {lost}")
+    return sorted(queried), sorted(gone)
 
 
 def check(name):
@@ -1006,8 +1098,9 @@ def upgrade_and_uninstall():
     poll("nothing left", 180, release_gone, every=2)
 
 
-@check("6. the IRQAffinityCollapsed condition is set by the pod's service account (collapsed fixture) and turns Unknown when the DaemonSet goes")
-def condition():
+def collapsed_values():
+    """Values that point nodemedic at the collapsed fixture (sampling every second): it sets
+    the IRQAffinityCollapsed condition. Understood by the previous release's chart too."""
     fixture = ROOT / "tests/fixtures/8cpu-collapsed"
     values = Path(ENV["DIR"]) / "collapsed-values.yaml"
     values.write_text(
@@ -1017,19 +1110,31 @@ def condition():
         "paths: {procfs: /fixture/proc, sysfs: /fixture/sys}\n"
         "sampleInterval: 1s\n" % fixture
     )
-    helm("install", "nodemedic", ROOT / "deploy/helm/nodemedic", "-f", values)
-    wait_ready()
+    return values
 
+
+def collapsed_condition(since=None):
+    """For poll: the node's IRQAffinityCollapsed condition once it is True (and, with SINCE, an
+    RFC 3339 time, heartbeated at or after it)."""
     def collapsed():
         node = kjson("get", "node", ENV["NODE_NAME"])
         for c in node["status"].get("conditions", []):
             if c["type"] == "IRQAffinityCollapsed":
-                if c["status"] == "True":
-                    return node
-                raise Pending(f"condition {c['status']}")
+                if c["status"] != "True":
+                    raise Pending(f"condition {c['status']} ({c.get('reason')})")
+                if since and c["lastHeartbeatTime"] < since:
+                    raise Pending(f"condition True, last heartbeat {c['lastHeartbeatTime']} before {since}")
+                return c
         raise Pending("no condition")
 
-    poll("IRQAffinityCollapsed True", 120, collapsed)
+    return collapsed
+
+
+@check("6. the IRQAffinityCollapsed condition is set by the pod's service account (collapsed fixture) and turns Unknown when the DaemonSet goes")
+def condition():
+    helm("install", "nodemedic", ROOT / "deploy/helm/nodemedic", "-f", collapsed_values())
+    wait_ready()
+    poll("IRQAffinityCollapsed True", 120, collapsed_condition())
     node = json.loads(kubectl("get", "node", ENV["NODE_NAME"], "-o", "json", "--show-managed-fields").stdout)
     managers = {f["manager"] for f in node["metadata"]["managedFields"] if f.get("subresource") == "status"}
     assert "nodemedic" in managers, managers
@@ -1157,6 +1262,70 @@ def helm_clients():
     log(f"helm {version}: install, upgrade, rollback, uninstall; helm {v3}: install, uninstall")
 
 
+def chart_version(chart):
+    """A chart's appVersion: the version of the image it runs (localhost/nodemedic:VERSION)."""
+    return re.search(r'^appVersion: "?([^"\s]+)"?$', (Path(chart) / "Chart.yaml").read_text(), re.M).group(1)
+
+
+def exposition_of(version):
+    """For poll: /metrics once the daemon that answers is VERSION (nodemedic_build_info)."""
+    def answered():
+        code, body = http("/metrics")
+        if code != 200:
+            raise Pending(f"/metrics {code}")
+        versions = [l.get("version") for n, l, _ in samples(body) if n == "nodemedic_build_info"]
+        if versions != [version]:
+            raise Pending(f"nodemedic_build_info versions {versions}")
+        return body
+
+    return answered
+
+
+@check("11. helm upgrade from the previous release's chart and image (tests/previous-version.sh) to this one's keeps the IRQAffinityCollapsed condition (set again by the new daemon, with the same reason) and every series that the alerts, rules and dashboard of either release query, unless CHANGELOG.md names it renamed")
+def upgrade_from_previous():
+    prev_tool = ROOT / "tests/previous-version.sh"
+    image = os.environ.get("NODEMEDIC_PREVIOUS_IMAGE_ARCHIVE") or run(
+        [prev_tool, "image"], timeout=3600).stdout.strip()
+    run(["ctr", "--address", ENV["CONTAINERD_SOCK"], "-n", "k8s.io", "images", "import", image])
+    previous_deploy = Path(ENV["DIR"]) / "previous"
+    shutil.rmtree(previous_deploy, ignore_errors=True)
+    previous_chart = Path(run([prev_tool, "chart", previous_deploy]).stdout.strip())
+    chart = ROOT / "deploy/helm/nodemedic"
+    previous, this = chart_version(previous_chart), chart_version(chart)
+    assert previous != this, f"the previous release's chart is {this}, this one's too"
+    values = collapsed_values()
+
+    helm("install", "nodemedic", previous_chart, "-f", values)
+    old = wait_ready()
+    # Set by this pod: check 6 left the condition Unknown, and the node's own IRQs may differ.
+    old_started = old["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
+    before = poll(f"the condition set by nodemedic {previous}", 120, collapsed_condition(since=old_started))
+    body_before = poll(f"nodemedic {previous} answering", 60, exposition_of(previous))
+    # As a user upgrades: this release's chart, the same values file.
+    helm("upgrade", "nodemedic", chart, "-f", values)
+    pod = poll("the pod rolled to this release", 180, rolled_from(old["metadata"]["uid"]))
+    started = pod["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
+    after = poll(f"the condition set again by nodemedic {this}", 120, collapsed_condition(since=started))
+    assert after["reason"] == before["reason"], f"reason {before['reason']} became {after['reason']}"
+
+    queries = shipped_queries(ROOT / "deploy") + shipped_queries(previous_deploy / "deploy")
+    renamed = renamed_in_changelog((ROOT / "CHANGELOG.md").read_text())
+
+    def kept():
+        body = exposition_of(this)()
+        try:
+            return judge_series_kept(body_before, body, queries, renamed)
+        except AssertionError as e:
+            raise Pending(str(e))
+
+    # A family that appears with its first event (a remediation decision) has a few samples
+    # to appear in.
+    queried, gone = poll("every queried series of the previous release exported again", 60, kept)
+    log(f"nodemedic {previous} -> {this}: condition {after['status']} ({after['reason']}) kept; "
+        f"{len(queried)} queried series kept, renamed per CHANGELOG.md: {gone or 'none'}")
+    # No uninstall: the cluster is torn down next.
+
+
 def assert_io_uring_refused(reader, disk=None):
     """The read layer (and the disk probe, when given) asked for io_uring under a profile that
     refuses it: on plain syscalls, each with the reason naming io_uring_setup and seccomp."""
@@ -1210,6 +1379,7 @@ def main():
         condition()
         seccomp()
         helm_clients()
+        upgrade_from_previous()
     except Exception:
         pass
     finally:
@@ -1219,7 +1389,7 @@ def main():
     failed = sum(1 for _, ok, _ in RESULTS if not ok)
     log(f"total {time.time() - t0:.0f}s; logs in {d}/logs and {d}/pod-logs")
     print(f"k8s node: {passed} passed, {failed} failed")
-    sys.exit(0 if failed == 0 and passed == 11 else 1)
+    sys.exit(0 if failed == 0 and passed == 12 else 1)
 
 
 if __name__ == "__main__":

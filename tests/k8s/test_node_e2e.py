@@ -2,11 +2,13 @@
 """node_e2e.py's judgements without a cluster: each fed what a broken node would give (a
 failed collector, a scraper that missed the roll, a refusal while a pod serves, a kubectl that
 cannot reach the API, a retry every 8 s, a process without seccomp, a throttled cgroup,
-memory past its bound) must fail, and what a working node gives must pass.
+memory past its bound, a queried series gone after an upgrade) must fail, and what a working
+node gives must pass.
 
     python3 tests/k8s/test_node_e2e.py        # stdlib only; tests/run-all.sh runs it
 """
 
+import importlib.util
 import sys
 import unittest
 from pathlib import Path
@@ -292,6 +294,90 @@ class Process(unittest.TestCase):
         for (on, off), what in cases:
             with self.assertRaisesRegex(AssertionError, what):
                 e2e.judge_memory(on, off)
+
+
+CHANGELOG = """# Changelog
+
+## [0.3.0] - unreleased
+
+### Renamed series
+
+- `nodemedic_irq_collapsed` → `nodemedic_irq_group_collapsed`
+- `nodemedic_old_gauge` → removed
+
+## [0.2.0] - 2026-12-01 (commit abcdef0)
+
+### Renamed series
+
+- `nodemedic_softirqs_total` → `nodemedic_softirq_total`
+"""
+
+
+class SeriesKept(unittest.TestCase):
+    BEFORE = (
+        "# TYPE nodemedic_irq_collapsed gauge\n"
+        'nodemedic_irq_collapsed{group="virtio0"} 1\n'
+        "# TYPE nodemedic_scrape_collector_duration_seconds histogram\n"
+        'nodemedic_scrape_collector_duration_seconds_bucket{le="+Inf"} 3\n'
+        "nodemedic_scrape_collector_duration_seconds_sum 0.1\n"
+        "nodemedic_scrape_collector_duration_seconds_count 3\n"
+        "# TYPE nodemedic_remediation_actions_total counter\n"
+        "nodemedic_unqueried_total 4\n"
+    )
+    QUERIES = [
+        "max by (node) (nodemedic_irq_collapsed) == 1",
+        "histogram_quantile(0.99, rate(nodemedic_scrape_collector_duration_seconds_bucket[5m]))",
+        'sum(increase(nodemedic_remediation_actions_total{result="failed"}[1h])) > 0',
+    ]
+
+    def judge(self, after, renamed=frozenset()):
+        return e2e.judge_series_kept(self.BEFORE, after, self.QUERIES, set(renamed), min_queried=3)
+
+    def test_names_of_families_samples_and_histograms(self):
+        self.assertEqual(e2e.exposition_names(self.BEFORE), {
+            "nodemedic_irq_collapsed", "nodemedic_scrape_collector_duration_seconds",
+            "nodemedic_scrape_collector_duration_seconds_bucket",
+            "nodemedic_scrape_collector_duration_seconds_sum",
+            "nodemedic_scrape_collector_duration_seconds_count",
+            "nodemedic_remediation_actions_total", "nodemedic_unqueried_total"})
+
+    def test_the_same_series_pass_and_an_unqueried_one_may_go(self):
+        after = self.BEFORE.replace("nodemedic_unqueried_total 4\n", "")
+        queried, gone = self.judge(after)
+        self.assertIn("nodemedic_scrape_collector_duration_seconds_bucket", queried)
+        self.assertNotIn("nodemedic_unqueried_total", queried)
+        self.assertEqual(gone, [])
+
+    def test_a_queried_series_renamed_fails(self):
+        after = self.BEFORE.replace("nodemedic_irq_collapsed", "nodemedic_irq_group_collapsed")
+        with self.assertRaisesRegex(AssertionError, r"\['nodemedic_irq_collapsed'\]"):
+            self.judge(after)
+
+    def test_a_family_declared_without_samples_counts_as_exported(self):
+        # The remediation counter has no sample before a decision, before or after.
+        self.assertEqual(self.judge(self.BEFORE)[1], [])
+        after = self.BEFORE.replace("# TYPE nodemedic_remediation_actions_total counter\n", "")
+        with self.assertRaisesRegex(AssertionError, "nodemedic_remediation_actions_total"):
+            self.judge(after)
+
+    def test_a_rename_the_changelog_names_passes(self):
+        after = self.BEFORE.replace("nodemedic_irq_collapsed", "nodemedic_irq_group_collapsed")
+        renamed = e2e.renamed_in_changelog(CHANGELOG)
+        self.assertEqual(self.judge(after, renamed)[1], ["nodemedic_irq_collapsed"])
+
+    def test_only_the_newest_version_s_renames_count(self):
+        self.assertEqual(e2e.renamed_in_changelog(CHANGELOG),
+                         {"nodemedic_irq_collapsed", "nodemedic_old_gauge"})
+
+    def test_too_few_queried_names_fail(self):
+        with self.assertRaisesRegex(AssertionError, "only 0 names"):
+            e2e.judge_series_kept(self.BEFORE, self.BEFORE, ["up == 0"], set(), min_queried=1)
+
+    @unittest.skipUnless(importlib.util.find_spec("yaml"), "python3-yaml reads the rule files")
+    def test_the_shipped_queries_read(self):
+        queries = e2e.shipped_queries(Path(__file__).resolve().parents[2] / "deploy")
+        self.assertGreater(len(queries), 50)
+        self.assertTrue(any("nodemedic_irq_collapsed" in q for q in queries))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Guest side of the end-to-end test (runs as root in the VM, from /mnt/host).
-# Installs nodemedic from its Debian package (`dpkg -i`, then `systemctl enable --now`), checks
+# First the upgrade from the previous release's .deb and the downgrade back, as apt would, with
+# an edited configuration and /metrics scraped throughout (upgrade-guest.sh); then, from a
+# fresh install: installs nodemedic from its Debian package (`dpkg -i`, then `systemctl enable --now`), checks
 # the hardened Type=notify unit (systemd-analyze verify, readiness through sd_notify, the
 # exposure level), replays the incident (irqbalance stuck, every NIC queue IRQ on CPU 0) and
 # checks that nodemedic detects it, restarts irqbalance over D-Bus once with the hardening
@@ -63,6 +65,9 @@ audit_count() { # action result -> number of audit log lines
     journalctl -u nodemedic -o cat --no-pager | grep 'remediation decision' |
         grep -c "action=$1 .*result=$2"
 }
+
+# shellcheck source=tests/vm/upgrade-guest.sh
+. "$H/upgrade-guest.sh"
 
 check deb_installs dpkg -i "$H/nodemedic.deb"
 check deb_files bash -c "[ -x /usr/bin/nodemedic ] && [ -f /etc/nodemedic/nodemedic.toml ] && [ -f /usr/share/man/man1/nodemedic.1.gz ] && [ -f /usr/lib/systemd/system/nodemedic.service ]"

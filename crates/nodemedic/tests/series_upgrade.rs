@@ -5,9 +5,10 @@
 //! records for it; without git history (a source tarball, a shallow clone) the test says so
 //! and checks nothing.
 //!
-//! This is the static half of the upgrade check; the cluster half (`helm upgrade` from the
-//! previous chart keeping the Node condition and these series on a live node) is not written
-//! yet (issue 36, point 6).
+//! This is the static half of the upgrade check. The live half is check 11 of
+//! tests/k8s/node_e2e.py: `helm upgrade` from the previous release's chart and image to this
+//! one's keeps the Node condition and every series the two daemons' expositions share with the
+//! queries of these same files, under the same CHANGELOG.md rule.
 
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
 
