@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # Warms, in the background of tests/run-all.sh, the caches of what the later steps build from
 # the Go module proxy and Debian's registry: the Kubernetes binaries, Helm 4 and 3, containerd
-# and runc, the Prometheus with Kubernetes discovery, and both QEMU guests' images. On a cold
-# machine that is about 20 minutes of building, most of which then overlaps the Rust builds
-# and the tests that do not need them; on a warm one each step finds its cache in < 1 s.
+# and runc, the Prometheus with Kubernetes discovery, both QEMU guests' images, and the
+# previous release's .deb and image (tests/previous-version.sh). tests/run-all.sh waits for it
+# before the cluster and VM tests, which must run on an idle machine. On a cold machine that
+# is about 35 minutes of building (the previous release's build alone 14), which then overlaps
+# the cargo tests and the image builds; on a warm one each step finds its cache in < 1 s.
 #
-#   nice -n 10 tests/prebuild.sh     # tests/run-all.sh starts it so, and prints its log at the end
+#   nice -n 10 tests/prebuild.sh     # tests/run-all.sh starts it so, and prints its log when
+#                                    # it waits for it, before the cluster tests
 #
 # Nothing depends on it having run or succeeded: every step that needs a build calls the same
 # script, which takes the same cache's lock, so it waits for the build under way here, or finds
 # it done, or (if it failed here) builds it again and fails there with its own message. Order:
-# what the cargo tests need first (Kubernetes, Helm 4), then the node e2e's (containerd,
+# what the cargo tests need first (Kubernetes, Helm 4), then the previous release's .deb and
+# image (one release build of it, by its own scripts), then the node e2e's (containerd,
 # Prometheus, Helm 3), then the guest's image (it holds the kubelet and containerd built
 # before it). Debian 12's guest image (debootstrap: mostly downloads and unpacking) is built
 # beside the Go builds.
@@ -34,6 +38,7 @@ step bash tests/vm/build-image.sh &
 vm=$!
 step bash tests/k8s/build-k8s.sh
 step bash tests/k8s/build-helm.sh 4
+step bash tests/previous-version.sh deb
 step bash tests/k8s/build-containerd.sh
 step bash tests/k8s/build-prometheus.sh
 step bash tests/k8s/build-helm.sh 3
