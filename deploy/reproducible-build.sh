@@ -5,17 +5,16 @@
 #
 #   deploy/reproducible-build.sh [COMMIT]        (default HEAD; as root, like the builds)
 #
-# Each tree is `git archive COMMIT` unpacked, without .git, so the revision comes from
-# NODEMEDIC_REVISION (as for any source tarball) and nothing but the commit's files is built.
-# Both builds run deploy/debian/build-deb.sh and deploy/container/build-image.sh as they are,
-# with SOURCE_DATE_EPOCH the commit's time. Two cold release builds: about 2 x 10 minutes on 2
+# Each tree is built by deploy/build-commit.sh (`git archive COMMIT` unpacked, without .git, so
+# the revision comes from NODEMEDIC_REVISION and nothing but the commit's files is built; its
+# deploy/debian/build-deb.sh and deploy/container/build-image.sh run as they are), with
+# SOURCE_DATE_EPOCH the commit's time. Two cold release builds: about 2 x 10 minutes on 2
 # cores. Set KEEP=1 to keep the trees.
 set -euo pipefail
 ROOT=$(readlink -f "$(dirname "${BASH_SOURCE[0]}")/..")
 COMMIT=$(git -C "$ROOT" rev-parse "${1:-HEAD}^{commit}")
 export SOURCE_DATE_EPOCH
 SOURCE_DATE_EPOCH=$(git -C "$ROOT" show -s --format=%ct "$COMMIT")
-export NODEMEDIC_REVISION=$COMMIT
 
 WORK=$(mktemp -d /tmp/nodemedic-repro.XXXXXX)
 [ "${KEEP:-0}" = 1 ] || trap 'rm -rf "$WORK"' EXIT
@@ -24,19 +23,8 @@ TREES=("$WORK/a" "$WORK/second/build-tree-b")
 
 build() {
     local tree=$1 start
-    mkdir -p "$tree"
-    git -C "$ROOT" archive "$COMMIT" | tar -x -C "$tree"
     start=$(date +%s)
-    (
-        cd "$tree"
-        unset CARGO_TARGET_DIR
-        bash deploy/debian/build-deb.sh >"$tree/deb.path"
-        bash deploy/container/build-image.sh --oci-archive "$tree/image.tar" >/dev/null
-    ) >"$tree/build.log" 2>&1 || {
-        tail -n 30 "$tree/build.log" >&2
-        echo "build in $tree failed" >&2
-        exit 1
-    }
+    bash "$ROOT/deploy/build-commit.sh" "$COMMIT" "$tree"
     echo "built $tree in $(($(date +%s) - start))s" >&2
 }
 
@@ -75,11 +63,7 @@ compare() {
         [ "${4:-}" = info ] || fail=1
     fi
 }
-deb_of() {
-    local path
-    path=$(cat "$1/deb.path")
-    case "$path" in /*) echo "$path" ;; *) echo "$1/$path" ;; esac
-}
+deb_of() { cat "$1/deb.path"; }
 A=${TREES[0]}
 B=${TREES[1]}
 echo "commit $COMMIT, SOURCE_DATE_EPOCH $SOURCE_DATE_EPOCH, trees $A and $B"

@@ -10,10 +10,10 @@
 #
 # The previous release is the version after the first heading of CHANGELOG.md, at the commit
 # its heading records, "(commit …)" (as crates/nodemedic/tests/series_upgrade.rs reads it).
-# That commit is unpacked with `git archive` into a temporary tree (no .git: NODEMEDIC_REVISION
-# names it, for a version whose build asks), where its deploy/debian/build-deb.sh and then its
-# deploy/container/build-image.sh --oci-archive run as they are: one release build of the
-# static binary, which the .deb and the image share (the image's build finds it built). The
+# deploy/build-commit.sh unpacks that commit with `git archive` into a temporary tree (no .git:
+# NODEMEDIC_REVISION names it, for a version whose build asks), where its
+# deploy/debian/build-deb.sh and then its deploy/container/build-image.sh --oci-archive run as
+# they are: one release build of the static binary, which the .deb and the image share. The
 # two artifacts, the build's log and a stamp go to
 # ${NODEMEDIC_PREVIOUS_CACHE:-/var/cache/nodemedic-previous}/COMMIT/; the tree is removed.
 # Later runs, from any checkout, take the cache: the build is paid once per machine (about 10
@@ -73,20 +73,13 @@ mkdir -p "$CACHE"
     src=$(mktemp -d "${TMPDIR:-/var/tmp}/nodemedic-previous.XXXXXX")
     trap 'rm -rf "$src"' EXIT
     echo "[previous] building nodemedic $VERSION ($COMMIT) with its own scripts in $src" >&2
-    git archive "$COMMIT" | tar -x -C "$src"
-    (
-        cd "$src"
-        unset CARGO_TARGET_DIR
-        export NODEMEDIC_REVISION=$COMMIT
-        bash deploy/debian/build-deb.sh >"$src/deb.path"
-        bash deploy/container/build-image.sh --oci-archive "$src/image.tar" >/dev/null
-    ) >"$CACHE/build.log" 2>&1 || {
-        tail -n 40 "$CACHE/build.log" >&2
+    bash deploy/build-commit.sh "$COMMIT" "$src" || {
+        cp "$src/build.log" "$CACHE/build.log" 2>/dev/null || true
         echo "[previous] the build of $VERSION ($COMMIT) failed" >&2
         exit 1
     }
-    built=$(tail -n 1 "$src/deb.path")
-    case "$built" in /*) ;; *) built=$src/$built ;; esac
+    cp "$src/build.log" "$CACHE/build.log"
+    built=$(cat "$src/deb.path")
     # cargo-deb's Debian revision: VERSION-1.
     [ "$(dpkg-deb -f "$built" Version)" = "$VERSION-1" ] || {
         echo "[previous] $built is version $(dpkg-deb -f "$built" Version), not $VERSION-1" >&2
