@@ -25,7 +25,10 @@ fi
 start=$(date +%s)
 # The version helm prints (`helm version`) and sends as its user agent; without it Helm 4
 # calls itself "v4.3" and Helm 3 "v3.19".
-GOBIN="$CACHE/bin" "$GO" install -ldflags "-X helm.sh/helm/v$MAJOR/internal/version.version=$HELM_VERSION" \
+# Static and -trimpath, as Helm's releases and the other Go builds here (build-prometheus.sh):
+# with the same flags Go's build cache compiles the standard library and the modules they share
+# (Helm 4 and Prometheus require the same k8s.io/client-go) once.
+CGO_ENABLED=0 GOBIN="$CACHE/bin" "$GO" install -trimpath -ldflags "-X helm.sh/helm/v$MAJOR/internal/version.version=$HELM_VERSION" \
     "helm.sh/helm/v$MAJOR/cmd/helm@${HELM_VERSION}" >&2
 echo "$HELM_VERSION" > "$CACHE/stamp"
 echo "[build-helm] built $BIN ($HELM_VERSION) in $(( $(date +%s) - start ))s" >&2

@@ -22,7 +22,9 @@ if [ -x "$BIN" ] && [ "$(cat "$CACHE/stamp" 2>/dev/null)" = "$VERSION $TAGS" ]; 
 fi
 [ -x "$GO" ] || { echo "build-prometheus.sh: Go is needed (deploy/bootstrap.sh ensure_go)" >&2; exit 1; }
 start=$(date +%s)
-GOBIN="$CACHE/bin" "$GO" install -tags "$TAGS" "github.com/prometheus/prometheus/cmd/prometheus@${VERSION}" >&2
+# -trimpath and CGO_ENABLED=0 as build-helm.sh's: Go's build cache then compiles the modules
+# both require (k8s.io/client-go, api, apimachinery) once.
+GOBIN="$CACHE/bin" "$GO" install -trimpath -tags "$TAGS" "github.com/prometheus/prometheus/cmd/prometheus@${VERSION}" >&2
 echo "$VERSION $TAGS" > "$CACHE/stamp"
 echo "[build-prometheus] built $BIN ($VERSION) in $(( $(date +%s) - start ))s" >&2
 echo "$BIN"
