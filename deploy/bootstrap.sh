@@ -48,10 +48,6 @@ NODEMEDIC_TOOLS_ROOT=${NODEMEDIC_TOOLS_ROOT:-/var/cache/nodemedic-tools}
 # $NODEMEDIC_TOOLS_ROOT unless cargo's record of that root has it, under a flock so that two
 # checkouts finding it missing install it once; prints the path of BINARY (default CRATE).
 # The install's output goes to stderr with the seconds it took (CI's cold budget counts them).
-# Built without link-time optimisation and with 16 codegen units (TOOL_PROFILE): cargo-deny's
-# own release profile asks for fat LTO in one codegen unit, most of its cold install, and a
-# tool that runs for seconds gains nothing from it.
-TOOL_PROFILE=(CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16)
 ensure_cargo_tool() {
     local crate=$1 version=$2 bin=${3:-$1} start
     ensure_rust >&2
@@ -62,8 +58,7 @@ ensure_cargo_tool() {
             [ -x "$NODEMEDIC_TOOLS_ROOT/bin/$bin" ]; }; then
             start=$(date +%s)
             echo "[tools] installing $crate $version into $NODEMEDIC_TOOLS_ROOT" >&2
-            env "${TOOL_PROFILE[@]}" \
-                cargo install --locked "$crate" --version "$version" --root "$NODEMEDIC_TOOLS_ROOT" >&2
+            cargo install --locked "$crate" --version "$version" --root "$NODEMEDIC_TOOLS_ROOT" >&2
             echo "[tools] $crate $version installed in $(($(date +%s) - start))s" >&2
         fi
     ) 7>"$NODEMEDIC_TOOLS_ROOT/.lock" || return 1

@@ -39,8 +39,7 @@ fi
 
 if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
     echo "fuzz.sh: installing cargo-fuzz"
-    # No LTO, 16 codegen units: a tool's cold install, not its speed, is what CI pays for.
-    CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 cargo install --locked cargo-fuzz
+    cargo install --locked cargo-fuzz
 fi
 
 cd fuzz

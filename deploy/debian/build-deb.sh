@@ -39,8 +39,7 @@ exec 9>"$CARGO_DEB_ROOT/.lock"
 flock 9
 if ! "$CARGO_DEB_ROOT/bin/cargo-deb" --version 2>/dev/null | grep -q "$CARGO_DEB_VERSION"; then
     echo "[build-deb] installing cargo-deb $CARGO_DEB_VERSION into $CARGO_DEB_ROOT" >&2
-    env "${TOOL_PROFILE[@]}" \
-        cargo install cargo-deb --version "$CARGO_DEB_VERSION" --locked --root "$CARGO_DEB_ROOT" >&2
+    cargo install cargo-deb --version "$CARGO_DEB_VERSION" --locked --root "$CARGO_DEB_ROOT" >&2
 fi
 flock -s 9
 
