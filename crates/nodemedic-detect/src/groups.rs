@@ -213,7 +213,7 @@ mod tests {
 
     use std::sync::Arc;
 
-    use nodemedic_kernel::interrupts::{Interrupts, IrqLine};
+    use nodemedic_kernel::interrupts::{Interrupts, IrqDescription, IrqLine};
 
     use super::*;
 
@@ -221,10 +221,12 @@ mod tests {
         IrqLine {
             irq,
             counts: vec![1, 0],
-            chip: chip.into(),
-            hwirq: Some("1-edge".into()),
-            trigger: None,
-            actions: actions.iter().map(|a| a.to_string()).collect(),
+            desc: Arc::new(IrqDescription {
+                chip: chip.into(),
+                hwirq: Some("1-edge".into()),
+                trigger: None,
+                actions: actions.iter().map(|a| a.to_string()).collect(),
+            }),
             nonzero: None,
         }
     }

@@ -272,7 +272,7 @@ fn irq_labels<'v>(
     let group_of = |irq: u32| -> &str { group_by_irq.get(&irq).copied().unwrap_or("") };
     ints.irqs
         .iter()
-        .map(|l| (l.irq.to_string(), group_of(l.irq), l.actions.join(",")))
+        .map(|l| (l.irq.to_string(), group_of(l.irq), l.desc.actions.join(",")))
         .collect()
 }
 
