@@ -327,6 +327,8 @@ struct State {
     /// [`Reader::read_lines`]'s chunk, reused: allocating and freeing 64 KiB every sample
     /// makes glibc consolidate its free lists each time.
     line_chunk: Vec<u8>,
+    /// [`Reader::read_with`]'s text, reused from one file and one sample to the next.
+    text: String,
     watches: Watches,
 }
 
@@ -440,6 +442,7 @@ impl Reader {
                 ring,
                 batch_bufs: Vec::new(),
                 line_chunk: Vec::new(),
+                text: String::new(),
                 watches: Watches::default(),
             }),
         }
@@ -501,6 +504,16 @@ impl Reader {
         let mut bytes = std::mem::take(buf).into_bytes();
         let result = self.read_bytes(path, &mut bytes);
         finish_utf8(path, bytes, buf, result)
+    }
+
+    /// `f` of the whole file, read into a buffer the read layer keeps: for a file read and
+    /// parsed every sample, nothing is allocated for its text once the buffer is as large.
+    pub fn read_with<T>(&self, path: &Path, f: impl FnOnce(&str) -> T) -> Result<T, ReadError> {
+        // Taken out of the state for the read (which locks it) and `f` (which may read too).
+        let mut text = std::mem::take(&mut self.state().text);
+        let result = self.read_into(path, &mut text).map(|()| f(&text));
+        self.state().text = text;
+        result
     }
 
     pub fn read(&self, path: &Path) -> Result<String, ReadError> {

@@ -141,6 +141,8 @@ struct GroupState {
     hurting: Latch,
     /// The (collapsed, hurting) pair last reported, to tell callers what changed.
     reported: (bool, bool),
+    /// The last observation that had this group.
+    seen: u64,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -161,6 +163,10 @@ pub struct CollapseDetector {
     state: BTreeMap<String, GroupState>,
     previous: Option<Previous>,
     classified: Classified,
+    observations: u64,
+    /// Per-column sums of one group (its growth, its counts since boot), kept from one group
+    /// to the next and one sample to the next rather than allocated for each.
+    scratch: (Vec<u64>, Vec<u64>),
 }
 
 impl CollapseDetector {
@@ -171,6 +177,8 @@ impl CollapseDetector {
             state: BTreeMap::new(),
             previous: None,
             classified: Classified::default(),
+            observations: 0,
+            scratch: Default::default(),
         }
     }
 
@@ -191,12 +199,17 @@ impl CollapseDetector {
             .map(|p| snap.at.saturating_sub(p.at).as_secs_f64())
             .filter(|dt| *dt > 0.0);
         let mut verdicts = Vec::with_capacity(groups.len());
-        let mut seen = std::collections::BTreeSet::new();
+        self.observations += 1;
+        let observation = self.observations;
+        let mut scratch = std::mem::take(&mut self.scratch);
         for group in groups {
-            let evidence = self.evidence(&group, &current, elapsed);
+            let evidence = self.evidence(&group, &current, elapsed, &mut scratch);
             let collapsed_now = self.collapsed_now(&group, &evidence);
             let hurting_now = collapsed_now && self.hurting_now(&evidence);
-            let state = self.state.entry(group.key.clone()).or_default();
+            let Some(state) = state_of(&mut self.state, &group.key) else {
+                continue;
+            };
+            state.seen = observation;
             state
                 .collapsed
                 .update(collapsed_now, &self.collapse.hysteresis(), snap.timestamp);
@@ -207,7 +220,6 @@ impl CollapseDetector {
             let hurting = collapsed && state.hurting.active;
             let changed = state.reported != (collapsed, hurting);
             state.reported = (collapsed, hurting);
-            seen.insert(group.key.clone());
             verdicts.push(GroupVerdict {
                 collapsed,
                 hurting,
@@ -224,7 +236,8 @@ impl CollapseDetector {
             });
         }
         // A device that went away takes its state with it.
-        self.state.retain(|k, _| seen.contains(k));
+        self.state.retain(|_, s| s.seen == observation);
+        self.scratch = scratch;
         self.previous = Some(current);
         verdicts
     }
@@ -246,7 +259,13 @@ impl CollapseDetector {
         concentrated || softnet
     }
 
-    fn evidence(&self, g: &DeviceGroup, cur: &Previous, elapsed: Option<f64>) -> Evidence {
+    fn evidence(
+        &self,
+        g: &DeviceGroup,
+        cur: &Previous,
+        elapsed: Option<f64>,
+        (delta, cumulative): &mut (Vec<u64>, Vec<u64>),
+    ) -> Evidence {
         let distinct_cpus = g.effective_cpus.len();
         let mut e = Evidence {
             distinct_cpus,
@@ -257,14 +276,15 @@ impl CollapseDetector {
         // sample. Columns map to CPUs through the header; when it is unchanged (the usual
         // case) the previous sample's columns line up index for index.
         let ncols = cur.cpus.len();
-        let mut delta = vec![0u64; ncols];
+        delta.clear();
+        delta.resize(ncols, 0);
         let mut busiest_irq = 0u64;
         let prev = self.previous.as_ref().filter(|_| elapsed.is_some());
         if let Some(p) = prev {
             let map = crate::rates::column_map(&p.cpus, &cur.cpus);
             for irq in &g.irqs {
                 if let (Some(now), Some(before)) = (cur.row(*irq), p.row(*irq)) {
-                    let grew = crate::rates::add_growth(&mut delta, now, before, map.as_deref());
+                    let grew = crate::rates::add_growth(delta, now, before, map.as_deref());
                     busiest_irq = busiest_irq.max(grew);
                 }
             }
@@ -275,15 +295,13 @@ impl CollapseDetector {
         }
         // The counts since boot are the basis only when nothing grew (the first sample, an
         // idle device), so they are summed only then.
-        let cumulative = if total_delta > 0 {
-            Vec::new()
-        } else {
-            let mut sums = vec![0u64; ncols];
+        cumulative.clear();
+        if total_delta == 0 {
+            cumulative.resize(ncols, 0);
             for row in g.irqs.iter().filter_map(|irq| cur.row(*irq)) {
-                row.add_to(&mut sums);
+                row.add_to(cumulative);
             }
-            sums
-        };
+        }
         if let (Some(dt), Some(_)) = (elapsed, prev) {
             e.irq_rate = Some(total_delta as f64 / dt);
             e.per_cpu_rate = delta
@@ -294,9 +312,9 @@ impl CollapseDetector {
                 .collect();
         }
         let (basis, source) = if total_delta > 0 {
-            (ShareBasis::Rate, &delta)
+            (ShareBasis::Rate, &*delta)
         } else {
-            (ShareBasis::Cumulative, &cumulative)
+            (ShareBasis::Cumulative, &*cumulative)
         };
         let total: u64 = source.iter().fold(0u64, |a, v| a.saturating_add(*v));
         if total > 0 {
@@ -336,6 +354,19 @@ impl CollapseDetector {
         }
         e
     }
+}
+
+/// The state of the group `key`, new if it has none yet (always `Some`). The key is copied
+/// for a new group only, where `entry` would copy it for every group of every sample.
+#[allow(clippy::map_entry)]
+fn state_of<'s>(
+    state: &'s mut BTreeMap<String, GroupState>,
+    key: &str,
+) -> Option<&'s mut GroupState> {
+    if !state.contains_key(key) {
+        state.insert(key.to_string(), GroupState::default());
+    }
+    state.get_mut(key)
 }
 
 impl Previous {

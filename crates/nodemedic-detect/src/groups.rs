@@ -152,25 +152,27 @@ fn build_group(
         (None, None, Some(p)) => p.clone(),
         (None, _, None) => key.clone(),
     };
-    let (irqs, other_irqs): (Vec<u32>, Vec<u32>) = {
-        let (a, b): (Vec<&Member>, Vec<&Member>) = members.iter().partition(|m| considered(m));
-        (
-            a.iter().map(|m| m.irq).collect(),
-            b.iter().map(|m| m.irq).collect(),
-        )
-    };
+    let mut irqs = Vec::with_capacity(members.len());
+    let mut other_irqs = Vec::new();
+    for m in members {
+        if considered(&m) {
+            irqs.push(m.irq);
+        } else {
+            other_irqs.push(m.irq);
+        }
+    }
     let mut effective_cpus = CpuSet::new();
     let mut unknown_affinity = Vec::new();
     for irq in &irqs {
         match snap.affinity.get(irq).and_then(|a| a.delivery_cpus()) {
-            Some(cpus) => effective_cpus = effective_cpus.union(cpus),
+            Some(cpus) => effective_cpus.union_with(cpus),
             None => unknown_affinity.push(*irq),
         }
     }
     // An IRQ bound to an offline CPU does not fire (managed IRQs are shut down with their
     // CPU); it is not a place interrupts are delivered.
     if let Some(t) = &snap.topology {
-        effective_cpus = effective_cpus.intersection(&t.online);
+        effective_cpus.intersect_with(&t.online);
     }
     // The device's node, from any of its IRQs when none is judged (an event line's too).
     let numa_node = sysfs.and_then(|d| d.numa_node).or_else(|| {
@@ -179,19 +181,18 @@ fn build_group(
             .find_map(|i| snap.affinity.get(i)?.node)
             .and_then(|n| u32::try_from(n).ok())
     });
-    let mut eligible_cpus = base.clone();
-    if opts.numa_local {
-        let local = sysfs
-            .and_then(|d| d.local_cpus.clone())
-            .or_else(|| {
+    let local = opts
+        .numa_local
+        .then(|| {
+            sysfs.and_then(|d| d.local_cpus.as_ref()).or_else(|| {
                 let t = snap.topology.as_ref()?;
-                t.numa_nodes.get(&numa_node?).cloned()
+                t.numa_nodes.get(&numa_node?)
             })
-            .map(|cpus| base.intersection(&cpus));
-        if let Some(local) = local.filter(|l| !l.is_empty()) {
-            eligible_cpus = local;
-        }
-    }
+        })
+        .flatten()
+        .map(|cpus| base.intersection(cpus))
+        .filter(|l| !l.is_empty());
+    let eligible_cpus = local.unwrap_or_else(|| base.clone());
     DeviceGroup {
         key,
         name,
@@ -213,7 +214,7 @@ mod tests {
 
     use std::sync::Arc;
 
-    use nodemedic_kernel::interrupts::{Interrupts, IrqLine};
+    use nodemedic_kernel::interrupts::{Interrupts, IrqDescription, IrqLine};
 
     use super::*;
 
@@ -221,10 +222,12 @@ mod tests {
         IrqLine {
             irq,
             counts: vec![1, 0],
-            chip: chip.into(),
-            hwirq: Some("1-edge".into()),
-            trigger: None,
-            actions: actions.iter().map(|a| a.to_string()).collect(),
+            desc: Arc::new(IrqDescription {
+                chip: chip.into(),
+                hwirq: Some("1-edge".into()),
+                trigger: None,
+                actions: actions.iter().map(|a| a.to_string()).collect(),
+            }),
             nonzero: None,
         }
     }

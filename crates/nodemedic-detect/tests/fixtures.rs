@@ -459,7 +459,7 @@ fn a_corrupt_affinity_file_loses_only_its_own_irq_mask() {
         "no other IRQ is lost: {:?}",
         aff.warnings
     );
-    for (irq, a) in &clean.affinity {
+    for (irq, a) in clean.affinity.iter() {
         if *irq != 4 && *irq != 12 {
             assert_eq!(snap.affinity.get(irq), Some(a), "IRQ {irq} unchanged");
         }

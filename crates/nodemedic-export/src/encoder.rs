@@ -56,33 +56,49 @@ pub struct Encoder {
 
 impl Encoder {
     pub fn new(format: Format) -> Self {
+        Self::with_capacity(format, 64 * 1024)
+    }
+
+    /// An encoder whose output starts with room for `bytes`: the whole exposition, when the
+    /// caller can tell its size, is one allocation rather than a doubling per 64 KiB.
+    pub fn with_capacity(format: Format, bytes: usize) -> Self {
         Self {
             format,
-            out: String::with_capacity(64 * 1024),
-            sample_name: String::new(),
+            out: String::with_capacity(bytes),
+            // Longer than any family name: never grown.
+            sample_name: String::with_capacity(128),
             series: 0,
         }
     }
 
     /// Starts a metric family. `name` is the family name without `_total` or `_info`; counters
     /// and info metrics get the suffix on their samples (and, in the text format, in
-    /// HELP/TYPE as Prometheus expects).
+    /// HELP/TYPE as Prometheus expects). Written straight into the output: no `String` per
+    /// family (BENCHMARKS.md, "Allocations per sample and per render").
     pub fn family(&mut self, name: &str, kind: Kind, help: &str) {
-        let (meta_name, kind_str) = match (kind, self.format) {
-            (Kind::Counter, Format::Text) => (format!("{name}_total"), "counter"),
-            (Kind::Counter, Format::OpenMetrics) => (name.to_string(), "counter"),
-            (Kind::Info, Format::Text) => (format!("{name}_info"), "gauge"),
-            (Kind::Info, Format::OpenMetrics) => (name.to_string(), "info"),
-            (Kind::Gauge, _) => (name.to_string(), "gauge"),
-            (Kind::Histogram, _) => (name.to_string(), "histogram"),
+        let (meta_suffix, kind_str) = match (kind, self.format) {
+            (Kind::Counter, Format::Text) => ("_total", "counter"),
+            (Kind::Counter, Format::OpenMetrics) => ("", "counter"),
+            (Kind::Info, Format::Text) => ("_info", "gauge"),
+            (Kind::Info, Format::OpenMetrics) => ("", "info"),
+            (Kind::Gauge, _) => ("", "gauge"),
+            (Kind::Histogram, _) => ("", "histogram"),
         };
-        self.sample_name = match kind {
-            Kind::Counter => format!("{name}_total"),
-            Kind::Info => format!("{name}_info"),
-            Kind::Gauge | Kind::Histogram => name.to_string(),
-        };
-        let _ = writeln!(self.out, "# HELP {meta_name} {}", escape_help(help));
-        let _ = writeln!(self.out, "# TYPE {meta_name} {kind_str}");
+        self.sample_name.clear();
+        self.sample_name.push_str(name);
+        self.sample_name.push_str(match kind {
+            Kind::Counter => "_total",
+            Kind::Info => "_info",
+            Kind::Gauge | Kind::Histogram => "",
+        });
+        for (line, text) in [("# HELP ", help), ("# TYPE ", kind_str)] {
+            self.out.push_str(line);
+            self.out.push_str(name);
+            self.out.push_str(meta_suffix);
+            self.out.push(' ');
+            escape_help_into(&mut self.out, text);
+            self.out.push('\n');
+        }
     }
 
     /// Writes one sample of the current family.
@@ -137,8 +153,15 @@ fn write_value(out: &mut String, v: f64) {
     }
 }
 
-fn escape_help(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('\n', "\\n")
+/// HELP text escaped as the text format wants it: `\\` and `\n`.
+fn escape_help_into(out: &mut String, s: &str) {
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
 }
 
 fn escape_label_into(out: &mut String, v: &str) {

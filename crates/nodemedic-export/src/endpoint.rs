@@ -154,8 +154,9 @@ fn wants_gzip(headers: &HeaderMap) -> bool {
 }
 
 /// gzip at level 1: 8× smaller than the text for 0.5 ms on the 256-CPU exposition, where the
-/// default level costs 3.6 ms for 9.5× (BENCHMARKS.md, "gzip").
-fn gzip(body: &[u8]) -> Option<Vec<u8>> {
+/// default level costs 3.6 ms for 9.5× (BENCHMARKS.md, "gzip"). Public for the allocation
+/// bench (`nodemedic-engine/benches/allocations.rs`), which counts what a scrape costs.
+pub fn gzip(body: &[u8]) -> Option<Vec<u8>> {
     use std::io::Write;
     let mut gz = flate2::write::GzEncoder::new(
         Vec::with_capacity(body.len() / 6),
@@ -251,6 +252,19 @@ fn render_body(
     format: Format,
 ) -> String {
     let remedy = shared.remedy.borrow();
+    render_sample(sample, process, &remedy, &shared.config.metrics, format)
+}
+
+/// `/metrics` of `sample` (none yet: the daemon's own series only) with the remediator's
+/// state, as the endpoint renders it once per sample. Public for the allocation bench
+/// (`nodemedic-engine/benches/allocations.rs`), which counts this very path.
+pub fn render_sample(
+    sample: Option<&Sample>,
+    process: Option<ProcessStats>,
+    remedy: &RemedyState,
+    metrics: &MetricsOptions,
+    format: Format,
+) -> String {
     let input = ExportInput {
         snapshot: sample.map(|s| &s.snapshot),
         verdicts: sample.map(|s| s.verdicts.as_slice()).unwrap_or(&[]),
@@ -258,12 +272,12 @@ fn render_body(
         samples_total: sample.map(|s| s.samples_total).unwrap_or(0),
         process,
         pressure: sample.and_then(|s| s.pressure.as_ref()),
-        remediation: Some(&remedy),
+        remediation: Some(remedy),
     };
     render_with_tuning(
         &input,
         sample.and_then(|s| s.tuning.as_ref()),
-        &shared.config.metrics,
+        metrics,
         format,
     )
     .0

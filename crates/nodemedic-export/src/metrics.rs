@@ -4,6 +4,8 @@
 //! never per IRQ × CPU (a 256-CPU node with 400 IRQs would otherwise expose 100,000 series).
 //! The full matrix is opt-in.
 
+use std::fmt::Write;
+
 use nodemedic_kernel::interrupts::Interrupts;
 use nodemedic_kernel::irqbalance::IrqbalancePackage;
 use nodemedic_sample::remedy::{Mode, RemedyState};
@@ -65,7 +67,7 @@ pub fn render_with_tuning(
     opts: &MetricsOptions,
     format: Format,
 ) -> (String, usize) {
-    let mut e = Encoder::new(format);
+    let mut e = Encoder::with_capacity(format, expected_bytes(input.snapshot, opts));
     self_metrics(&mut e, input);
     if let Some(snap) = input.snapshot {
         node_facts(&mut e, snap, input.remediation);
@@ -87,6 +89,63 @@ pub fn render_with_tuning(
     }
     let series = e.series();
     (e.finish(), series)
+}
+
+/// About how long the exposition of `snap` is, so that the output is allocated once: per IRQ
+/// its four series (~310 bytes with their labels), per CPU six (~340 bytes), and the rest. An
+/// estimate: a longer text grows the buffer once more, as it would have anyway.
+fn expected_bytes(snap: Option<&Snapshot>, opts: &MetricsOptions) -> usize {
+    let Some(ints) = snap.and_then(|s| s.interrupts.as_deref()) else {
+        return 64 * 1024;
+    };
+    let (irqs, cpus) = (ints.irqs.len(), ints.cpus.len());
+    let matrix = if opts.per_irq_per_cpu {
+        irqs * cpus * 48
+    } else {
+        0
+    };
+    32 * 1024 + irqs * 320 + cpus * 340 + matrix
+}
+
+/// Label values written back to back into one buffer: a value per CPU or per IRQ without a
+/// `String` apiece (a 256-CPU render made ~1,300 of them).
+#[derive(Default)]
+struct Values {
+    text: String,
+    ends: Vec<usize>,
+}
+
+impl Values {
+    fn with_capacity(values: usize, bytes: usize) -> Self {
+        Self {
+            text: String::with_capacity(bytes),
+            ends: Vec::with_capacity(values),
+        }
+    }
+
+    /// Each of `ids` in decimal (`cpu`, `irq` labels).
+    fn decimals(ids: impl ExactSizeIterator<Item = u32>) -> Self {
+        let mut v = Self::with_capacity(ids.len(), ids.len() * 5);
+        for id in ids {
+            v.push(|t| {
+                let _ = write!(t, "{id}");
+            });
+        }
+        v
+    }
+
+    /// Appends the value `write` writes.
+    fn push(&mut self, write: impl FnOnce(&mut String)) {
+        write(&mut self.text);
+        self.ends.push(self.text.len());
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &str> + '_ {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts
+            .zip(&self.ends)
+            .map(|(start, &end)| self.text.get(start..end).unwrap_or(""))
+    }
 }
 
 fn self_metrics(e: &mut Encoder, input: &ExportInput<'_>) {
@@ -208,14 +267,14 @@ fn interrupts(e: &mut Encoder, snap: &Snapshot, verdicts: &[GroupVerdict], opts:
         Kind::Counter,
         "Interrupts handled per IRQ, summed over CPUs (from /proc/interrupts).",
     );
-    for (line, (irq, group, name)) in ints.irqs.iter().zip(&labels) {
+    for (line, (irq, group, name)) in ints.irqs.iter().zip(labels.iter()) {
         e.sample(
             &[("irq", irq), ("group", group), ("name", name)],
             line.total() as f64,
         );
     }
-    irq_placement(e, snap, &labels);
-    let cpu_names: Vec<String> = ints.cpus.iter().map(u32::to_string).collect();
+    irq_placement(e, snap, ints, &labels);
+    let cpu_names = Values::decimals(ints.cpus.iter().copied());
     let per_cpu = device_interrupts_per_cpu(ints);
     e.family(
         "nodemedic_cpu_device_interrupts",
@@ -246,7 +305,7 @@ fn interrupts(e: &mut Encoder, snap: &Snapshot, verdicts: &[GroupVerdict], opts:
             Kind::Counter,
             "Interrupts per IRQ per CPU (enabled by metrics.per_irq_per_cpu).",
         );
-        for (line, (irq, _, _)) in ints.irqs.iter().zip(&labels) {
+        for (line, (irq, _, _)) in ints.irqs.iter().zip(labels.iter()) {
             for (cpu, count) in cpu_names.iter().zip(&line.counts) {
                 e.sample(&[("irq", irq), ("cpu", cpu)], *count as f64);
             }
@@ -254,11 +313,25 @@ fn interrupts(e: &mut Encoder, snap: &Snapshot, verdicts: &[GroupVerdict], opts:
     }
 }
 
-/// Each IRQ's labels: its number, its device group (empty when in none) and its handlers.
-fn irq_labels<'v>(
-    ints: &Interrupts,
-    verdicts: &'v [GroupVerdict],
-) -> Vec<(String, &'v str, String)> {
+/// Each IRQ's labels, aligned with `ints.irqs`: its number, its device group (empty when in
+/// none) and its handlers.
+struct IrqLabels<'v> {
+    irqs: Values,
+    groups: Vec<&'v str>,
+    names: Values,
+}
+
+impl IrqLabels<'_> {
+    fn iter(&self) -> impl Iterator<Item = (&str, &str, &str)> + '_ {
+        self.irqs
+            .iter()
+            .zip(self.groups.iter().copied())
+            .zip(self.names.iter())
+            .map(|((irq, group), name)| (irq, group, name))
+    }
+}
+
+fn irq_labels<'v>(ints: &Interrupts, verdicts: &'v [GroupVerdict]) -> IrqLabels<'v> {
     let group_by_irq: std::collections::HashMap<u32, &str> = verdicts
         .iter()
         .flat_map(|v| {
@@ -270,27 +343,39 @@ fn irq_labels<'v>(
         })
         .collect();
     let group_of = |irq: u32| -> &str { group_by_irq.get(&irq).copied().unwrap_or("") };
-    ints.irqs
-        .iter()
-        .map(|l| (l.irq.to_string(), group_of(l.irq), l.actions.join(",")))
-        .collect()
+    let mut names = Values::with_capacity(ints.irqs.len(), ints.irqs.len() * 24);
+    for line in &ints.irqs {
+        names.push(|t| {
+            for (i, action) in line.desc.actions.iter().enumerate() {
+                if i > 0 {
+                    t.push(',');
+                }
+                t.push_str(action);
+            }
+        });
+    }
+    IrqLabels {
+        irqs: Values::decimals(ints.irqs.iter().map(|l| l.irq)),
+        groups: ints.irqs.iter().map(|l| group_of(l.irq)).collect(),
+        names,
+    }
 }
 
 /// Where each IRQ may go and goes: its lowest delivery CPU and the sizes of its affinities.
-fn irq_placement(e: &mut Encoder, snap: &Snapshot, labels: &[(String, &str, String)]) {
+fn irq_placement(e: &mut Encoder, snap: &Snapshot, ints: &Interrupts, labels: &IrqLabels<'_>) {
+    let rows = || {
+        ints.irqs
+            .iter()
+            .zip(labels.iter())
+            .filter_map(|(line, (irq, group, _))| Some((snap.affinity.get(&line.irq)?, irq, group)))
+    };
     e.family(
         "nodemedic_irq_effective_cpu",
         Kind::Gauge,
         "Lowest CPU the IRQ is delivered to (effective_affinity, else smp_affinity).",
     );
-    for (irq, group, _) in labels {
-        let cpu = irq
-            .parse()
-            .ok()
-            .and_then(|n: u32| snap.affinity.get(&n))
-            .and_then(|a| a.delivery_cpus())
-            .and_then(|c| c.first());
-        if let Some(cpu) = cpu {
+    for (aff, irq, group) in rows() {
+        if let Some(cpu) = aff.delivery_cpus().and_then(|c| c.first()) {
             e.sample(&[("irq", irq), ("group", group)], f64::from(cpu));
         }
     }
@@ -299,12 +384,8 @@ fn irq_placement(e: &mut Encoder, snap: &Snapshot, labels: &[(String, &str, Stri
         Kind::Gauge,
         "Number of CPUs in the IRQ's smp_affinity (where it may be delivered).",
     );
-    for (irq, group, _) in labels {
-        if let Some(smp) = irq
-            .parse()
-            .ok()
-            .and_then(|n: u32| snap.affinity.get(&n)?.smp.as_ref())
-        {
+    for (aff, irq, group) in rows() {
+        if let Some(smp) = &aff.smp {
             e.sample(&[("irq", irq), ("group", group)], smp.len() as f64);
         }
     }
@@ -313,12 +394,8 @@ fn irq_placement(e: &mut Encoder, snap: &Snapshot, labels: &[(String, &str, Stri
         Kind::Gauge,
         "Number of CPUs in the IRQ's effective_affinity (where it is delivered).",
     );
-    for (irq, group, _) in labels {
-        if let Some(eff) = irq
-            .parse()
-            .ok()
-            .and_then(|n: u32| snap.affinity.get(&n)?.effective.as_ref())
-        {
+    for (aff, irq, group) in rows() {
+        if let Some(eff) = &aff.effective {
             e.sample(&[("irq", irq), ("group", group)], eff.len() as f64);
         }
     }
@@ -349,7 +426,7 @@ fn softirqs(e: &mut Encoder, snap: &Snapshot, opts: &MetricsOptions) {
         Kind::Counter,
         "Softirqs handled per CPU and type (from /proc/softirqs).",
     );
-    let cpu_names: Vec<String> = s.cpus.iter().map(u32::to_string).collect();
+    let cpu_names = Values::decimals(s.cpus.iter().copied());
     for ty in &opts.softirq_types {
         if let Some(row) = s.row(ty) {
             for (cpu, count) in cpu_names.iter().zip(&row.counts) {
@@ -363,7 +440,7 @@ fn softnet(e: &mut Encoder, snap: &Snapshot) {
     let Some(rows) = &snap.softnet else {
         return;
     };
-    let cpu_names: Vec<String> = rows.iter().map(|(c, _)| c.to_string()).collect();
+    let cpu_names = Values::decimals(rows.iter().map(|(c, _)| *c));
     type Field = fn(&nodemedic_kernel::softnet::SoftnetRow) -> u32;
     let fields: [(&str, &str, Field); 3] = [
         ("nodemedic_softnet_processed", "Packets processed by the CPU's NET_RX softirq (softnet_stat).", |r| r.processed),
@@ -390,9 +467,13 @@ fn groups(e: &mut Encoder, verdicts: &[GroupVerdict]) {
         Kind::Info,
         "Device groups of IRQs, with driver, PCI address, network interface and NUMA node.",
     );
+    let mut node = String::new();
     for v in &shown {
         let g = &v.group;
-        let node = g.numa_node.map(|n| n.to_string()).unwrap_or_default();
+        node.clear();
+        if let Some(n) = g.numa_node {
+            let _ = write!(node, "{n}");
+        }
         e.sample(
             &[
                 ("group", &g.name),
@@ -510,11 +591,13 @@ fn disk_commit(e: &mut Encoder, snap: &Snapshot) {
         "Latency of a 2,300-byte write + fdatasync in the probe's directory (etcd's wal_fsync buckets).",
     );
     let labels = [("directory", c.directory.as_str())];
+    let mut le = String::new();
     for (bound, n) in nodemedic_sample::snapshot::WAL_FSYNC_BUCKETS
         .iter()
         .zip(c.buckets.iter())
     {
-        let le = bound.to_string();
+        le.clear();
+        let _ = write!(le, "{bound}");
         e.sample_suffixed("_bucket", &[labels[0], ("le", &le)], *n as f64);
     }
     e.sample_suffixed("_bucket", &[labels[0], ("le", "+Inf")], c.count as f64);

@@ -82,37 +82,38 @@ fn what(resource: PsiResource) -> &'static str {
     }
 }
 
-/// The labels of one cgroup's series.
-struct Labels {
-    pairs: Vec<(&'static str, String)>,
+/// The labels of one cgroup's series, borrowed from the snapshot: nothing is copied per
+/// cgroup, nor per series.
+struct Labels<'s> {
+    pairs: Vec<(&'static str, &'s str)>,
 }
 
-impl Labels {
-    fn of(snap: &Snapshot, path: &str, g: &CgroupStats) -> Labels {
-        let mut pairs = Vec::new();
+impl<'s> Labels<'s> {
+    fn of(snap: &'s Snapshot, path: &'s str, g: &'s CgroupStats) -> Labels<'s> {
+        let mut pairs = Vec::with_capacity(6);
         match &g.workload {
             Workload::Pod { uid, qos } | Workload::Container { uid, qos, .. } => {
                 if let Some(p) = snap.pod(uid) {
-                    pairs.push(("namespace", p.namespace.clone()));
-                    pairs.push(("pod", p.name.clone()));
+                    pairs.push(("namespace", p.namespace.as_str()));
+                    pairs.push(("pod", p.name.as_str()));
                 }
-                pairs.push(("pod_uid", uid.clone()));
-                pairs.push(("qos", qos.as_str().to_string()));
+                pairs.push(("pod_uid", uid.as_str()));
+                pairs.push(("qos", qos.as_str()));
                 if let Workload::Container { id, .. } = &g.workload {
                     if let Some(name) = snap.pod(uid).and_then(|p| p.containers.get(id)) {
-                        pairs.push(("container", name.clone()));
+                        pairs.push(("container", name.as_str()));
                     }
-                    pairs.push(("container_id", id.clone()));
+                    pairs.push(("container_id", id.as_str()));
                 }
             }
-            Workload::Service { unit } => pairs.push(("unit", unit.clone())),
-            Workload::Other => pairs.push(("cgroup", path.to_string())),
+            Workload::Service { unit } => pairs.push(("unit", unit.as_str())),
+            Workload::Other => pairs.push(("cgroup", path)),
         }
         Labels { pairs }
     }
 
-    fn get(&self) -> Vec<(&str, &str)> {
-        self.pairs.iter().map(|(k, v)| (*k, v.as_str())).collect()
+    fn get(&self) -> &[(&str, &str)] {
+        &self.pairs
     }
 }
 
@@ -267,7 +268,7 @@ fn cgroup_family(
     }
     e.family(name, kind, help);
     for (l, v) in values {
-        e.sample(&l.get(), v);
+        e.sample(l.get(), v);
     }
 }
 
@@ -314,7 +315,7 @@ pub(crate) fn verdicts(e: &mut Encoder, snap: &Snapshot, verdict: Option<&Pressu
         e.family(name, Kind::Gauge, help);
         for (l, r) in &labelled {
             if let Some(v) = pick(r) {
-                e.sample(&l.get(), f64::from(u8::from(v)));
+                e.sample(l.get(), f64::from(u8::from(v)));
             }
         }
     }

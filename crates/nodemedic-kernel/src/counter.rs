@@ -8,6 +8,7 @@
 //! backwards while the daemon runs (node_exporter exports the kernel's narrow values as they
 //! are, and a wrap there looks like a counter reset to Prometheus).
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::hash::Hash;
 
@@ -53,13 +54,13 @@ pub struct Widener {
 
 impl Widener {
     pub fn widen_interrupts(&mut self, ints: &mut Interrupts) {
-        let cpus = ints.cpus.clone();
+        let cpus = &ints.cpus;
         let old_cpus = self.irqs.cpus.clone();
         let gone = self.irqs.widen(
-            &cpus,
+            cpus,
             ints.irqs
                 .iter_mut()
-                .map(|l| (l.irq, &mut l.counts, l.nonzero.as_deref())),
+                .map(|l| (&l.irq, &mut l.counts, l.nonzero.as_deref())),
         );
         // The non-zero columns after widening: those read non-zero now, plus the stored
         // cells (a widened count is non-zero only there), kept where the count is not zero.
@@ -70,9 +71,13 @@ impl Widener {
                     .collect()
             });
             if let Some(row) = self.irqs.rows.get(&line.irq) {
-                cols.extend(row.cells.iter().map(|(c, _)| *c));
-                cols.sort_unstable();
-                cols.dedup();
+                // Usually every stored cell is a column read non-zero now (both lists are
+                // ascending): then there is nothing to add, nor to grow the list for.
+                if !row.cells.iter().all(|(c, _)| cols.binary_search(c).is_ok()) {
+                    cols.extend(row.cells.iter().map(|(c, _)| *c));
+                    cols.sort_unstable();
+                    cols.dedup();
+                }
             }
             cols.retain(|c| line.counts.get(*c as usize).is_some_and(|v| *v != 0));
             line.nonzero = Some(cols);
@@ -94,20 +99,19 @@ impl Widener {
                 .collect()
         };
         let _gone = self.arch.widen(
-            &cpus,
+            cpus,
             ints.arch
                 .iter_mut()
-                .map(|l| (l.name.clone(), &mut l.counts, None)),
+                .map(|l| (l.name.as_str(), &mut l.counts, None)),
         );
     }
 
     pub fn widen_softirqs(&mut self, s: &mut Softirqs) {
-        let cpus = s.cpus.clone();
         let _gone = self.softirqs.widen(
-            &cpus,
+            &s.cpus,
             s.rows
                 .iter_mut()
-                .map(|r| (r.name.clone(), &mut r.counts, None)),
+                .map(|r| (r.name.as_str(), &mut r.counts, None)),
         );
     }
 }
@@ -239,12 +243,17 @@ impl<K> Default for Table<K> {
 
 impl<K: Hash + Eq> Table<K> {
     /// Widens `rows` in place; returns the (column, cell) pairs of the rows that are gone
-    /// since the previous call (columns of the previous header).
-    fn widen<'a>(
+    /// since the previous call (columns of the previous header). Rows are looked up by a
+    /// borrowed key (`&str` for a `String` key): one is made only for a row new to the table.
+    fn widen<'a, Q>(
         &mut self,
         cpus: &[u32],
-        rows: impl Iterator<Item = (K, &'a mut Vec<u64>, Option<&'a [u32]>)>,
-    ) -> Vec<Vec<(u32, Cell)>> {
+        rows: impl Iterator<Item = (&'a Q, &'a mut Vec<u64>, Option<&'a [u32]>)>,
+    ) -> Vec<Vec<(u32, Cell)>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized + 'a,
+    {
         self.calls += 1;
         let call = self.calls;
         // Columns are CPU ids (the header names only online CPUs): when the header changed,
@@ -258,7 +267,7 @@ impl<K: Hash + Eq> Table<K> {
                 .collect()
         };
         for (key, counts, nonzero) in rows {
-            match self.rows.get_mut(&key) {
+            match self.rows.get_mut(key) {
                 Some(row) if row.seen != call => {
                     row.seen = call;
                     if same {
@@ -275,7 +284,7 @@ impl<K: Hash + Eq> Table<K> {
                         .filter(|(_, c)| **c != 0)
                         .map(|(col, c)| (col as u32, Cell { raw: *c, total: *c }))
                         .collect();
-                    self.rows.insert(key, Row { cells, seen: call });
+                    self.rows.insert(key.to_owned(), Row { cells, seen: call });
                 }
             }
         }

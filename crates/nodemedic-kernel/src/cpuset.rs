@@ -125,8 +125,32 @@ impl CpuSet {
         set
     }
 
+    /// Whether every CPU of `self` is in `other` (without building the difference: the
+    /// collapse detector and the exporter ask it of every IRQ's affinity every sample).
     pub fn is_subset(&self, other: &CpuSet) -> bool {
-        self.difference(other).is_empty()
+        self.words
+            .iter()
+            .enumerate()
+            .all(|(i, w)| w & !other.word(i) == 0)
+    }
+
+    /// Keeps only the CPUs of `self` that are in `other`, in place.
+    pub fn intersect_with(&mut self, other: &CpuSet) {
+        self.words.truncate(other.words.len());
+        for (w, o) in self.words.iter_mut().zip(&other.words) {
+            *w &= o;
+        }
+        self.trim();
+    }
+
+    /// Adds every CPU of `other` to `self`, in place.
+    pub fn union_with(&mut self, other: &CpuSet) {
+        if self.words.len() < other.words.len() {
+            self.words.resize(other.words.len(), 0);
+        }
+        for (w, o) in self.words.iter_mut().zip(&other.words) {
+            *w |= o;
+        }
     }
 
     fn word(&self, i: usize) -> u64 {
@@ -170,6 +194,16 @@ impl CpuSet {
     /// Parses a kernel hex CPU mask: comma-separated groups of up to 8 hex digits (32 CPUs
     /// each), most significant group first, as in `/proc/irq/N/smp_affinity`.
     pub fn parse_mask(text: &str) -> Result<CpuSet, CpuSetError> {
+        let mut set = CpuSet::new();
+        set.parse_mask_into(text)?;
+        Ok(set)
+    }
+
+    /// [`CpuSet::parse_mask`] into `self`, reusing its storage: a reader that parses the same
+    /// masks every sample allocates nothing once its sets are as wide as the masks. On an
+    /// error `self` is left empty.
+    pub fn parse_mask_into(&mut self, text: &str) -> Result<(), CpuSetError> {
+        self.words.clear();
         let text = text.trim();
         let b = text.as_bytes();
         let groups = b.iter().filter(|&&c| c == b',').count() as u64 + 1;
@@ -178,7 +212,8 @@ impl CpuSet {
         }
         // One pass from the end (the lowest CPUs): groups of up to 8 hex digits, two per
         // word. A mask of every CPU on a 1024-CPU node is 288 bytes and one allocation.
-        let mut words = vec![0u64; groups.div_ceil(2) as usize];
+        let words = &mut self.words;
+        words.resize(groups.div_ceil(2) as usize, 0);
         let bad = |from: usize, to: usize| {
             CpuSetError::BadMaskGroup(text.get(from..to).unwrap_or("").trim().to_string())
         };
@@ -196,6 +231,7 @@ impl CpuSet {
                 continue;
             }
             if digits.is_empty() || digits.len() > 8 {
+                words.clear();
                 return Err(bad(start, end));
             }
             let mut value = 0u64;
@@ -204,7 +240,10 @@ impl CpuSet {
                     b'0'..=b'9' => c - b'0',
                     b'a'..=b'f' => c - b'a' + 10,
                     b'A'..=b'F' => c - b'A' + 10,
-                    _ => return Err(bad(start, end)),
+                    _ => {
+                        words.clear();
+                        return Err(bad(start, end));
+                    }
                 };
                 value = value << 4 | u64::from(nibble);
             }
@@ -213,9 +252,8 @@ impl CpuSet {
             }
             end = start.saturating_sub(1);
         }
-        let mut set = CpuSet { words };
-        set.trim();
-        Ok(set)
+        self.trim();
+        Ok(())
     }
 
     /// The kernel's list spelling: `0-3,8`.
@@ -443,5 +481,35 @@ mod tests {
             proptest::prop_assert_eq!(CpuSet::parse_list(&set.to_list_string()).ok(), Some(set.clone()));
             proptest::prop_assert_eq!(CpuSet::parse_mask(&set.to_mask_string()).ok(), Some(set));
         }
+
+        /// The in-place forms agree with the ones that build a new set: a mask parsed into a
+        /// set that held another, a union into a set, a subset test without the difference.
+        #[test]
+        fn in_place_forms_agree(
+            a in proptest::collection::btree_set(0u32..1100, 0..40),
+            b in proptest::collection::btree_set(0u32..1100, 0..40),
+        ) {
+            let (a, b) = (CpuSet::from_cpus(a), CpuSet::from_cpus(b));
+            let mut reused = b.clone();
+            proptest::prop_assert!(reused.parse_mask_into(&a.to_mask_string()).is_ok());
+            proptest::prop_assert_eq!(&reused, &a);
+            let mut union = a.clone();
+            union.union_with(&b);
+            proptest::prop_assert_eq!(union, a.union(&b));
+            let mut common = a.clone();
+            common.intersect_with(&b);
+            proptest::prop_assert_eq!(common, a.intersection(&b));
+            proptest::prop_assert_eq!(a.is_subset(&b), a.difference(&b).is_empty());
+            proptest::prop_assert!(a.intersection(&b).is_subset(&b));
+        }
+    }
+
+    #[test]
+    fn a_bad_mask_parsed_in_place_leaves_the_set_empty() {
+        let mut set = CpuSet::parse_list("0-7").unwrap();
+        assert!(set.parse_mask_into("ff,zz").is_err());
+        assert_eq!(set, CpuSet::new());
+        assert!(set.parse_mask_into("0f,00000000").is_ok());
+        assert_eq!(set.to_list_string(), "32-35");
     }
 }

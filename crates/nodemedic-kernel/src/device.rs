@@ -3,10 +3,11 @@
 //! node, interface name) happen in the collectors.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::interrupts::IrqLine;
+use crate::interrupts::{IrqDescription, IrqLine};
 
 /// What an interrupt row says about its device.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -227,26 +228,26 @@ pub struct Classified {
 #[derive(Debug)]
 struct Row {
     irq: u32,
-    chip: String,
-    hwirq: Option<String>,
-    actions: Vec<String>,
+    /// The description classified, shared with the line it came from.
+    desc: Arc<IrqDescription>,
     dev: IrqDevice,
 }
 
 impl Row {
     fn new(line: &IrqLine) -> Self {
+        let d = &line.desc;
         Self {
             irq: line.irq,
-            chip: line.chip.clone(),
-            hwirq: line.hwirq.clone(),
-            actions: line.actions.clone(),
-            dev: classify(&line.chip, line.hwirq.as_deref(), &line.actions),
+            desc: Arc::clone(d),
+            dev: classify(&d.chip, d.hwirq.as_deref(), &d.actions),
         }
     }
 
-    /// Whether `line`, already matched to this row by IRQ number, still reads the same.
+    /// Whether `line`, already matched to this row by IRQ number, still reads the same:
+    /// the same description (a parser reusing the previous table's shares it), or an equal
+    /// one.
     fn describes(&self, line: &IrqLine) -> bool {
-        self.chip == line.chip && self.hwirq == line.hwirq && self.actions == line.actions
+        Arc::ptr_eq(&self.desc, &line.desc) || self.desc == line.desc
     }
 }
 
@@ -416,10 +417,12 @@ mod tests {
         let line = |irq: u32, action: &str| IrqLine {
             irq,
             counts: vec![0],
-            chip: "PCI-MSIX-0000:00:03.0".into(),
-            hwirq: Some("1-edge".into()),
-            trigger: None,
-            actions: vec![action.into()],
+            desc: Arc::new(IrqDescription {
+                chip: "PCI-MSIX-0000:00:03.0".into(),
+                hwirq: Some("1-edge".into()),
+                trigger: None,
+                actions: vec![action.into()],
+            }),
             nonzero: None,
         };
         let instance =

@@ -6,6 +6,8 @@
 //! count, and the chip/hwirq/trigger columns differ between x86 (`IR-PCI-MSIX-0000:3b:00.0
 //! 5-edge`), older x86 (`IO-APIC-edge`) and GIC (`GICv3  27 Level`).
 
+use std::sync::Arc;
+
 use serde::Serialize;
 
 use crate::{leading_counts, parse_cpu_header, SkipReason, SkippedLine, TableError};
@@ -34,16 +36,64 @@ pub struct IrqLine {
     pub irq: u32,
     /// Per-CPU counts aligned with [`Interrupts::cpus`]; may be shorter than it.
     pub counts: Vec<u64>,
-    pub chip: String,
-    pub hwirq: Option<String>,
-    pub trigger: Option<String>,
-    /// Handler names (`virtio2-input.0`, `mlx5_comp3@pci:0000:3b:00.0`), in kernel order.
-    pub actions: Vec<String>,
+    /// What follows the counts. Shared with the previous table's row when it reads the same
+    /// (see [`Parser::reusing`]).
+    #[serde(flatten)]
+    pub desc: Arc<IrqDescription>,
     /// The columns whose count is not zero, ascending, when known: the parser and the
     /// 64-bit widener fill it, so that work over a wide row (an IRQ counts on the few CPUs it
     /// has been routed to) can visit those columns only. `None`: scan `counts`.
     #[serde(skip)]
     pub nonzero: Option<Vec<u32>>,
+}
+
+/// What `/proc/interrupts` prints after an IRQ's counts: the chip, the hardware IRQ and
+/// trigger, the handlers. It changes when a driver binds or unbinds, not from one sample to
+/// the next, so a table parsed with the previous one's descriptions at hand shares them:
+/// on a 256-CPU node that is 2,000 strings fewer to allocate every sample.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct IrqDescription {
+    pub chip: String,
+    pub hwirq: Option<String>,
+    pub trigger: Option<String>,
+    /// Handler names (`virtio2-input.0`, `mlx5_comp3@pci:0000:3b:00.0`), in kernel order.
+    pub actions: Vec<String>,
+}
+
+/// An [`IrqDescription`] as it reads in the text, before anything is allocated for it.
+struct DescriptionText<'a> {
+    chip: &'a str,
+    hwirq: Option<&'a str>,
+    trigger: Option<&'a str>,
+    /// The handlers, comma-separated (see [`DescriptionText::actions`]).
+    actions: &'a str,
+}
+
+impl<'a> DescriptionText<'a> {
+    fn actions(&self) -> impl Iterator<Item = &'a str> {
+        self.actions
+            .trim()
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+    }
+
+    /// Whether `known` says the same.
+    fn reads_as(&self, known: &IrqDescription) -> bool {
+        known.chip == self.chip
+            && known.hwirq.as_deref() == self.hwirq
+            && known.trigger.as_deref() == self.trigger
+            && known.actions.iter().map(String::as_str).eq(self.actions())
+    }
+
+    fn to_description(&self) -> IrqDescription {
+        IrqDescription {
+            chip: self.chip.to_string(),
+            hwirq: self.hwirq.map(str::to_string),
+            trigger: self.trigger.map(str::to_string),
+            actions: self.actions().map(str::to_string).collect(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -59,10 +109,7 @@ impl IrqLine {
         IrqLine {
             irq,
             counts,
-            chip: String::new(),
-            hwirq: None,
-            trigger: None,
-            actions: Vec::new(),
+            desc: Arc::default(),
             nonzero: None,
         }
     }
@@ -73,6 +120,13 @@ impl IrqLine {
 }
 
 impl Interrupts {
+    /// Each row's IRQ and description, in order, into `out` (cleared first): what
+    /// [`Parser::reusing`] takes to share them with the next table.
+    pub fn descriptions(&self, out: &mut Vec<(u32, Arc<IrqDescription>)>) {
+        out.clear();
+        out.extend(self.irqs.iter().map(|l| (l.irq, Arc::clone(&l.desc))));
+    }
+
     /// `(cpu, count)` pairs of a row, mapped through the header.
     pub fn per_cpu<'a>(&'a self, counts: &'a [u64]) -> impl Iterator<Item = (u32, u64)> + 'a {
         self.cpus.iter().copied().zip(counts.iter().copied())
@@ -93,13 +147,46 @@ pub fn parse(text: &str) -> Result<Interrupts, InterruptsError> {
 /// [`parse`] a line at a time, for a reader that streams the file (a 1024-CPU table is
 /// 7 MB). `parse` is this parser fed from a string, so the two cannot disagree.
 #[derive(Debug, Default)]
-pub struct Parser {
+pub struct Parser<'k> {
     line_no: usize,
     header: Option<Result<(), InterruptsError>>,
     out: Interrupts,
+    /// Descriptions to share, by IRQ, in the order of the table they come from, and where
+    /// the next row is expected among them.
+    known: &'k [(u32, Arc<IrqDescription>)],
+    next_known: usize,
 }
 
-impl Parser {
+impl<'k> Parser<'k> {
+    /// A parser that gives a row the description of `known` for its IRQ, shared, when the
+    /// row reads the same, and allocates one only for a row that is new or changed. The
+    /// table is equal to [`parse`]'s. `known` is the previous table's rows, in its order
+    /// (see [`Interrupts::descriptions`]).
+    pub fn reusing(known: &'k [(u32, Arc<IrqDescription>)]) -> Self {
+        Parser {
+            known,
+            ..Default::default()
+        }
+    }
+
+    /// The description `text` for IRQ `irq`: a known one if it reads the same.
+    fn description(&mut self, irq: u32, text: &DescriptionText<'_>) -> Arc<IrqDescription> {
+        // The rows come in the previous table's order: the next one is looked at first, and
+        // an IRQ that moved is looked up once; after it, the order picks up from there.
+        let at = match self.known.get(self.next_known) {
+            Some((i, _)) if *i == irq => Some(self.next_known),
+            _ => self.known.iter().position(|(i, _)| *i == irq),
+        };
+        if let Some(at) = at {
+            self.next_known = at + 1;
+            let known = &self.known[at].1;
+            if text.reads_as(known) {
+                return Arc::clone(known);
+            }
+        }
+        Arc::new(text.to_description())
+    }
+
     /// One line without its newline; `complete` is false for a last line the file did not
     /// end with a newline (a truncated read: a count cut mid-number still parses as one, so
     /// the line is skipped, not trusted).
@@ -127,7 +214,20 @@ impl Parser {
                 });
             }
             Some(Ok(())) => match parse_row(line, self.out.cpus.len()) {
-                Ok(Row::Irq(irq)) => self.out.irqs.push(irq),
+                Ok(Row::Irq {
+                    irq,
+                    counts,
+                    nonzero,
+                    desc,
+                }) => {
+                    let desc = self.description(irq, &desc);
+                    self.out.irqs.push(IrqLine {
+                        irq,
+                        counts,
+                        desc,
+                        nonzero: Some(nonzero),
+                    });
+                }
                 Ok(Row::Arch(arch)) => self.out.arch.push(arch),
                 Err(reason) => self.out.skipped.push(SkippedLine { line: n, reason }),
             },
@@ -144,12 +244,17 @@ impl Parser {
     }
 }
 
-enum Row {
-    Irq(IrqLine),
+enum Row<'a> {
+    Irq {
+        irq: u32,
+        counts: Vec<u64>,
+        nonzero: Vec<u32>,
+        desc: DescriptionText<'a>,
+    },
     Arch(ArchLine),
 }
 
-fn parse_row(line: &str, ncpus: usize) -> Result<Row, SkipReason> {
+fn parse_row(line: &str, ncpus: usize) -> Result<Row<'_>, SkipReason> {
     let (label, rest) = line.split_once(':').ok_or(SkipReason::NoColon)?;
     let label = label.trim();
     if label.is_empty() {
@@ -164,9 +269,12 @@ fn parse_row(line: &str, ncpus: usize) -> Result<Row, SkipReason> {
         if counts.is_empty() {
             return Err(SkipReason::NoCounts(irq));
         }
-        let mut line = parse_irq_description(irq, counts, desc);
-        line.nonzero = Some(nonzero);
-        Ok(Row::Irq(line))
+        Ok(Row::Irq {
+            irq,
+            counts,
+            nonzero,
+            desc: parse_irq_description(desc),
+        })
     } else {
         if label.chars().any(char::is_whitespace) {
             return Err(SkipReason::LabelWithSpaces(label.to_string()));
@@ -179,41 +287,27 @@ fn parse_row(line: &str, ncpus: usize) -> Result<Row, SkipReason> {
     }
 }
 
-fn parse_irq_description(irq: u32, counts: Vec<u64>, desc: &str) -> IrqLine {
+fn parse_irq_description(desc: &str) -> DescriptionText<'_> {
     let (chip, after_chip) = take_token(desc);
     let (tok, after_tok) = take_token(after_chip);
     let (hwirq, trigger, rest) = if let Some((hw, trig)) = split_hwirq_trigger(tok) {
-        (
-            (!hw.is_empty()).then(|| hw.to_string()),
-            Some(trig.to_string()),
-            after_tok,
-        )
+        ((!hw.is_empty()).then_some(hw), Some(trig), after_tok)
     } else if !tok.is_empty() && tok.bytes().all(|b| b.is_ascii_hexdigit()) {
         // GIC style: `27 Level` / `524288 Edge`.
         let (t, after_t) = take_token(after_tok);
         if is_trigger_word(t) {
-            (Some(tok.to_string()), Some(t.to_string()), after_t)
+            (Some(tok), Some(t), after_t)
         } else {
-            (Some(tok.to_string()), None, after_tok)
+            (Some(tok), None, after_tok)
         }
     } else {
         (None, None, after_chip)
     };
-    let actions = rest
-        .trim()
-        .split(',')
-        .map(str::trim)
-        .filter(|a| !a.is_empty())
-        .map(str::to_string)
-        .collect();
-    IrqLine {
-        irq,
-        counts,
-        chip: chip.to_string(),
+    DescriptionText {
+        chip,
         hwirq,
         trigger,
-        actions,
-        nonzero: None,
+        actions: rest,
     }
 }
 
@@ -233,10 +327,9 @@ fn split_hwirq_trigger(tok: &str) -> Option<(&str, &str)> {
 }
 
 fn is_trigger_word(t: &str) -> bool {
-    matches!(
-        t.to_ascii_lowercase().as_str(),
-        "edge" | "level" | "fasteoi" | "simple" | "percpu"
-    )
+    ["edge", "level", "fasteoi", "simple", "percpu"]
+        .iter()
+        .any(|w| t.eq_ignore_ascii_case(w))
 }
 
 #[cfg(test)]
@@ -253,17 +346,45 @@ mod tests {
         let virtio = &p.irqs[1];
         assert_eq!(virtio.irq, 28);
         assert_eq!(virtio.counts, vec![0, 7]);
-        assert_eq!(virtio.chip, "PCI-MSIX-0000:00:01.0");
-        assert_eq!(virtio.hwirq.as_deref(), Some("0"));
-        assert_eq!(virtio.trigger.as_deref(), Some("edge"));
-        assert_eq!(virtio.actions, vec!["virtio0-config"]);
-        assert_eq!(p.irqs[3].actions, vec!["rtc0", "i8042"]);
+        assert_eq!(virtio.desc.chip, "PCI-MSIX-0000:00:01.0");
+        assert_eq!(virtio.desc.hwirq.as_deref(), Some("0"));
+        assert_eq!(virtio.desc.trigger.as_deref(), Some("edge"));
+        assert_eq!(virtio.desc.actions, vec!["virtio0-config"]);
+        assert_eq!(p.irqs[3].desc.actions, vec!["rtc0", "i8042"]);
         assert_eq!(p.arch.len(), 3);
         assert_eq!(p.arch[1].name, "LOC");
         assert_eq!(p.arch[1].counts, vec![7590, 10292]);
         assert_eq!(p.arch[1].description, "Local timer interrupts");
         assert_eq!(p.arch[2].counts, vec![0]);
         assert!(p.skipped.is_empty());
+    }
+
+    /// A parser given the previous table's descriptions gives the table `parse` gives,
+    /// sharing the descriptions of the rows that read the same, and only those.
+    #[test]
+    fn reusing_shares_the_descriptions_that_read_the_same() {
+        let before = parse(X86).unwrap();
+        let mut known = Vec::new();
+        before.descriptions(&mut known);
+        // IRQ 0 moved after 28, IRQ 41's handler renamed, IRQ 8 gone, IRQ 9 new.
+        let text = "           CPU0       CPU1
+                     28:          0          9 PCI-MSIX-0000:00:01.0   0-edge      virtio0-config
+                      0:         60          0   IO-APIC   2-edge      timer
+                     41:       1500          0 PCI-MSIX-0000:00:04.0   1-edge      virtio3-tx
+                      9:          1          0   IO-APIC   9-fasteoi   acpi
+";
+        let mut p = Parser::reusing(&known);
+        for line in text.lines() {
+            p.line(line, true);
+        }
+        let after = p.finish().unwrap();
+        assert_eq!(after, parse(text).unwrap());
+        let shared: Vec<bool> = after
+            .irqs
+            .iter()
+            .map(|l| before.irqs.iter().any(|b| Arc::ptr_eq(&b.desc, &l.desc)))
+            .collect();
+        assert_eq!(shared, [true, true, false, false]);
     }
 
     #[test]
@@ -273,19 +394,19 @@ mod tests {
         assert_eq!(p.cpus, vec![0, 1, 3, 6]);
         let pairs: Vec<_> = p.per_cpu(&p.irqs[0].counts).collect();
         assert_eq!(pairs, vec![(0, 1), (1, 2), (3, 3), (6, 4)]);
-        assert_eq!(p.irqs[0].chip, "IR-PCI-MSIX-0000:3b:00.0");
-        assert_eq!(p.irqs[0].actions, vec!["mlx5_comp4@pci:0000:3b:00.0"]);
+        assert_eq!(p.irqs[0].desc.chip, "IR-PCI-MSIX-0000:3b:00.0");
+        assert_eq!(p.irqs[0].desc.actions, vec!["mlx5_comp4@pci:0000:3b:00.0"]);
     }
 
     #[test]
     fn aarch64_rows() {
         let text = "           CPU0       CPU1\n 11:      12345      67890     GICv3  27 Level     arch_timer\n 50:          0          9   ITS-MSI 524288 Edge      nvme0q1\nIPI0:1234567890 1234567890       Rescheduling interrupts\nErr:          0\n";
         let p = parse(text).unwrap();
-        assert_eq!(p.irqs[0].chip, "GICv3");
-        assert_eq!(p.irqs[0].hwirq.as_deref(), Some("27"));
-        assert_eq!(p.irqs[0].trigger.as_deref(), Some("Level"));
-        assert_eq!(p.irqs[0].actions, vec!["arch_timer"]);
-        assert_eq!(p.irqs[1].actions, vec!["nvme0q1"]);
+        assert_eq!(p.irqs[0].desc.chip, "GICv3");
+        assert_eq!(p.irqs[0].desc.hwirq.as_deref(), Some("27"));
+        assert_eq!(p.irqs[0].desc.trigger.as_deref(), Some("Level"));
+        assert_eq!(p.irqs[0].desc.actions, vec!["arch_timer"]);
+        assert_eq!(p.irqs[1].desc.actions, vec!["nvme0q1"]);
         assert_eq!(p.arch[0].name, "IPI0");
         assert_eq!(p.arch[0].counts, vec![1234567890, 1234567890]);
         assert_eq!(p.arch[1].name, "Err");
@@ -296,10 +417,10 @@ mod tests {
         let text =
             "     CPU0\n  1:   9   IO-APIC-edge      i8042\n 24: 5 PCI-MSI-edge eth0-TxRx-0\n";
         let p = parse(text).unwrap();
-        assert_eq!(p.irqs[0].chip, "IO-APIC-edge");
-        assert_eq!(p.irqs[0].hwirq, None);
-        assert_eq!(p.irqs[0].actions, vec!["i8042"]);
-        assert_eq!(p.irqs[1].actions, vec!["eth0-TxRx-0"]);
+        assert_eq!(p.irqs[0].desc.chip, "IO-APIC-edge");
+        assert_eq!(p.irqs[0].desc.hwirq, None);
+        assert_eq!(p.irqs[0].desc.actions, vec!["i8042"]);
+        assert_eq!(p.irqs[1].desc.actions, vec!["eth0-TxRx-0"]);
     }
 
     #[test]
@@ -307,7 +428,7 @@ mod tests {
         let text = "   CPU0 CPU1 CPU2\n 5: 1 2\nMIS: 3\n";
         let p = parse(text).unwrap();
         assert_eq!(p.irqs[0].counts, vec![1, 2]);
-        assert_eq!(p.irqs[0].chip, "");
+        assert_eq!(p.irqs[0].desc.chip, "");
         assert_eq!(p.arch[0].counts, vec![3]);
     }
 

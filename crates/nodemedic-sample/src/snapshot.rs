@@ -24,8 +24,10 @@ pub struct Snapshot {
     /// Shared, not copied: the collapse detector keeps the previous sample's table to compute
     /// rates (on 1024 CPUs it is 600,000 counts).
     pub interrupts: Option<Arc<Interrupts>>,
-    /// Per-IRQ affinity from `/proc/irq/N/`.
-    pub affinity: BTreeMap<u32, IrqAffinity>,
+    /// Per-IRQ affinity from `/proc/irq/N/`. Shared, not copied, with the previous sample's
+    /// while no IRQ's affinity changed (most samples: irqbalance moves IRQs every 10 s at
+    /// most, and only those it moves).
+    pub affinity: Arc<BTreeMap<u32, IrqAffinity>>,
     /// PCI devices that own interrupts, by address.
     pub pci_devices: BTreeMap<String, PciDevice>,
     /// Network interface name → PCI address.

@@ -18,7 +18,8 @@ pub fn interrupts(data: &[u8]) {
                 .collect();
             assert_eq!(irq.nonzero.as_ref(), Some(&exact));
             let _ = irq.total();
-            let _ = device::classify(&irq.chip, irq.hwirq.as_deref(), &irq.actions);
+            let d = &irq.desc;
+            let _ = device::classify(&d.chip, d.hwirq.as_deref(), &d.actions);
         }
         for arch in &p.arch {
             assert!(arch.counts.len() <= p.cpus.len());

@@ -1,6 +1,6 @@
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use nodemedic_kernel::interrupts;
+use nodemedic_kernel::interrupts::{self, IrqDescription};
 use nodemedic_sample::Snapshot;
 
 use super::skipped_warnings;
@@ -8,8 +8,13 @@ use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 
 /// `/proc/interrupts`, streamed a line at a time into the parser: on 1024 CPUs the file is
 /// 7 MB, which would otherwise sit in memory whole next to the counts parsed from it.
+///
+/// The rows' descriptions (chip, handlers) of one sample are handed to the next sample's
+/// parse, which shares those that read the same instead of allocating them again.
 #[derive(Default)]
-pub struct InterruptsCollector;
+pub struct InterruptsCollector {
+    known: Mutex<Vec<(u32, Arc<IrqDescription>)>>,
+}
 
 impl Collector for InterruptsCollector {
     fn name(&self) -> crate::CollectorName {
@@ -18,10 +23,12 @@ impl Collector for InterruptsCollector {
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
         let path = ctx.paths.procfs.join("interrupts");
-        let mut parser = interrupts::Parser::default();
+        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        let mut parser = interrupts::Parser::reusing(&known);
         ctx.reader
             .read_lines(&path, |line, complete| parser.line(line, complete))?;
         let parsed = parser.finish().map_err(|e| ReadError::parse(&path, e))?;
+        parsed.descriptions(&mut known);
         let warnings = skipped_warnings(&path, &parsed.skipped);
         snap.interrupts = Some(Arc::new(parsed));
         Ok(Collected {

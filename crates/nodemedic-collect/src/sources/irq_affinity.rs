@@ -1,6 +1,6 @@
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use nodemedic_kernel::CpuSet;
 use nodemedic_sample::snapshot::IrqAffinity;
@@ -21,11 +21,53 @@ use crate::{CollectError, Collected, Collector, Ctx, ReadError, Reader};
 ///
 /// Each file stands alone: a corrupt or unreadable `effective_affinity` loses that IRQ's
 /// effective mask (its delivery falls back to `smp_affinity`) and nothing else.
+///
+/// Masks are parsed into sets kept from one sample to the next and compared with the last
+/// sample's: while none changed, the snapshot shares the last sample's map and nothing is
+/// allocated for it (BENCHMARKS.md, "Allocations per sample and per render").
 #[derive(Default)]
 pub struct IrqAffinityCollector {
     nodes: Mutex<HashMap<u32, Option<i32>>>,
     /// IRQ numbers listed at the last rescan (sorted).
     listed: Mutex<Vec<u32>>,
+    last: Mutex<Last>,
+}
+
+#[derive(Default)]
+struct Last {
+    /// The map the last sample's snapshot got.
+    map: Arc<BTreeMap<u32, IrqAffinity>>,
+    /// This sample's IRQs that were read, in order, each with its affinity when it differs
+    /// from `map`'s (`None`: the same).
+    read: Vec<(u32, Option<IrqAffinity>)>,
+    /// One IRQ's files as read, into sets that keep their storage.
+    reading: Reading,
+}
+
+/// One IRQ's masks and node as read.
+#[derive(Default)]
+struct Reading {
+    smp: CpuSet,
+    has_smp: bool,
+    effective: CpuSet,
+    has_effective: bool,
+    node: Option<i32>,
+}
+
+impl Reading {
+    fn reads_as(&self, a: &IrqAffinity) -> bool {
+        a.smp.as_ref() == self.has_smp.then_some(&self.smp)
+            && a.effective.as_ref() == self.has_effective.then_some(&self.effective)
+            && a.node == self.node
+    }
+
+    fn to_affinity(&self) -> IrqAffinity {
+        IrqAffinity {
+            smp: self.has_smp.then(|| self.smp.clone()),
+            effective: self.has_effective.then(|| self.effective.clone()),
+            node: self.node,
+        }
+    }
 }
 
 impl Collector for IrqAffinityCollector {
@@ -61,6 +103,10 @@ impl Collector for IrqAffinityCollector {
         let mut errors = Vec::new();
         let mut nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
         nodes.retain(|irq, _| irqs.binary_search(irq).is_ok());
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let last = &mut *last;
+        last.read.clear();
+        let mut changed = false;
         let mut gone = Vec::new();
         // One path buffer for every file: `…/irq/N/name` is pushed and popped around each
         // read, with nothing in between that can return early.
@@ -68,15 +114,25 @@ impl Collector for IrqAffinityCollector {
         for irq in irqs {
             irq_dir.push(itoa(*irq, &mut num));
             let known_node = nodes.get(irq).copied();
-            let read = read_irq(ctx.reader, &mut irq_dir, &mut buf, known_node, &mut errors);
+            let r = &mut last.reading;
+            let read = read_irq(
+                ctx.reader,
+                &mut irq_dir,
+                &mut buf,
+                known_node,
+                &mut errors,
+                r,
+            );
             irq_dir.pop();
             match read {
-                IrqRead::Read(aff, node_known) => {
+                IrqRead::Read(node_known) => {
                     // A node that could not be read is retried (and named) next sample.
                     if node_known {
-                        nodes.insert(*irq, aff.node);
+                        nodes.insert(*irq, r.node);
                     }
-                    snap.affinity.insert(*irq, aff);
+                    let same = last.map.get(irq).is_some_and(|a| r.reads_as(a));
+                    changed |= !same;
+                    last.read.push((*irq, (!same).then(|| r.to_affinity())));
                 }
                 IrqRead::Unusable => {}
                 // The IRQ was freed between listing the directory and reading it.
@@ -87,6 +143,19 @@ impl Collector for IrqAffinityCollector {
             }
         }
         listed.retain(|irq| !gone.contains(irq));
+        // Every IRQ read as last time, and no other: the last map is this sample's too.
+        if changed || last.read.len() != last.map.len() {
+            let map: BTreeMap<u32, IrqAffinity> = last
+                .read
+                .drain(..)
+                .filter_map(|(irq, new)| match new {
+                    Some(a) => Some((irq, a)),
+                    None => Some((irq, last.map.get(&irq)?.clone())),
+                })
+                .collect();
+            last.map = Arc::new(map);
+        }
+        snap.affinity = Arc::clone(&last.map);
         if vanished > 0 {
             // Named (a few of them): a warning must say which file it is about.
             const NAMED: usize = 5;
@@ -116,8 +185,9 @@ impl Collector for IrqAffinityCollector {
 }
 
 enum IrqRead {
-    /// The masks, and whether the node is known (read, or absent on this kernel).
-    Read(IrqAffinity, bool),
+    /// The masks are in the [`Reading`]; whether the node is known (read, or absent on this
+    /// kernel).
+    Read(bool),
     /// The directory exists but neither mask could be read; the reasons are in `errors`.
     Unusable,
     Vanished,
@@ -145,26 +215,28 @@ fn read_irq(
     buf: &mut String,
     known_node: Option<Option<i32>>,
     errors: &mut Vec<ReadError>,
+    r: &mut Reading,
 ) -> IrqRead {
     let errors_before = errors.len();
-    let mut mask = |dir: &mut PathBuf, name: &str| -> Result<Option<CpuSet>, ReadError> {
+    let mut mask = |dir: &mut PathBuf, name: &str, set: &mut CpuSet| -> Result<bool, ReadError> {
         in_dir(dir, name, |path| match reader.read_into(path, buf) {
-            Ok(()) => CpuSet::parse_mask(complete(path, buf)?)
-                .map(Some)
+            Ok(()) => set
+                .parse_mask_into(complete(path, buf)?)
+                .map(|()| true)
                 .map_err(|e| ReadError::parse(path, e)),
-            Err(e) if e.is_missing() => Ok(None),
+            Err(e) if e.is_missing() => Ok(false),
             Err(e) => Err(e),
         })
     };
-    let smp = mask(dir, "smp_affinity").unwrap_or_else(|e| {
+    r.has_smp = mask(dir, "smp_affinity", &mut r.smp).unwrap_or_else(|e| {
         errors.push(e);
-        None
+        false
     });
-    let effective = mask(dir, "effective_affinity").unwrap_or_else(|e| {
+    r.has_effective = mask(dir, "effective_affinity", &mut r.effective).unwrap_or_else(|e| {
         errors.push(e);
-        None
+        false
     });
-    if smp.is_none() && effective.is_none() {
+    if !r.has_smp && !r.has_effective {
         // No masks: the IRQ vanished, both files were unreadable, or the files are absent for
         // this IRQ (per-CPU interrupts have none). Tell them apart by the directory.
         if !dir.exists() {
@@ -176,7 +248,7 @@ fn read_irq(
     }
     // A missing `node` is an old kernel (no data); any other problem is named.
     let before_node = errors.len();
-    let node = match known_node {
+    r.node = match known_node {
         Some(node) => node,
         None => {
             let node = in_dir(dir, "node", |path| {
@@ -197,13 +269,5 @@ fn read_irq(
             }
         }
     };
-    let node_known = errors.len() == before_node;
-    IrqRead::Read(
-        IrqAffinity {
-            smp,
-            effective,
-            node,
-        },
-        node_known,
-    )
+    IrqRead::Read(errors.len() == before_node)
 }

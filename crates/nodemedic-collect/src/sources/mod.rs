@@ -72,7 +72,7 @@ impl<T: Clone> RescanCache<T> {
 pub fn all() -> Vec<Box<dyn Collector>> {
     vec![
         Box::new(TopologyCollector::default()),
-        Box::new(InterruptsCollector),
+        Box::new(InterruptsCollector::default()),
         Box::new(IrqAffinityCollector::default()),
         Box::new(PciDevicesCollector::default()),
         Box::new(SoftirqsCollector),

@@ -28,7 +28,6 @@ struct State {
     read: Option<PciRead>,
 }
 
-#[derive(Clone)]
 struct PciRead {
     netdevs: BTreeMap<String, String>,
     devices: BTreeMap<String, PciDevice>,
@@ -57,20 +56,18 @@ impl Collector for PciDevicesCollector {
         let reusable = st
             .read
             .as_ref()
-            .filter(|c| !ctx.rescan && irq_addrs.iter().all(|a| c.looked_up.contains(*a)));
-        let read = match reusable {
-            Some(c) => c.clone(),
-            None => {
-                let addrs = irq_addrs.into_iter().map(str::to_string).collect();
-                let r = read_sysfs(ctx, addrs);
-                st.read = Some(r.clone());
-                r
-            }
-        };
-        snap.netdevs = read.netdevs;
-        snap.pci_devices = read.devices;
+            .is_some_and(|c| !ctx.rescan && irq_addrs.iter().all(|a| c.looked_up.contains(*a)));
+        if !reusable {
+            st.read = None;
+        }
+        let read = st.read.get_or_insert_with(|| {
+            read_sysfs(ctx, irq_addrs.into_iter().map(str::to_string).collect())
+        });
+        // What the snapshot needs; the addresses looked up stay here.
+        snap.netdevs = read.netdevs.clone();
+        snap.pci_devices = read.devices.clone();
         Ok(Collected {
-            warnings: read.warnings,
+            warnings: read.warnings.clone(),
             ..Default::default()
         })
     }

@@ -51,13 +51,11 @@ impl Collector for PressureCollector {
                 continue;
             }
             let path = dir.join(resource.as_str());
-            match ctx.reader.read(&path) {
-                Ok(text) => match psi::parse(&text) {
-                    Ok(p) => {
-                        found.insert(resource, p);
-                    }
-                    Err(e) => errors.push(ReadError::parse(&path, e)),
-                },
+            match ctx.reader.read_with(&path, psi::parse) {
+                Ok(Ok(p)) => {
+                    found.insert(resource, p);
+                }
+                Ok(Err(e)) => errors.push(ReadError::parse(&path, e)),
                 // irq pressure needs Linux 6.1 and CONFIG_IRQ_TIME_ACCOUNTING.
                 Err(e) if e.is_missing() && resource == PsiResource::Irq => {}
                 Err(ReadError::Io { source, .. }) if source.raw_os_error() == Some(EOPNOTSUPP) => {

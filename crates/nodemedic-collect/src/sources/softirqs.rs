@@ -14,8 +14,10 @@ impl Collector for SoftirqsCollector {
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
         let path = ctx.paths.procfs.join("softirqs");
-        let parsed =
-            softirqs::parse(&ctx.reader.read(&path)?).map_err(|e| ReadError::parse(&path, e))?;
+        let parsed = ctx
+            .reader
+            .read_with(&path, softirqs::parse)?
+            .map_err(|e| ReadError::parse(&path, e))?;
         let warnings = skipped_warnings(&path, &parsed.skipped);
         snap.softirqs = Some(parsed);
         Ok(Collected {

@@ -14,12 +14,13 @@ impl Collector for SoftnetCollector {
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
         let path = ctx.paths.procfs.join("net/softnet_stat");
-        let text = ctx.reader.read(&path)?;
-        let parsed = softnet::parse(&text);
+        let (parsed, blank) = ctx
+            .reader
+            .read_with(&path, |text| (softnet::parse(text), text.trim().is_empty()))?;
         let mut warnings = skipped_warnings(&path, &parsed.skipped);
         // The kernel writes one row per possible CPU: no rows at all is a broken read.
         if parsed.rows.is_empty() {
-            let why = if text.trim().is_empty() {
+            let why = if blank {
                 "empty (the kernel writes one row per CPU)"
             } else {
                 "no usable rows"

@@ -24,8 +24,10 @@ impl Collector for TopologyCollector {
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
         let cpu = ctx.paths.sysfs.join("devices/system/cpu");
         let online_path = cpu.join("online");
-        let online = CpuSet::parse_list(complete(&online_path, &ctx.reader.read(&online_path)?)?)
-            .map_err(|e| ReadError::parse(&online_path, e))?;
+        let online = ctx.reader.read_with(&online_path, |text| {
+            CpuSet::parse_list(complete(&online_path, text)?)
+                .map_err(|e| ReadError::parse(&online_path, e))
+        })??;
         let hotplugged = self.cache.peek(|t| t.online != online).unwrap_or(true);
         let (topology, warnings) = self.cache.get(ctx.rescan || hotplugged, || {
             Ok(read_rest(ctx, &cpu, online))

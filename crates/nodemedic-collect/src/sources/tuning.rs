@@ -515,15 +515,13 @@ fn optional<T, E: std::fmt::Display>(
     parse: impl FnOnce(&str) -> Result<T, E>,
     warnings: &mut Vec<String>,
 ) -> Option<T> {
-    match reader.read_optional(path) {
-        Ok(Some(text)) => match parse(&text) {
-            Ok(v) => Some(v),
-            Err(e) => {
-                warnings.push(ReadError::parse(path, e).to_string());
-                None
-            }
-        },
-        Ok(None) => None,
+    match reader.read_with(path, parse) {
+        Ok(Ok(v)) => Some(v),
+        Ok(Err(e)) => {
+            warnings.push(ReadError::parse(path, e).to_string());
+            None
+        }
+        Err(e) if e.is_missing() => None,
         Err(e) => {
             warnings.push(e.to_string());
             None
