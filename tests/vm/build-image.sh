@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # Builds (once, cached) the Debian guest used by the real-kernel VM tests (Debian 12, kernel
-# 6.1, for tests/vm; Debian 13, kernel 6.12, for the cluster's second node, tests/k8s):
+# 6.1, for tests/vm; Debian 13, kernel 6.12, for the cluster's second node, tests/k8s; Debian 13
+# arm64, kernel 6.12, for the arm64 guest, NODEMEDIC_VM_ARCH=arm64):
 #   $CACHE/vmlinuz, $CACHE/initrd.img, $CACHE/rootfs.img (raw ext4), $CACHE/stamp
 # The stamp holds this script's sha256: editing the script rebuilds the image.
 # Needs root (debootstrap, chroot). No stdin, no loop mounts.
 #
 # Env:
-#   NODEMEDIC_VM_CACHE   cache dir (default /var/cache/nodemedic-vm)
-#   NODEMEDIC_VM_SUITE   Debian release (default bookworm; trixie for Debian 13)
+#   NODEMEDIC_VM_ARCH    the guest's Debian architecture: amd64 (default) or arm64. A foreign
+#                        one is debootstrapped through qemu-user-static, registered with
+#                        binfmt_misc here (the F flag: the chroot needs no emulator of its own)
+#   NODEMEDIC_VM_CACHE   cache dir (default /var/cache/nodemedic-vm; for arm64
+#                        /var/cache/nodemedic-vm-arm64)
+#   NODEMEDIC_VM_SUITE   Debian release (default bookworm; trixie for Debian 13, the default
+#                        for arm64)
 #   NODEMEDIC_VM_MIRROR  Debian mirror (default: the Debian mirror of this host's apt sources)
 #   NODEMEDIC_VM_REBUILD=1  rebuild even if the stamp matches
 #   NODEMEDIC_VM_IMG_SIZE   size of the raw image (default 2G)
@@ -21,23 +27,42 @@
 set -euo pipefail
 
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
-CACHE=${NODEMEDIC_VM_CACHE:-/var/cache/nodemedic-vm}
-SUITE=${NODEMEDIC_VM_SUITE:-bookworm}
+ARCH=${NODEMEDIC_VM_ARCH:-amd64}
+case "$ARCH" in
+amd64)
+    CACHE=${NODEMEDIC_VM_CACHE:-/var/cache/nodemedic-vm}
+    SUITE=${NODEMEDIC_VM_SUITE:-bookworm}
+    QEMU_PACKAGE=qemu-system-x86
+    ;;
+arm64)
+    CACHE=${NODEMEDIC_VM_CACHE:-/var/cache/nodemedic-vm-arm64}
+    SUITE=${NODEMEDIC_VM_SUITE:-trixie}
+    QEMU_PACKAGE=qemu-system-arm
+    ;;
+*)
+    echo "build-image.sh: NODEMEDIC_VM_ARCH=$ARCH: amd64 or arm64" >&2
+    exit 2
+    ;;
+esac
 IMG_SIZE=${NODEMEDIC_VM_IMG_SIZE:-2G}
+# shellcheck disable=SC2020 # tr maps both separators to newlines, one character each
 EXTRA_PACKAGES=$(echo "${NODEMEDIC_VM_PACKAGES:-}" | tr ', ' '\n\n' | sed '/^$/d' | sort -u | paste -sd, -)
+# shellcheck disable=SC2020
 EXTRA_ENABLE=$(echo "${NODEMEDIC_VM_ENABLE:-}" | tr ', ' '\n\n' | sed '/^$/d' | paste -sd' ' -)
 read -r -a EXTRA_FILES <<<"${NODEMEDIC_VM_FILES:-}"
 extras_id() { # what the extras are, for the stamp
     local f src dst mode
     echo "suite=$SUITE packages=$EXTRA_PACKAGES size=$IMG_SIZE enable=$EXTRA_ENABLE"
+    [ "$ARCH" = amd64 ] || echo "arch=$ARCH"
     for f in "${EXTRA_FILES[@]}"; do
-        IFS== read -r src dst mode <<<"$f"
+        IFS='=' read -r src dst mode <<<"$f"
         [ -f "$src" ] || { echo "build-image.sh: extra file $src not found" >&2; return 1; }
         echo "file=$dst mode=${mode:-} $(sha256sum "$src" | cut -d' ' -f1)"
     done
 }
 EXTRAS=
-[ -z "$EXTRA_PACKAGES${EXTRA_ENABLE}${EXTRA_FILES[*]}" ] && [ "$SUITE" = bookworm ] || EXTRAS=$(extras_id)
+[ -z "$EXTRA_PACKAGES${EXTRA_ENABLE}${EXTRA_FILES[*]}" ] && [ "$SUITE" = bookworm ] && [ "$ARCH" = amd64 ] ||
+    EXTRAS=$(extras_id)
 HASH=$( (sha256sum "$SELF" | cut -d' ' -f1; echo "$EXTRAS") | sha256sum | cut -d' ' -f1)
 
 log() { echo "[build-image] $*" >&2; }
@@ -67,9 +92,12 @@ apt_get() {
     done
     return 1
 }
+# A foreign architecture's chroot runs its binaries through qemu-user-static.
+FOREIGN=
+[ "$ARCH" = "$(dpkg --print-architecture)" ] || FOREIGN=$ARCH
 need=()
-for pkg in debootstrap debian-archive-keyring qemu-system-x86 qemu-utils iproute2 e2fsprogs \
-    coreutils util-linux; do
+for pkg in debootstrap debian-archive-keyring "$QEMU_PACKAGE" qemu-utils iproute2 e2fsprogs \
+    coreutils util-linux file ${FOREIGN:+qemu-user-static}; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -82,6 +110,36 @@ if [ "${NODEMEDIC_VM_REBUILD:-0}" != 1 ] && image_ok; then
     log "cached image up to date in $CACHE"
     exit 0
 fi
+
+# --- a foreign architecture: its binaries run through qemu-user-static ------------------
+# Registered with binfmt_misc from the package's own binfmt.d entry, with the F flag: the
+# kernel opens the emulator when it is registered, so it runs inside the chroot, where its
+# path does not exist. Debian's qemu-user-static registers it only through binfmt-support or
+# systemd-binfmt, and a CI container has neither running.
+register_binfmt() {
+    local dir=/proc/sys/fs/binfmt_misc name=qemu-aarch64 line
+    [ "$FOREIGN" = arm64 ] || {
+        echo "build-image.sh: no emulator known for $FOREIGN on $(dpkg --print-architecture)" >&2
+        return 1
+    }
+    mountpoint -q "$dir" || mount -t binfmt_misc binfmt_misc "$dir"
+    if [ -e "$dir/$name" ]; then
+        if grep -qx enabled "$dir/$name" && grep -Eq '^flags: *[A-Z]*F' "$dir/$name"; then
+            return 0
+        fi
+        # Registered without F (or disabled): replace it with the entry the chroot can use.
+        log "binfmt_misc: $name is $(tr '\n' ' ' <"$dir/$name"); registering it again with F"
+        echo -1 >"$dir/$name"
+    fi
+    line=$(grep -m1 "^:$name:" "/usr/lib/binfmt.d/$name.conf") || {
+        echo "build-image.sh: no :$name: entry in /usr/lib/binfmt.d/$name.conf (qemu-user-static)" >&2
+        return 1
+    }
+    case "${line##*:}" in *F*) ;; *) line+=F ;; esac
+    printf '%s' "$line" >"$dir/register"
+    log "binfmt_misc: $name registered ($(sed -n 's/^flags: *//p' "$dir/$name"))"
+}
+[ -z "$FOREIGN" ] || register_binfmt
 
 # --- mirror: the one this host's apt already uses for Debian main ----------------------
 mirror=${NODEMEDIC_VM_MIRROR:-}
@@ -112,15 +170,15 @@ cleanup
 rm -rf "$BUILD"
 mkdir -p "$ROOT" "$CACHE/debs"
 
-# linux-image-amd64 pulls initramfs-tools, whose hook builds /boot/initrd.img-* in the chroot.
-INCLUDE=systemd-sysv,systemd,udev,dbus,irqbalance,linux-image-amd64,initramfs-tools,kmod
+# linux-image-$ARCH pulls initramfs-tools, whose hook builds /boot/initrd.img-* in the chroot.
+INCLUDE=systemd-sysv,systemd,udev,dbus,irqbalance,linux-image-$ARCH,initramfs-tools,kmod
 INCLUDE=$INCLUDE,iproute2,procps,ethtool,pciutils,util-linux,zstd
 # The eBPF probe test cross-checks nodemedic against Debian's bpftrace and reads BPF run stats
 # with bpftool; curl scrapes /metrics.
 INCLUDE=$INCLUDE,bpftrace,bpftool,curl
 [ -z "$EXTRA_PACKAGES" ] || INCLUDE=$INCLUDE,$EXTRA_PACKAGES
-log "debootstrap $SUITE (variant minbase) -> $ROOT"
-debootstrap --variant=minbase --include="$INCLUDE" --cache-dir="$CACHE/debs" \
+log "debootstrap $SUITE $ARCH (variant minbase) -> $ROOT"
+debootstrap --arch="$ARCH" --variant=minbase --include="$INCLUDE" --cache-dir="$CACHE/debs" \
     "$SUITE" "$ROOT" "$mirror" >"$BUILD/debootstrap.log" 2>&1 || {
     tail -n 50 "$BUILD/debootstrap.log" >&2
     tail -n 50 "$ROOT/debootstrap/debootstrap.log" >&2 2>/dev/null || true
@@ -213,7 +271,7 @@ chroot "$ROOT" systemctl enable irqbalance.service >/dev/null 2>&1 || true
 
 # --- extras: files copied in, units enabled ----------------------------------------------
 for f in "${EXTRA_FILES[@]}"; do
-    IFS== read -r src dst mode <<<"$f"
+    IFS='=' read -r src dst mode <<<"$f"
     if [ -z "$mode" ]; then
         mode=0644
         [ -x "$src" ] && mode=0755
@@ -236,6 +294,15 @@ if [ -z "$vmlinuz" ] || [ -z "$initrd" ]; then
     ls -l "$ROOT/boot" >&2
     exit 1
 fi
+# qemu -kernel loads it as it is: a bzImage, or arm64's Image (Debian 13's is not compressed;
+# qemu 7.2 also unpacks a gzip'd one, but not an EFI zboot image).
+case "$ARCH:$(file -b "$vmlinuz")" in
+amd64:*"Linux kernel x86 boot executable"* | arm64:*"Linux kernel ARM64 boot executable Image"* | arm64:gzip*) ;;
+*)
+    echo "$vmlinuz is not a kernel qemu-system can boot for $ARCH: $(file -b "$vmlinuz")" >&2
+    exit 1
+    ;;
+esac
 cp "$vmlinuz" "$BUILD/vmlinuz"
 cp "$initrd" "$BUILD/initrd.img"
 basename "$vmlinuz" | sed 's/^vmlinuz-//' >"$BUILD/kernel-release"
@@ -259,4 +326,4 @@ took=$(($(date +%s) - start))
 echo "$took" >"$CACHE/build-seconds"
 echo "$HASH" >"$CACHE/stamp"
 rm -rf "$BUILD"
-log "built in ${took}s: kernel $(cat "$CACHE/kernel-release"), image $CACHE/rootfs.img"
+log "built in ${took}s: $ARCH kernel $(cat "$CACHE/kernel-release"), image $CACHE/rootfs.img"

@@ -7,24 +7,55 @@
 #   the image ships; tests/run-all.sh has built it for the image by then)
 # The previous release's .deb: NODEMEDIC_PREVIOUS_DEB, or tests/previous-version.sh's (built
 # once and cached).
+#
+# NODEMEDIC_VM_ARCH=arm64: the same test in the arm64 guest (tests/vm/run.sh: Debian 13, kernel
+# 6.12, QEMU's virt machine with a GICv3 and its ITS, under TCG), with the arm64 .deb
+# (deploy/debian/build-deb.sh --arch arm64, cross-built here) and perfgen cross-compiled. The
+# upgrade test is left out, saying why: the previous release has no arm64 package. The kernel's
+# files are captured as fixture trees (capture-guest.sh): healthy and collapsed, in the run's
+# directory; with NODEMEDIC_VM_CAPTURE=PREFIX they are copied to PREFIX and PREFIX-collapsed
+# (e.g. tests/fixtures/captured-arm64-virt). Not run by tests/run-all.sh; run it as run-all.sh
+# runs the VM test, under the cluster lock:
+#   flock -o /tmp/nodemedic-cluster.lock env NODEMEDIC_VM_ARCH=arm64 tests/vm/nodemedic-e2e.sh
 set -euo pipefail
 HERE=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
 ROOT=$(readlink -f "$HERE/../..")
+ARCH=${NODEMEDIC_VM_ARCH:-amd64}
+export NODEMEDIC_VM_ARCH=$ARCH
 DEB=${1:-}
 if [ -z "$DEB" ]; then
-    DEB=$(bash "$ROOT/deploy/debian/build-deb.sh")
+    if [ "$ARCH" = amd64 ]; then
+        DEB=$(bash "$ROOT/deploy/debian/build-deb.sh")
+    else
+        DEB=$(bash "$ROOT/deploy/debian/build-deb.sh" --arch "$ARCH")
+    fi
 fi
 [ -f "$DEB" ] || { echo "no nodemedic package at $DEB" >&2; exit 2; }
-PREV_DEB=${NODEMEDIC_PREVIOUS_DEB:-$(bash "$ROOT/tests/previous-version.sh" deb)}
+[ "$(dpkg-deb -f "$DEB" Architecture)" = "$ARCH" ] ||
+    { echo "$DEB is not an $ARCH package" >&2; exit 2; }
+PREV_DEB=
+[ "$ARCH" != amd64 ] || PREV_DEB=${NODEMEDIC_PREVIOUS_DEB:-$(bash "$ROOT/tests/previous-version.sh" deb)}
 bash "$HERE/build-image.sh"
-DIR=$(mktemp -d /tmp/nodemedic-vm-e2e.XXXXXX)
+DIR=$(mktemp -d "/tmp/nodemedic-vm-e2e-$ARCH.XXXXXX")
 cp "$DEB" "$DIR/nodemedic.deb"
-cp "$PREV_DEB" "$DIR/nodemedic-previous.deb"
+if [ -n "$PREV_DEB" ]; then
+    cp "$PREV_DEB" "$DIR/nodemedic-previous.deb"
+else
+    echo "nodemedic $(bash "$ROOT/tests/previous-version.sh" version), the previous release, has no $ARCH package to upgrade from" >"$DIR/skip-upgrade"
+fi
 cp "$HERE/nodemedic.toml" "$DIR/"
 cp "$HERE/nodemedic-guest.sh" "$DIR/test.sh"
 cp "$HERE/upgrade-guest.sh" "$HERE/probes-guest.sh" "$HERE/tuning-guest.sh" "$DIR/"
+[ "$ARCH" = amd64 ] || cp "$HERE/capture-guest.sh" "$DIR/"
 # The probe test's traffic generator, static: the minbase guest has no compiler.
-cc -O2 -static -Wall -Werror -o "$DIR/perfgen" "$HERE/perfgen.c"
+if [ "$ARCH" = amd64 ]; then
+    cc -O2 -static -Wall -Werror -o "$DIR/perfgen" "$HERE/perfgen.c"
+else
+    # shellcheck source=deploy/bootstrap.sh
+    . "$ROOT/deploy/bootstrap.sh"
+    ensure_packages gcc-aarch64-linux-gnu libc6-dev-arm64-cross >&2
+    aarch64-linux-gnu-gcc -O2 -static -Wall -Werror -o "$DIR/perfgen" "$HERE/perfgen.c"
+fi
 start=$(date +%s)
 set +e
 bash "$HERE/run.sh" "$DIR"
@@ -32,6 +63,20 @@ rc=$?
 set -e
 cat "$DIR/stdout" 2>/dev/null || true
 [ -s "$DIR/stderr" ] && { echo "----- guest stderr -----"; tail -n 50 "$DIR/stderr"; }
-echo "[vm-e2e] exit $rc after $(($(date +%s) - start))s; files in $DIR"
+if [ -d "$DIR/capture" ]; then
+    for tree in healthy collapsed; do
+        [ -d "$DIR/capture/$tree" ] || continue
+        echo "[vm-e2e] captured the $tree tree: $DIR/capture/$tree ($DIR/capture/$tree.facts)"
+        if [ -n "${NODEMEDIC_VM_CAPTURE:-}" ]; then
+            dest=$NODEMEDIC_VM_CAPTURE
+            [ "$tree" = healthy ] || dest=$dest-$tree
+            rm -rf "$dest"
+            mkdir -p "$(dirname "$dest")"
+            cp -a "$DIR/capture/$tree" "$dest"
+            echo "[vm-e2e] copied to $dest"
+        fi
+    done
+fi
+echo "[vm-e2e] $ARCH: exit $rc after $(($(date +%s) - start))s; files in $DIR"
 [ "$rc" -eq 0 ] && rm -f "$DIR/nodemedic.deb" "$DIR/nodemedic-previous.deb"
 exit "$rc"

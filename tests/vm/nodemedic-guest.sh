@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Guest side of the end-to-end test (runs as root in the VM, from /mnt/host).
+# Guest side of the end-to-end test (runs as root in the VM, from /mnt/host), on either guest
+# of tests/vm/run.sh (x86-64 or arm64: nothing here names an architecture).
 # First the upgrade from the previous release's .deb and the downgrade back, as apt would, with
-# an edited configuration and /metrics scraped throughout (upgrade-guest.sh); then, from a
+# an edited configuration and /metrics scraped throughout (upgrade-guest.sh; left out, saying
+# why, when the host put a skip-upgrade file with the reason in the share); then, from a
 # fresh install: installs nodemedic from its Debian package (`dpkg -i`, then `systemctl enable --now`), checks
 # the hardened Type=notify unit (systemd-analyze verify, readiness through sd_notify, the
 # exposure level), replays the incident (irqbalance stuck, every NIC queue IRQ on CPU 0) and
@@ -9,6 +11,9 @@
 # on, verifies the re-spread, and takes no second action during the cooldown; finally a
 # sampler made to hang is restarted by systemd's watchdog; then the eBPF probes attach to this
 # kernel and are checked against a traffic generator and bpftrace (probes-guest.sh).
+# With capture-guest.sh in the share, the kernel's files are captured as fixture trees twice:
+# healthy (irqbalance's placement, nodemedic saw no collapse) and collapsed (the NIC's queue
+# IRQs pinned to CPU 0 with irqbalance frozen, during the cooldown).
 set -uo pipefail
 H=/mnt/host
 pass=0
@@ -52,9 +57,11 @@ wait_for() { # seconds description command...
     done
     echo "after $(($(date +%s) - start))s: $what"
 }
+# shellcheck disable=SC2317 # called through `declare -f` and by the sourced probe test
 samples_total() { # -> nodemedic_samples_total in /metrics now, 0 before the first sample
     http_get /metrics | awk '$1 == "nodemedic_samples_total" { v = $2 } END { printf "%.0f\n", v + 0 }'
 }
+# shellcheck disable=SC2317
 wait_samples() { # n description -> once nodemedic has completed n more samples (30 s at most)
     local want
     want=$(($(samples_total) + $1))
@@ -66,8 +73,18 @@ audit_count() { # action result -> number of audit log lines
         grep -c "action=$1 .*result=$2"
 }
 
-# shellcheck source=tests/vm/upgrade-guest.sh
-. "$H/upgrade-guest.sh"
+echo "guest: $(uname -r) $(uname -m), $(systemctl --version | head -n1)"
+if [ -f "$H/skip-upgrade" ]; then
+    echo "SKIP upgrade and downgrade: $(cat "$H/skip-upgrade")"
+else
+    # shellcheck source=tests/vm/upgrade-guest.sh
+    . "$H/upgrade-guest.sh"
+fi
+capture() { :; }
+if [ -f "$H/capture-guest.sh" ]; then
+    # shellcheck source=tests/vm/capture-guest.sh
+    . "$H/capture-guest.sh"
+fi
 
 check deb_installs dpkg -i "$H/nodemedic.deb"
 check deb_files bash -c "[ -x /usr/bin/nodemedic ] && [ -f /etc/nodemedic/nodemedic.toml ] && [ -f /usr/share/man/man1/nodemedic.1.gz ] && [ -f /usr/lib/systemd/system/nodemedic.service ]"
@@ -78,13 +95,21 @@ install -m 0644 "$H/nodemedic.toml" /etc/nodemedic/nodemedic.toml
 check irqbalance_active systemctl -q is-active irqbalance
 echo "irqbalance $(irqbalance --version 2>&1 | head -n1)"
 
-nic=
-for d in /sys/class/net/*; do
-    if [ "$(basename "$(readlink -f "$d/device/driver" 2>/dev/null)")" = virtio_net ]; then
-        nic=$(basename "$d")
-        break
-    fi
-done
+find_nic() {
+    local d
+    for d in /sys/class/net/*; do
+        if [ "$(basename "$(readlink -f "$d/device/driver" 2>/dev/null)")" = virtio_net ]; then
+            basename "$d"
+            return 0
+        fi
+    done
+    return 1
+}
+# The test may start before udev has loaded virtio_net (Debian 13's boot under TCG did, as
+# node-agent.sh says): load it, and wait for the NIC.
+modprobe virtio_net 2>/dev/null || true
+check nic_found wait_for 60 "the virtio-net NIC" find_nic
+nic=$(find_nic)
 vdev=$(basename "$(readlink -f "/sys/class/net/$nic/device")")
 mapfile -t IRQS < <(awk -v d="$vdev" '$NF ~ "^"d"-(input|output)\\." {sub(":","",$1); print $1}' /proc/interrupts)
 echo "NIC $nic = $vdev, queue IRQs: ${IRQS[*]}"
@@ -109,6 +134,8 @@ echo "systemd-analyze security: $exposure"
 check exposure_ok_or_better bash -c "echo '$exposure' | grep -Eq 'Overall exposure level for nodemedic.service: [0-9.]+ (OK|SAFE)'"
 check no_collapse_at_start wait_for 30 "a sample with no collapse" \
     bash -c "$(declare -f http_get); http_get /metrics | grep -q '^nodemedic_samples_total [1-9]' && ! http_get /metrics | grep -q 'nodemedic_irq_collapsed{.*} 1'"
+echo "irqbalance's placement: $(affinities)"
+capture healthy
 
 echo "== the incident: irqbalance stuck, every NIC queue IRQ on CPU 0"
 systemctl kill -s STOP irqbalance
@@ -137,7 +164,8 @@ for irq in "${IRQS[@]}"; do echo 1 >"/proc/irq/$irq/smp_affinity"; done
 check collapsed_in_cooldown wait_for 60 "nodemedic_irq_collapsed{group=\"$vdev\"} 1 again" \
     bash -c "$(declare -f http_get); http_get /metrics | grep -q 'nodemedic_irq_collapsed{group=\"$vdev\"} 1'"
 check sampled_in_cooldown wait_samples 3 "samples after the second collapse"
-check one_action_in_cooldown [ "$(audit_count irqbalance_restart done)" -eq 1 ]
+check one_action_in_cooldown [ "$(audit_count irqbalance_restart "done")" -eq 1 ]
+capture collapsed
 check metrics_count bash -c "$(declare -f http_get); http_get /metrics | grep -q 'nodemedic_remediation_actions_total{action=\"irqbalance_restart\",result=\"done\"} 1'"
 systemctl kill -s CONT irqbalance || true
 echo "irqbalance pid now $(pidof irqbalance)"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# run.sh DIR — boots the cached Debian 12 guest (QEMU, TCG) with DIR shared over 9p at
-# /mnt/host; the guest runs DIR/test.sh as root at boot, writes DIR/stdout, DIR/stderr,
-# DIR/exit-code (plus DIR/journal.log, guest uptimes), and powers off.
+# run.sh DIR — boots the cached Debian guest (QEMU, TCG: Debian 12 x86-64 by default, Debian 13
+# arm64 with NODEMEDIC_VM_ARCH=arm64) with DIR shared over 9p at /mnt/host; the guest runs
+# DIR/test.sh as root at boot, writes DIR/stdout, DIR/stderr, DIR/exit-code (plus
+# DIR/journal.log, guest uptimes), and powers off.
 # Exit code: the guest test's exit code; 124 on timeout; 125 if the guest never reported.
 #
 # The VM has a multi-queue virtio-net NIC backed by a multi_queue tap that lives in a
@@ -26,16 +27,20 @@
 #                            qemu left running keeps a deleted namespace alive); idempotent
 #
 # Env:
-#   NODEMEDIC_VM_CACHE    image cache (default /var/cache/nodemedic-vm), built on demand
-#   NODEMEDIC_VM_TIMEOUT  seconds before qemu is killed (default 600; node mode 3600)
+#   NODEMEDIC_VM_ARCH     amd64 (default: qemu-system-x86_64, its default pc machine) or arm64
+#                         (qemu-system-aarch64 -M virt with a GICv3 and its ITS, Cortex-A57
+#                         vCPUs, one socket each; the NIC's MSI-X vectors go through the ITS)
+#   NODEMEDIC_VM_CACHE    image cache (default /var/cache/nodemedic-vm, for arm64
+#                         /var/cache/nodemedic-vm-arm64), built on demand
+#   NODEMEDIC_VM_TIMEOUT  seconds before qemu is killed (default 600, arm64 1800; node mode 3600)
 #   NODEMEDIC_VM_SMP      vCPUs (default 4)      NODEMEDIC_VM_MEM  MiB (default 1024)
 #   NODEMEDIC_VM_QUEUES   NIC queue pairs (default 4)
 #   NODEMEDIC_VM_APPEND   extra kernel command line
 #   NODEMEDIC_VM_CONSOLE=1  stream the guest console to stderr while it runs
-#   NODEMEDIC_VM_TAP      the tap's name in node mode (default nmvm0)
+#   NODEMEDIC_VM_TAP      the tap's name in node mode (default nmvm0, arm64 nmarm0)
 set -euo pipefail
 
-MODE=test
+MODE='test'
 case "${1:-}" in
 --node | --exec | --stalled | --stop)
     MODE=${1#--}
@@ -53,6 +58,14 @@ if [ $# -lt 1 ] || [ ! -d "$1" ]; then
 fi
 DIR=$(readlink -f "$1")
 shift
+ARCH=${NODEMEDIC_VM_ARCH:-amd64}
+case "$ARCH" in
+amd64 | arm64) ;;
+*)
+    echo "NODEMEDIC_VM_ARCH=$ARCH: amd64 or arm64" >&2
+    exit 2
+    ;;
+esac
 log() { echo "[vm-run $(date +%T)] $*" >&2; }
 
 # What a hung boot leaves on the console (seen once in 19 boots under TCG, with the kubelet
@@ -127,8 +140,13 @@ fi
     exit 2
 }
 HERE=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
-CACHE=${NODEMEDIC_VM_CACHE:-/var/cache/nodemedic-vm}
-TIMEOUT=${NODEMEDIC_VM_TIMEOUT:-600}
+if [ "$ARCH" = arm64 ]; then
+    CACHE=${NODEMEDIC_VM_CACHE:-/var/cache/nodemedic-vm-arm64}
+    TIMEOUT=${NODEMEDIC_VM_TIMEOUT:-1800}
+else
+    CACHE=${NODEMEDIC_VM_CACHE:-/var/cache/nodemedic-vm}
+    TIMEOUT=${NODEMEDIC_VM_TIMEOUT:-600}
+fi
 [ "$MODE" = test ] || TIMEOUT=${NODEMEDIC_VM_TIMEOUT:-3600}
 SMP=${NODEMEDIC_VM_SMP:-4}
 MEM=${NODEMEDIC_VM_MEM:-1024}
@@ -136,15 +154,27 @@ QUEUES=${NODEMEDIC_VM_QUEUES:-4}
 VECTORS=$((2 * QUEUES + 2))
 
 # Build or validate the cached image (fast no-op when up to date).
-NODEMEDIC_VM_CACHE=$CACHE bash "$HERE/build-image.sh"
+NODEMEDIC_VM_ARCH=$ARCH NODEMEDIC_VM_CACHE=$CACHE bash "$HERE/build-image.sh"
 
 rm -f "$DIR"/{stdout,stderr,exit-code,exit-code.tmp,console.log,journal.log,agent-ready} \
     "$DIR"/guest-uptime-at-test-{start,end}
 touch "$DIR/console.log"
 
-APPEND="console=ttyS0 root=/dev/vda rw panic=1 loglevel=4 systemd.show_status=auto"
+if [ "$ARCH" = arm64 ]; then
+    # virt with a GICv3 and its ITS (an arm64 server's interrupt controllers: SPIs and PPIs
+    # from the GIC, PCI MSI-X through the ITS). One socket per vCPU: QEMU's device tree then
+    # gives each CPU its own package, as the x86 guest's private L2s give it its own cache
+    # domain (virt's tree describes no caches); with one domain irqbalance would run once and
+    # exit. Cortex-A57: no pointer authentication or SVE to emulate, which cost TCG time.
+    APPEND="console=ttyAMA0 root=/dev/vda rw panic=1 loglevel=4 systemd.show_status=auto"
+    QEMU=(qemu-system-aarch64 -M "virt,gic-version=3,its=on" -cpu cortex-a57 -accel tcg
+        -smp "$SMP,sockets=$SMP,cores=1,threads=1")
+else
+    APPEND="console=ttyS0 root=/dev/vda rw panic=1 loglevel=4 systemd.show_status=auto"
+    QEMU=(qemu-system-x86_64 -accel tcg -smp "$SMP")
+fi
 APPEND+=" ${NODEMEDIC_VM_APPEND:-}"
-QEMU=(qemu-system-x86_64 -accel tcg -smp "$SMP" -m "$MEM"
+QEMU+=(-m "$MEM"
     -nodefaults -display none -monitor none -serial "file:$DIR/console.log"
     -no-reboot -snapshot
     -kernel "$CACHE/vmlinuz" -initrd "$CACHE/initrd.img" -append "$APPEND"
@@ -156,6 +186,7 @@ if [ "$MODE" = node ]; then
     HOST_ADDR=${NODEMEDIC_VM_HOST_ADDR:?node mode needs NODEMEDIC_VM_HOST_ADDR, e.g. 10.213.1.1/24}
     GUEST_ADDR=${NODEMEDIC_VM_GUEST_ADDR:?node mode needs NODEMEDIC_VM_GUEST_ADDR, e.g. 10.213.1.2/24}
     TAP=${NODEMEDIC_VM_TAP:-nmvm0}
+    [ "$ARCH" = amd64 ] || TAP=${NODEMEDIC_VM_TAP:-nmarm0}
     [ -e "/run/netns/$NS" ] || {
         log "no network namespace $NS"
         exit 2
@@ -176,7 +207,7 @@ if [ "$MODE" = node ]; then
     printf 'GUEST_ADDR=%s\nGATEWAY=%s\n' "$GUEST_ADDR" "${HOST_ADDR%/*}" >"$DIR/net.env"
     rm -rf "$DIR/cmd"
     mkdir -p "$DIR/cmd"
-    log "booting a node (TCG, smp $SMP, ${MEM} MiB, $QUEUES queue pairs), tap $TAP in $NS ($HOST_ADDR, guest $GUEST_ADDR), share $DIR"
+    log "booting an $ARCH node (TCG, smp $SMP, ${MEM} MiB, $QUEUES queue pairs), tap $TAP in $NS ($HOST_ADDR, guest $GUEST_ADDR), share $DIR"
     t0=$(date +%s.%N)
     # Its own session, so that --stop kills qemu and timeout together.
     setsid nsenter --net="/run/netns/$NS" timeout --kill-after=10 "$TIMEOUT" "${QEMU[@]}" \
@@ -211,7 +242,13 @@ if [ "$MODE" = node ]; then
     exit 0
 fi
 
+# The namespace and tap of the arm64 guest have their own names: an x86 test may run beside it.
 NS=nm-vm-$$
+TAP=tap0
+if [ "$ARCH" = arm64 ]; then
+    NS=nm-vm-arm64-$$
+    TAP=nmarm0
+fi
 qemu_pid=
 tail_pid=
 # shellcheck disable=SC2317 # invoked by the EXIT trap
@@ -230,18 +267,18 @@ trap 'exit 130' INT TERM
 ip netns add "$NS"
 # Only a down loopback and an address-less tap exist in this namespace; qemu attaches QUEUES
 # fds to the tap. It stays down: nothing is sent or routed anywhere.
-ip netns exec "$NS" ip tuntap add dev tap0 mode tap multi_queue
+ip netns exec "$NS" ip tuntap add dev "$TAP" mode tap multi_queue
 
 if [ "${NODEMEDIC_VM_CONSOLE:-0}" = 1 ]; then
     tail -n +1 -F "$DIR/console.log" >&2 2>/dev/null &
     tail_pid=$!
 fi
 
-log "booting (TCG, smp $SMP, ${MEM} MiB, $QUEUES queue pairs, timeout ${TIMEOUT}s), share $DIR"
+log "booting $ARCH (TCG, smp $SMP, ${MEM} MiB, $QUEUES queue pairs, timeout ${TIMEOUT}s), share $DIR"
 t0=$(date +%s.%N)
 # -snapshot: the cached image is never written. -no-reboot: a guest panic/reboot ends qemu.
 ip netns exec "$NS" timeout --kill-after=10 "$TIMEOUT" "${QEMU[@]}" \
-    -netdev "tap,id=n0,ifname=tap0,script=no,downscript=no,queues=$QUEUES" \
+    -netdev "tap,id=n0,ifname=$TAP,script=no,downscript=no,queues=$QUEUES" \
     -device "virtio-net-pci,netdev=n0,mq=on,vectors=$VECTORS" \
     </dev/null >"$DIR/qemu.log" 2>&1 &
 qemu_pid=$!
