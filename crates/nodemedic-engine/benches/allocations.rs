@@ -24,6 +24,8 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+mod common;
+
 use std::alloc::System;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -136,33 +138,9 @@ fn measure(case: &str, paths: Paths) -> Row {
     }
     let n = per_sample.len();
     let sum = |f: fn(&Count) -> usize| per_sample.iter().map(f).sum::<usize>() / n;
-    let cpus = sample
-        .snapshot
-        .interrupts
-        .as_ref()
-        .map_or(0, |i| i.cpus.len());
-    let irqs = sample
-        .snapshot
-        .interrupts
-        .as_ref()
-        .map_or(0, |i| i.irqs.len());
-    let cgroups = sample
-        .snapshot
-        .cgroups
-        .as_ref()
-        .map_or(0, |c| c.groups.len());
-    let failed: Vec<String> = sample
-        .collectors
-        .iter()
-        .filter(|c| !c.is_success())
-        .map(|c| c.name.to_string())
-        .collect();
-    if !failed.is_empty() {
-        eprintln!("note: {case}: collectors not succeeding: {failed:?}");
-    }
     Row {
         case: case.to_string(),
-        shape: format!("{cpus} CPUs, {irqs} IRQs, {cgroups} cgroups"),
+        shape: common::shape(case, &sample),
         sample_mean: Count {
             calls: sum(|c| c.calls),
             reallocs: sum(|c| c.reallocs),

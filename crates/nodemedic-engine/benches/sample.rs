@@ -14,6 +14,8 @@
 
 #![allow(clippy::expect_used)]
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -105,11 +107,9 @@ fn run_with(name: &str, paths: Paths, samples: usize, cgroups_interval: Duration
     walls.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let s = last.expect("samples");
-    let groups = s.snapshot.cgroups.as_ref().map_or(0, |c| c.groups.len());
-    let irqs = s.snapshot.interrupts.as_ref().map_or(0, |i| i.irqs.len());
-    let cpus = s.snapshot.interrupts.as_ref().map_or(0, |i| i.cpus.len());
+    let shape = common::shape(name, &s);
     println!(
-        "| {name} | {cpus} CPUs, {irqs} IRQs, {groups} cgroups | {:.2} | {:.2} | {:.2} | {:.1} |",
+        "| {name} | {shape} | {:.2} | {:.2} | {:.2} | {:.1} |",
         ms(walls[walls.len() / 2]),
         ms(walls[walls.len() * 9 / 10]),
         cpu * 1e3,
@@ -122,15 +122,6 @@ fn run_with(name: &str, paths: Paths, samples: usize, cgroups_interval: Duration
         .map(|c| format!("{} {:.2}", c.name, c.last_duration_seconds * 1e3))
         .collect();
     eprintln!("{name}: last sample's collectors (ms): {}", per.join(", "));
-    let failed: Vec<String> = s
-        .collectors
-        .iter()
-        .filter(|c| !c.is_success())
-        .map(|c| c.name.to_string())
-        .collect();
-    if !failed.is_empty() {
-        eprintln!("note: {name}: collectors not succeeding: {failed:?}");
-    }
 }
 
 const PODS: &str = "256cpu-collapsed + 500 pods";
