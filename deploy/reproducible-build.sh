@@ -28,21 +28,38 @@ build() {
     echo "built $tree in $(($(date +%s) - start))s" >&2
 }
 
-# The image's layers (its one layer: the binary and the configuration), by digest, from the OCI
-# archive's manifest.
+# The image's layers, by digest, each with its platform, from the OCI archive: index.json names
+# the image index (build-image.sh's manifest list), which names one manifest per architecture.
 layers() {
     local tar=$1 dir
     dir=$(mktemp -d -p "$WORK")
     tar -x -C "$dir" -f "$tar"
     python3 - "$dir" <<'EOF'
-import json, sys, os
+import json, os, sys
+
 d = sys.argv[1]
-index = json.load(open(os.path.join(d, "index.json")))
-for m in index["manifests"]:
-    algo, digest = m["digest"].split(":")
-    manifest = json.load(open(os.path.join(d, "blobs", algo, digest)))
-    for layer in manifest["layers"]:
-        print(layer["digest"])
+
+
+def blob(digest):
+    algo, hexdigest = digest.split(":")
+    with open(os.path.join(d, "blobs", algo, hexdigest)) as f:
+        return json.load(f)
+
+
+def walk(entry, platform):
+    doc = blob(entry["digest"])
+    if "manifests" in doc:  # an image index: one entry per platform
+        for m in doc["manifests"]:
+            p = m.get("platform", {})
+            walk(m, f"{p.get('os', '?')}/{p.get('architecture', '?')}")
+    else:
+        for layer in doc["layers"]:
+            print(platform, layer["digest"])
+
+
+with open(os.path.join(d, "index.json")) as f:
+    for m in json.load(f)["manifests"]:
+        walk(m, "?")
 EOF
 }
 
@@ -67,8 +84,10 @@ deb_of() { cat "$1/deb.path"; }
 A=${TREES[0]}
 B=${TREES[1]}
 echo "commit $COMMIT, SOURCE_DATE_EPOCH $SOURCE_DATE_EPOCH, trees $A and $B"
-compare "static binary" "$A/target/x86_64-unknown-linux-musl/release/nodemedic" \
+compare "static binary, amd64" "$A/target/x86_64-unknown-linux-musl/release/nodemedic" \
     "$B/target/x86_64-unknown-linux-musl/release/nodemedic"
+compare "static binary, arm64" "$A/target/aarch64-unknown-linux-musl/release/nodemedic" \
+    "$B/target/aarch64-unknown-linux-musl/release/nodemedic"
 compare ".deb ($(basename "$(deb_of "$A")"))" "$(deb_of "$A")" "$(deb_of "$B")"
 la=$(layers "$A/image.tar")
 lb=$(layers "$B/image.tar")
