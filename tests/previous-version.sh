@@ -14,8 +14,7 @@
 # NODEMEDIC_REVISION names it, for a version whose build asks), where its
 # deploy/debian/build-deb.sh and then its deploy/container/build-image.sh --oci-archive run as
 # they are: one release build of the static binary (at opt-level 1, below), which the .deb and
-# the image share. The
-# two artifacts, the build's log and a stamp go to
+# the image share. The two artifacts, the build's log and a stamp go to
 # ${NODEMEDIC_PREVIOUS_CACHE:-/var/cache/nodemedic-previous}/COMMIT/; the tree is removed.
 # Later runs, from any checkout, take the cache: the build is paid once per machine (about 10
 # minutes on 2 cores). Needs the commit in this checkout's history (a shallow clone does not

@@ -65,8 +65,9 @@ NODEMEDIC_PREVIOUS_IMAGE_ARCHIVE=$(bash tests/previous-version.sh image)
 export NODEMEDIC_PREVIOUS_DEB NODEMEDIC_PREVIOUS_IMAGE_ARCHIVE
 echo "nodemedic $(bash tests/previous-version.sh version): ready in $(($(date +%s) - start))s"
 
-# Nothing may build beside the cluster and VM tests: node_e2e's check 3 refuses to judge a
-# busy node. The background builds end here (on a warm machine they ended long ago).
+# Nothing may build beside node_e2e.py: its check 3 refuses to judge a busy node. The
+# background builds end here (on a warm machine they ended long ago); only the fuzz run, at
+# nice 19, starts again after node_e2e.py.
 echo "== the background builds (tests/prebuild.sh)"
 wait "$prebuild" || true
 cat "$tmp/prebuild.log"
