@@ -166,14 +166,14 @@ if [ "$ARCH" = arm64 ]; then
     # gives each CPU its own package, as the x86 guest's private L2s give it its own cache
     # domain (virt's tree describes no caches); with one domain irqbalance would run once and
     # exit. Cortex-A57: no pointer authentication or SVE to emulate, which cost TCG time.
-    APPEND="console=ttyAMA0 root=/dev/vda rw panic=1 loglevel=4 systemd.show_status=auto"
+    CONSOLE=ttyAMA0
     QEMU=(qemu-system-aarch64 -M "virt,gic-version=3,its=on" -cpu cortex-a57 -accel tcg
         -smp "$SMP,sockets=$SMP,cores=1,threads=1")
 else
-    APPEND="console=ttyS0 root=/dev/vda rw panic=1 loglevel=4 systemd.show_status=auto"
+    CONSOLE=ttyS0
     QEMU=(qemu-system-x86_64 -accel tcg -smp "$SMP")
 fi
-APPEND+=" ${NODEMEDIC_VM_APPEND:-}"
+APPEND="console=$CONSOLE root=/dev/vda rw panic=1 loglevel=4 systemd.show_status=auto ${NODEMEDIC_VM_APPEND:-}"
 QEMU+=(-m "$MEM"
     -nodefaults -display none -monitor none -serial "file:$DIR/console.log"
     -no-reboot -snapshot
