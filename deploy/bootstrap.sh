@@ -48,6 +48,9 @@ NODEMEDIC_TOOLS_ROOT=${NODEMEDIC_TOOLS_ROOT:-/var/cache/nodemedic-tools}
 # $NODEMEDIC_TOOLS_ROOT unless cargo's record of that root has it, under a flock so that two
 # checkouts finding it missing install it once; prints the path of BINARY (default CRATE).
 # The install's output goes to stderr with the seconds it took (CI's cold budget counts them).
+# --debug: these tools check and describe the build, none of them is in what ships, and
+# unoptimized they build in a third of the CPU (cargo-deny 0.20.2: 101 CPU-s against 264 in its
+# release profile, docs/ci.md) while the check they run still takes seconds.
 ensure_cargo_tool() {
     local crate=$1 version=$2 bin=${3:-$1} start
     ensure_rust >&2
@@ -58,7 +61,7 @@ ensure_cargo_tool() {
             [ -x "$NODEMEDIC_TOOLS_ROOT/bin/$bin" ]; }; then
             start=$(date +%s)
             echo "[tools] installing $crate $version into $NODEMEDIC_TOOLS_ROOT" >&2
-            cargo install --locked "$crate" --version "$version" --root "$NODEMEDIC_TOOLS_ROOT" >&2
+            cargo install --debug --locked "$crate" --version "$version" --root "$NODEMEDIC_TOOLS_ROOT" >&2
             echo "[tools] $crate $version installed in $(($(date +%s) - start))s" >&2
         fi
     ) 7>"$NODEMEDIC_TOOLS_ROOT/.lock" || return 1
