@@ -550,6 +550,35 @@ fn graviton_event_lines_are_never_collapsed_and_its_nic_still_is() {
     );
 }
 
+/// A tree a real arm64 kernel wrote, not the generator (`captured-arm64-virt`: Debian 13's
+/// 6.12 on QEMU's virt machine with a GICv3 and its ITS, copied by tests/vm/capture-guest.sh
+/// while irqbalance placed the IRQs). Its MSI-X vectors sit on per-device ITS chips
+/// (`ITS-PCI-MSIX-0000:00:02.0`, the vector's index as hwirq) where the generator's 6.1 trees
+/// have one `ITS-MSI` chip, and it lists 6.12's eight IPIs. The virtio-net NIC's eight queue
+/// vectors are one group, its config vector apart, and irqbalance's placement is no collapse.
+#[test]
+fn a_tree_a_real_arm64_kernel_wrote() {
+    let snap = irq_snapshot("captured-arm64-virt", Duration::ZERO);
+    let ints = snap.interrupts.as_ref().unwrap();
+    assert!(ints.skipped.is_empty(), "{:?}", ints.skipped);
+    let ipis: Vec<&str> = ints
+        .arch
+        .iter()
+        .map(|a| a.name.as_str())
+        .filter(|n| n.starts_with("IPI"))
+        .collect();
+    assert_eq!(ipis.len(), 8, "{ipis:?}");
+    let v = immediate().observe(&snap);
+    assert!(collapsed_names(&v).is_empty(), "{:?}", collapsed_names(&v));
+    let nic = group(&v, "virtio1");
+    assert_eq!(nic.group.irqs, (26..34).collect::<Vec<_>>());
+    assert_eq!(nic.group.other_irqs, vec![25], "virtio1-config");
+    assert_eq!(nic.group.pci.as_deref(), Some("0000:00:02.0"));
+    assert_eq!(nic.group.effective_cpus.to_list_string(), "0-3");
+    let blk = group(&v, "virtio2");
+    assert_eq!(blk.group.irqs, (21..25).collect::<Vec<_>>());
+}
+
 /// x86's event lines (IOMMU faults, PCIe port services in every combination the kernel
 /// prints) are never judged; a device none of whose IRQs ever fired and that has no data
 /// queue (an HBA with no disks) waits until one does; but an idle NIC port's data queues

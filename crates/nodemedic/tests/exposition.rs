@@ -411,6 +411,14 @@ fn exposition_aarch64() {
     exposition("aarch64", &[]);
 }
 
+/// The tree a real arm64 kernel wrote (6.12 on QEMU's virt, GICv3 and ITS; tests/fixtures/
+/// README.md): every IRQ's count as awk summed it from the captured `/proc/interrupts`, and
+/// no group collapsed under irqbalance's placement.
+#[test]
+fn exposition_captured_arm64_virt() {
+    exposition("captured-arm64-virt", &[]);
+}
+
 /// A Kubernetes node (systemd cgroup driver, cgroup v2): node PSI and per-pod quota,
 /// throttling and pressure series carry pod_uid and qos; `max` exports no quota; a garbled
 /// cpu.max loses only that series, and the collector says so.
