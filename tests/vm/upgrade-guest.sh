@@ -150,7 +150,9 @@ echo "# Edited on this node: kept through every upgrade and downgrade." >>"$CONF
 cp "$CONF" /run/nodemedic-edited.toml
 check prev_edited grep -qx "sample_interval = \"${EDIT_INTERVAL}s\"" "$CONF"
 check prev_starts systemctl enable --now nodemedic
-check prev_version running_version "$(deb_version "$PREV_DEB")"
+# Waited for, not asked once: on a loaded host the first scrape of the new process can take
+# longer than curl's 5 s (it failed so once, with two TCG guests on 2 cores).
+check prev_version wait_for 30 "the previous release serving its version" running_version "$(deb_version "$PREV_DEB")"
 upgrade_step upgrade "$H/nodemedic.deb"
 upgrade_step downgrade "$PREV_DEB"
 # 0.1.0's package has no prerm to stop the service on removal: stopped here first, or the
