@@ -165,7 +165,6 @@ check collapsed_in_cooldown wait_for 60 "nodemedic_irq_collapsed{group=\"$vdev\"
     bash -c "$(declare -f http_get); http_get /metrics | grep -q 'nodemedic_irq_collapsed{group=\"$vdev\"} 1'"
 check sampled_in_cooldown wait_samples 3 "samples after the second collapse"
 check one_action_in_cooldown [ "$(audit_count irqbalance_restart "done")" -eq 1 ]
-capture collapsed
 check metrics_count bash -c "$(declare -f http_get); http_get /metrics | grep -q 'nodemedic_remediation_actions_total{action=\"irqbalance_restart\",result=\"done\"} 1'"
 systemctl kill -s CONT irqbalance || true
 echo "irqbalance pid now $(pidof irqbalance)"
@@ -193,4 +192,14 @@ check healthy_again wait_for 30 "a healthy service again" systemctl -q is-active
 . "$H/probes-guest.sh"
 # shellcheck source=tests/vm/tuning-guest.sh
 . "$H/tuning-guest.sh"
+# The collapsed tree, captured last: a capture takes minutes under emulation, longer than the
+# remediation's cooldown (captured in the incident, irqbalance had been restarted and the IRQs
+# spread again before the files were read). So nothing may move them meanwhile: nodemedic and
+# irqbalance stopped, the NIC's queue IRQs pinned to CPU 0 as in the incident.
+if [ -f "$H/capture-guest.sh" ]; then
+    systemctl stop nodemedic irqbalance
+    for irq in "${IRQS[@]}"; do echo 1 >"/proc/irq/$irq/smp_affinity"; done
+    echo "pinned for the capture: $(affinities)"
+    capture collapsed
+fi
 finish
