@@ -583,6 +583,18 @@ fn a_tree_a_real_arm64_kernel_wrote() {
     assert_eq!(nic.group.effective_cpus.to_list_string(), "0-3");
     let blk = group(&v, "virtio2");
     assert_eq!(blk.group.irqs, (21..25).collect::<Vec<_>>());
+
+    // The same guest later, irqbalance and nodemedic stopped, the NIC's queue IRQs written to
+    // CPU 0 as in the incident: the idle NIC's queues count, and only it is collapsed.
+    let v = immediate().observe(&irq_snapshot(
+        "captured-arm64-virt-collapsed",
+        Duration::ZERO,
+    ));
+    assert_eq!(collapsed_names(&v), vec!["virtio1"]);
+    let nic = group(&v, "virtio1");
+    assert_eq!(nic.group.irqs, (26..34).collect::<Vec<_>>());
+    assert_eq!(nic.group.effective_cpus.to_list_string(), "0");
+    assert_eq!(nic.group.eligible_cpus.len(), 4);
 }
 
 /// x86's event lines (IOMMU faults, PCIe port services in every combination the kernel

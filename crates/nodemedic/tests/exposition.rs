@@ -417,6 +417,7 @@ fn exposition_aarch64() {
 #[test]
 fn exposition_captured_arm64_virt() {
     exposition("captured-arm64-virt", &[]);
+    exposition("captured-arm64-virt-collapsed", &["virtio1"]);
 }
 
 /// A Kubernetes node (systemd cgroup driver, cgroup v2): node PSI and per-pod quota,
