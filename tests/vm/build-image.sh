@@ -217,11 +217,6 @@ for unit in apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer e2scrub_re
     ln -sf /dev/null "$ROOT/etc/systemd/system/$unit"
 done
 mkdir -p "$ROOT/mnt/host" # the runner mounts the 9p share itself (modules load on demand)
-# The initrd the kernel's package built, with the list above: a few MB, not MODULES=most's 30.
-initrd_built=$(find "$ROOT/boot" -maxdepth 1 -name 'initrd.img-*' | head -n1)
-[ -n "$initrd_built" ] || { echo "the kernel's package built no initrd" >&2; exit 1; }
-log "initrd: $(basename "$initrd_built"), $(du -k "$initrd_built" | cut -f1) KiB"
-
 # The test runner: mounts the 9p share "host" at /mnt/host, runs /mnt/host/test.sh as root,
 # writes stdout/stderr/exit-code back to the share, then the unit powers the VM off.
 cat >"$ROOT/usr/local/sbin/nodemedic-guest-runner" <<'EOF'
@@ -314,6 +309,8 @@ amd64:*"Linux kernel x86 boot executable"* | arm64:*"Linux kernel ARM64 boot exe
 esac
 cp "$vmlinuz" "$BUILD/vmlinuz"
 cp "$initrd" "$BUILD/initrd.img"
+# The kernel's package built it with the list above: a few MB, not MODULES=most's 30.
+log "initrd: $(basename "$initrd"), $(du -k "$initrd" | cut -f1) KiB"
 basename "$vmlinuz" | sed 's/^vmlinuz-//' >"$BUILD/kernel-release"
 
 cleanup

@@ -114,6 +114,10 @@ vdev=$(basename "$(readlink -f "/sys/class/net/$nic/device")")
 mapfile -t IRQS < <(awk -v d="$vdev" '$NF ~ "^"d"-(input|output)\\." {sub(":","",$1); print $1}' /proc/interrupts)
 echo "NIC $nic = $vdev, queue IRQs: ${IRQS[*]}"
 check nic_has_queue_irqs [ "${#IRQS[@]}" -ge 4 ]
+pin_to_cpu0() { # the incident: every NIC queue IRQ on CPU 0
+    local irq
+    for irq in "${IRQS[@]}"; do echo 1 >"/proc/irq/$irq/smp_affinity"; done
+}
 affinities() {
     local irq
     for irq in "${IRQS[@]}"; do printf '%s:%s ' "$irq" "$(cat "/proc/irq/$irq/smp_affinity_list")"; done
@@ -139,7 +143,7 @@ capture healthy
 
 echo "== the incident: irqbalance stuck, every NIC queue IRQ on CPU 0"
 systemctl kill -s STOP irqbalance
-for irq in "${IRQS[@]}"; do echo 1 >"/proc/irq/$irq/smp_affinity"; done
+pin_to_cpu0
 echo "pinned: $(affinities)"
 pinned_at=$(date +%s)
 
@@ -158,7 +162,7 @@ check collapse_cleared wait_for 30 "the collapsed verdict to clear" \
 
 # Still inside the 60 s cooldown: collapse it again and make sure nothing is done about it.
 systemctl kill -s STOP irqbalance
-for irq in "${IRQS[@]}"; do echo 1 >"/proc/irq/$irq/smp_affinity"; done
+pin_to_cpu0
 # The policy decides on the sample that raises the verdict; three more give an action it
 # should not have taken the time to be carried out and logged.
 check collapsed_in_cooldown wait_for 60 "nodemedic_irq_collapsed{group=\"$vdev\"} 1 again" \
@@ -198,7 +202,7 @@ check healthy_again wait_for 30 "a healthy service again" systemctl -q is-active
 # irqbalance stopped, the NIC's queue IRQs pinned to CPU 0 as in the incident.
 if [ -f "$H/capture-guest.sh" ]; then
     systemctl stop nodemedic irqbalance
-    for irq in "${IRQS[@]}"; do echo 1 >"/proc/irq/$irq/smp_affinity"; done
+    pin_to_cpu0
     echo "pinned for the capture: $(affinities)"
     capture collapsed
 fi
