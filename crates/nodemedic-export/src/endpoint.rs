@@ -51,6 +51,8 @@ pub struct Endpoint {
     web_config: Arc<WebConfigWatch>,
     /// `/metrics` rendered once per sample and shared by every scrape of it.
     render: RenderCache,
+    /// The compressor of gzip renderings, kept between them.
+    gzip: Gzip,
 }
 
 impl Endpoint {
@@ -72,6 +74,7 @@ impl Endpoint {
             web: Default::default(),
             web_config,
             render: RenderCache::default(),
+            gzip: Gzip::default(),
         }
     }
 
@@ -154,16 +157,58 @@ fn wants_gzip(headers: &HeaderMap) -> bool {
 }
 
 /// gzip at level 1: 8× smaller than the text for 0.5 ms on the 256-CPU exposition, where the
-/// default level costs 3.6 ms for 9.5× (BENCHMARKS.md, "gzip"). Public for the allocation
-/// bench (`nodemedic-engine/benches/allocations.rs`), which counts what a scrape costs.
-pub fn gzip(body: &[u8]) -> Option<Vec<u8>> {
-    use std::io::Write;
-    let mut gz = flate2::write::GzEncoder::new(
-        Vec::with_capacity(body.len() / 6),
-        flate2::Compression::fast(),
-    );
-    gz.write_all(body).ok()?;
-    gz.finish().ok()
+/// default level costs 3.6 ms for 9.5× (BENCHMARKS.md, "gzip").
+///
+/// The compressor is kept from one rendering to the next: its state (the window and hash
+/// tables, about 300 KiB) was allocated, zeroed and freed for every rendering, and the C
+/// library maps a block that size on its own, so each scrape also paid the page faults of
+/// touching it again. Scrapes that compress at once each take their own; one is kept.
+/// Public for the allocation bench (`nodemedic-engine/benches/allocations.rs`), which
+/// counts what a scrape costs.
+#[derive(Default)]
+pub struct Gzip {
+    kept: Mutex<Option<Box<flate2::Compress>>>,
+}
+
+impl Gzip {
+    /// `body` as a gzip member (RFC 1952): a fixed header, the raw deflate stream, then
+    /// the CRC-32 and length of `body`. `None` if the compressor failed.
+    pub fn compress(&self, body: &[u8]) -> Option<Vec<u8>> {
+        use flate2::{Compress, Compression, FlushCompress, Status};
+        // ID1 ID2, deflate, no flags, no modification time, no extra flags, OS unknown.
+        const HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
+        let kept = self.kept.lock().ok().and_then(|mut k| k.take());
+        let mut deflate = match kept {
+            Some(mut d) => {
+                d.reset();
+                d
+            }
+            None => Box::new(Compress::new(Compression::fast(), false)),
+        };
+        let mut out = Vec::with_capacity(HEADER.len() + body.len() / 6 + 64);
+        out.extend_from_slice(&HEADER);
+        loop {
+            let read = usize::try_from(deflate.total_in()).ok()?;
+            let rest = body.get(read..)?;
+            // compress_vec writes into the spare capacity only: grow it when it is used up.
+            if out.capacity() - out.len() < 64 {
+                out.reserve(out.capacity() / 2 + 64);
+            }
+            match deflate.compress_vec(rest, &mut out, FlushCompress::Finish) {
+                Ok(Status::StreamEnd) => break,
+                Ok(Status::Ok | Status::BufError) => {}
+                Err(_) => return None,
+            }
+        }
+        let mut crc = flate2::Crc::new();
+        crc.update(body);
+        out.extend_from_slice(&crc.sum().to_le_bytes());
+        out.extend_from_slice(&crc.amount().to_le_bytes());
+        if let Ok(mut k) = self.kept.lock() {
+            *k = Some(deflate);
+        }
+        Some(out)
+    }
 }
 
 /// Waits for the first sample, at most half the request timeout. `Err` with the answer to
@@ -215,7 +260,7 @@ async fn metrics(State(shared): State<Arc<Endpoint>>, headers: HeaderMap) -> Res
             let process = shared.process.lock().ok().and_then(|p| *p);
             let text = render_body(&shared, sample.as_deref(), process, format);
             let body = if gzipped {
-                match gzip(text.as_bytes()) {
+                match shared.gzip.compress(text.as_bytes()) {
                     Some(z) => axum::body::Bytes::from(z),
                     None => {
                         return ([(header::CONTENT_TYPE, format.content_type())], text)
@@ -439,4 +484,72 @@ async fn index() -> Html<&'static str> {
          <li><a href=\"/healthz\">/healthz</a> (alive)</li>\
          <li><a href=\"/readyz\">/readyz</a> (first sample in)</li></ul></body></html>",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::io::Read;
+
+    use super::Gzip;
+
+    fn gunzip(z: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut d = flate2::read::GzDecoder::new(z);
+        d.read_to_end(&mut out).unwrap();
+        // One member, nothing after it.
+        assert!(d.into_inner().is_empty());
+        out
+    }
+
+    /// Bodies of every size the endpoint renders (empty, a small node's, a 1024-CPU node's
+    /// half a megabyte, incompressible bytes that outgrow the first guess of the output's
+    /// size), each compressed by the same kept compressor, decode to themselves.
+    #[test]
+    fn a_kept_compressor_gives_members_that_decode_to_the_body() {
+        let gzip = Gzip::default();
+        let text: Vec<u8> = (0..40_000)
+            .flat_map(|i| {
+                format!(
+                    "nodemedic_irq_count{{irq=\"{i}\",cpu=\"{}\"}} {}\n",
+                    i % 97,
+                    i * 7919
+                )
+                .into_bytes()
+            })
+            .collect();
+        let mut noise = Vec::with_capacity(200_000);
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        for _ in 0..200_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            noise.push(x as u8);
+        }
+        for body in [
+            &b""[..],
+            b"# HELP a b\n# TYPE a gauge\na 1\n",
+            &text,
+            &noise,
+            &text[..1000],
+        ] {
+            let z = gzip.compress(body).unwrap();
+            assert_eq!(&z[..3], [0x1f, 0x8b, 8]);
+            assert_eq!(gunzip(&z), body, "a body of {} bytes", body.len());
+            assert!(
+                gzip.kept.lock().unwrap().is_some(),
+                "the compressor is kept"
+            );
+        }
+        // As small as flate2's own gzip encoder makes it at that level (which feeds the
+        // compressor in 32 KiB pieces, so its blocks and bytes differ a little).
+        let mut reference = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut reference, &text).unwrap();
+        let reference = reference.finish().unwrap().len();
+        let ours = gzip.compress(&text).unwrap().len();
+        assert!(
+            ours <= reference + reference / 100,
+            "{ours} bytes against {reference}"
+        );
+    }
 }
