@@ -27,7 +27,12 @@ fn reader(backend: Backend, max_open_files: usize) -> Reader {
 }
 
 /// Restores an IRQ's affinity on drop.
-struct RestoreMask(PathBuf, String);
+/// Puts the mask back when dropped; holds the machine's real-IRQ lock until then.
+struct RestoreMask(
+    PathBuf,
+    String,
+    #[allow(dead_code)] nodemedic_testkit::RealIrqsLock,
+);
 impl Drop for RestoreMask {
     fn drop(&mut self) {
         let _ = std::fs::write(&self.0, &self.1);
@@ -54,8 +59,9 @@ fn writable_irq() -> Option<(PathBuf, String)> {
 fn kept_open_pread_sees_a_new_smp_affinity() {
     let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
     assert_ne!(online.trim(), "0", "needs at least two CPUs");
+    let lock = nodemedic_testkit::RealIrqsLock::take();
     let (path, orig) = writable_irq().expect("no IRQ with a writable smp_affinity (needs root)");
-    let _restore = RestoreMask(path.clone(), orig);
+    let _restore = RestoreMask(path.clone(), orig, lock);
     let r = reader(Backend::Pread, 16);
     std::fs::write(&path, "1").unwrap();
     assert_eq!(r.read(&path).unwrap().trim(), "1");

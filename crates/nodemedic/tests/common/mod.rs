@@ -561,11 +561,16 @@ pub fn affinity_writable(irq: u32) -> bool {
     std::fs::write(&path, mask.trim()).is_ok()
 }
 
-/// Puts back every saved `smp_affinity` when dropped, even when an assertion failed.
-pub struct RestoreAffinity(std::collections::BTreeMap<u32, String>);
+/// Puts back every saved `smp_affinity` when dropped, even when an assertion failed. Holds the
+/// machine's real-IRQ lock from before it reads the masks until after it has put them back.
+pub struct RestoreAffinity(
+    std::collections::BTreeMap<u32, String>,
+    #[allow(dead_code)] nodemedic_testkit::RealIrqsLock,
+);
 
 impl RestoreAffinity {
     pub fn save(irqs: impl IntoIterator<Item = u32>) -> Self {
+        let lock = nodemedic_testkit::RealIrqsLock::take();
         Self(
             irqs.into_iter()
                 .map(|irq| {
@@ -574,6 +579,7 @@ impl RestoreAffinity {
                     (irq, mask.trim().to_string())
                 })
                 .collect(),
+            lock,
         )
     }
 }
