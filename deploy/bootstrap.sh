@@ -125,7 +125,9 @@ cross_env() {
     case "$1" in
         amd64) STRIP=strip ;;
         arm64)
-            ensure_packages gcc-aarch64-linux-gnu >&2
+            # The cross gcc only recommends the C library's aarch64 headers, which ring's C
+            # includes (stdint.h): a fresh machine, installing without recommends, lacked them.
+            ensure_packages gcc-aarch64-linux-gnu libc6-dev-arm64-cross >&2
             export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER=aarch64-linux-gnu-gcc
             export CC_aarch64_unknown_linux_musl=aarch64-linux-gnu-gcc
             export AR_aarch64_unknown_linux_musl=aarch64-linux-gnu-ar
