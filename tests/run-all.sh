@@ -96,6 +96,16 @@ echo "== two nodes: this one and the QEMU guest (systemd, cgroup v2, the systemd
 echo "== real kernel, systemd, D-Bus and irqbalance in a QEMU VM (nodemedic from its .deb)"
 "${lock[@]}" bash tests/vm/nodemedic-e2e.sh
 
+# The same test in the arm64 guest (Debian 13, kernel 6.12, GICv3 and ITS, under TCG): a
+# recorded run, not a CI step, since its image alone takes half an hour of both cores on a fresh
+# machine (docs/ci.md, "arm64"). NODEMEDIC_ARM64_GUEST=1 runs it here, after the x86 one.
+if [ "${NODEMEDIC_ARM64_GUEST:-0}" = 1 ]; then
+    echo "== the arm64 guest: the same test on a real arm64 kernel, and the image's arm64 binary under containerd"
+    "${lock[@]}" env NODEMEDIC_VM_ARCH=arm64 bash tests/vm/nodemedic-e2e.sh
+else
+    echo "== the arm64 guest test is a recorded run (docs/ci.md, \"arm64\"): NODEMEDIC_ARM64_GUEST=1 runs it here"
+fi
+
 echo "== bounded fuzzing (tests/fuzz.sh): waiting for it"
 fuzz_rc=0
 wait "$fuzz" || fuzz_rc=$?

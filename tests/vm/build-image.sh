@@ -176,6 +176,10 @@ INCLUDE=$INCLUDE,iproute2,procps,ethtool,pciutils,util-linux,zstd
 # The eBPF probe test cross-checks nodemedic against Debian's bpftrace and reads BPF run stats
 # with bpftool; curl scrapes /metrics.
 INCLUDE=$INCLUDE,bpftrace,bpftool,curl
+# The arm64 guest also runs the container image's arm64 binary under containerd's ctr (and
+# runc), and bench/arm64-cost.sh runs bench/memory.py there: containerd and python3. The
+# x86 guest has no need of them (its image runs in the test cluster).
+[ "$ARCH" = amd64 ] || INCLUDE=$INCLUDE,containerd,python3
 [ -z "$EXTRA_PACKAGES" ] || INCLUDE=$INCLUDE,$EXTRA_PACKAGES
 # Two stages, so that the initrd is configured before any package is: the first unpacks the base
 # system (no program of the guest runs), the second, in the chroot, installs and configures
@@ -272,6 +276,8 @@ WantedBy=multi-user.target
 EOF
 chroot "$ROOT" systemctl enable nodemedic-test.service >/dev/null 2>&1
 chroot "$ROOT" systemctl enable irqbalance.service >/dev/null 2>&1 || true
+# containerd starts when a test asks for it, not at every boot (seconds under TCG).
+[ "$ARCH" = amd64 ] || chroot "$ROOT" systemctl disable containerd.service >/dev/null 2>&1
 
 # --- extras: files copied in, units enabled ----------------------------------------------
 for f in "${EXTRA_FILES[@]}"; do

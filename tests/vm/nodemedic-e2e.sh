@@ -11,12 +11,16 @@
 # NODEMEDIC_VM_ARCH=arm64: the same test in the arm64 guest (tests/vm/run.sh: Debian 13, kernel
 # 6.12, QEMU's virt machine with a GICv3 and its ITS, under TCG), with the arm64 .deb
 # (deploy/debian/build-deb.sh --arch arm64, cross-built here) and perfgen cross-compiled. The
-# upgrade test is left out, saying why: the previous release has no arm64 package. The kernel's
-# files are captured as fixture trees (capture-guest.sh): healthy and collapsed, in the run's
-# directory; with NODEMEDIC_VM_CAPTURE=PREFIX they are copied to PREFIX and PREFIX-collapsed
-# (e.g. tests/fixtures/captured-arm64-virt). Not run by tests/run-all.sh; run it as run-all.sh
-# runs the VM test, under the cluster lock:
+# upgrade test is left out, saying why: the previous release has no arm64 package. The
+# container image's index (deploy/container/build-image.sh --oci-archive, both platforms; or
+# NODEMEDIC_VM_IMAGE=ARCHIVE) goes in the share, and its arm64 binary runs under containerd in
+# the guest (image-guest.sh). Not run by tests/run-all.sh (docs/ci.md says why); run it as
+# run-all.sh runs the VM test, under the cluster lock:
 #   flock -o /tmp/nodemedic-cluster.lock env NODEMEDIC_VM_ARCH=arm64 tests/vm/nodemedic-e2e.sh
+#
+# NODEMEDIC_VM_CAPTURE=PREFIX (either architecture): the kernel's files are captured as fixture
+# trees (capture-guest.sh), healthy and collapsed, and copied to PREFIX and PREFIX-collapsed
+# (e.g. tests/fixtures/captured-arm64-virt). A capture takes minutes under emulation.
 set -euo pipefail
 HERE=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
 ROOT=$(readlink -f "$HERE/../..")
@@ -46,7 +50,15 @@ fi
 cp "$HERE/nodemedic.toml" "$DIR/"
 cp "$HERE/nodemedic-guest.sh" "$DIR/test.sh"
 cp "$HERE/upgrade-guest.sh" "$HERE/probes-guest.sh" "$HERE/tuning-guest.sh" "$DIR/"
-[ "$ARCH" = amd64 ] || cp "$HERE/capture-guest.sh" "$DIR/"
+[ -z "${NODEMEDIC_VM_CAPTURE:-}" ] || cp "$HERE/capture-guest.sh" "$DIR/"
+if [ "$ARCH" != amd64 ]; then
+    if [ -n "${NODEMEDIC_VM_IMAGE:-}" ]; then
+        cp "$NODEMEDIC_VM_IMAGE" "$DIR/nodemedic-image.tar"
+    else
+        bash "$ROOT/deploy/container/build-image.sh" --oci-archive "$DIR/nodemedic-image.tar" >/dev/null
+    fi
+    cp "$HERE/image-guest.sh" "$DIR/"
+fi
 # The probe test's traffic generator, static: the minbase guest has no compiler.
 if [ "$ARCH" = amd64 ]; then
     cc -O2 -static -Wall -Werror -o "$DIR/perfgen" "$HERE/perfgen.c"
@@ -67,16 +79,14 @@ if [ -d "$DIR/capture" ]; then
     for tree in healthy collapsed; do
         [ -d "$DIR/capture/$tree" ] || continue
         echo "[vm-e2e] captured the $tree tree: $DIR/capture/$tree ($DIR/capture/$tree.facts)"
-        if [ -n "${NODEMEDIC_VM_CAPTURE:-}" ]; then
-            dest=$NODEMEDIC_VM_CAPTURE
-            [ "$tree" = healthy ] || dest=$dest-$tree
-            rm -rf "$dest"
-            mkdir -p "$(dirname "$dest")"
-            cp -a "$DIR/capture/$tree" "$dest"
-            echo "[vm-e2e] copied to $dest"
-        fi
+        dest=$NODEMEDIC_VM_CAPTURE
+        [ "$tree" = healthy ] || dest=$dest-$tree
+        rm -rf "$dest"
+        mkdir -p "$(dirname "$dest")"
+        cp -a "$DIR/capture/$tree" "$dest"
+        echo "[vm-e2e] copied to $dest"
     done
 fi
 echo "[vm-e2e] $ARCH: exit $rc after $(($(date +%s) - start))s; files in $DIR"
-[ "$rc" -eq 0 ] && rm -f "$DIR/nodemedic.deb" "$DIR/nodemedic-previous.deb"
+[ "$rc" -eq 0 ] && rm -f "$DIR/nodemedic.deb" "$DIR/nodemedic-previous.deb" "$DIR/nodemedic-image.tar"
 exit "$rc"

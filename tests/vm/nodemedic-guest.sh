@@ -13,7 +13,9 @@
 # kernel and are checked against a traffic generator and bpftrace (probes-guest.sh).
 # With capture-guest.sh in the share, the kernel's files are captured as fixture trees twice:
 # healthy (irqbalance's placement, nodemedic saw no collapse) and collapsed (the NIC's queue
-# IRQs pinned to CPU 0 with irqbalance frozen, during the cooldown).
+# IRQs pinned to CPU 0 with nodemedic and irqbalance stopped, at the end). With the container
+# image's archive in the share, its binary runs under containerd in that collapsed state and
+# must see what the .deb's does (image-guest.sh).
 set -uo pipefail
 H=/mnt/host
 pass=0
@@ -196,14 +198,20 @@ check healthy_again wait_for 30 "a healthy service again" systemctl -q is-active
 . "$H/probes-guest.sh"
 # shellcheck source=tests/vm/tuning-guest.sh
 . "$H/tuning-guest.sh"
-# The collapsed tree, captured last: a capture takes minutes under emulation, longer than the
-# remediation's cooldown (captured in the incident, irqbalance had been restarted and the IRQs
-# spread again before the files were read). So nothing may move them meanwhile: nodemedic and
-# irqbalance stopped, the NIC's queue IRQs pinned to CPU 0 as in the incident.
-if [ -f "$H/capture-guest.sh" ]; then
+# Last, the collapsed state held still: nodemedic and irqbalance stopped, the NIC's queue IRQs
+# pinned to CPU 0 as in the incident. The collapsed tree is captured in it (a capture takes
+# minutes under emulation, longer than the remediation's cooldown: captured in the incident,
+# irqbalance had been restarted and the IRQs spread again before the files were read), and the
+# container image's binary is compared with the .deb's in it (image-guest.sh).
+if [ -f "$H/capture-guest.sh" ] || [ -f "$H/nodemedic-image.tar" ]; then
     systemctl stop nodemedic irqbalance
     pin_to_cpu0
-    echo "pinned for the capture: $(affinities)"
+    echo "pinned, and nothing moves them now: $(affinities)"
     capture collapsed
+    if [ -f "$H/nodemedic-image.tar" ]; then
+        # shellcheck source=tests/vm/image-guest.sh
+        . "$H/image-guest.sh"
+        image_checks
+    fi
 fi
 finish
