@@ -387,11 +387,25 @@ impl<'k> Parser<'k> {
     /// row reads the same, and allocates one only for a row that is new or changed. The
     /// table is equal to [`parse`]'s. `known` is the previous table's rows, in its order
     /// (see [`Interrupts::descriptions`]).
+    ///
+    /// The rows are expected to be as many as `known`'s, so the table's list of rows is
+    /// allocated once for them rather than grown by doubling (see also
+    /// [`Parser::reserve_cells`]).
     pub fn reusing(known: &'k [(u32, Arc<IrqDescription>)]) -> Self {
-        Parser {
+        let mut p = Parser {
             known,
             ..Default::default()
-        }
+        };
+        p.out.irqs.reserve_exact(known.len());
+        p
+    }
+
+    /// Reserves room for `cells` non-zero counts, as many as the previous table held
+    /// ([`Interrupts::cells`]): their storage is then allocated once, not grown from empty
+    /// by doubling (a dozen reallocations a sample on 256 CPUs). The table is the same.
+    pub fn reserve_cells(&mut self, cells: usize) {
+        self.out.cols.reserve_exact(cells);
+        self.out.counts.reserve_exact(cells);
     }
 
     /// The description `text` for IRQ `irq`: a known one if it reads the same.
@@ -704,7 +718,7 @@ mod tests {
 
         /// The sparse rows mean what the dense ones did: every cell's count, the row's
         /// length, its total and its non-zero columns are those written, through `parse` and
-        /// through a parser reusing the previous table's descriptions alike.
+        /// through a parser reusing the previous table's descriptions and size alike.
         #[test]
         fn sparse_rows_read_as_the_dense_counts_written(
             ids in proptest::collection::btree_set(0u32..64, 1..10),
@@ -737,6 +751,7 @@ mod tests {
             let mut known = Vec::new();
             p.descriptions(&mut known);
             let mut again = Parser::reusing(&known);
+            again.reserve_cells(p.cells());
             for line in text.lines() {
                 again.line(line, true);
             }
