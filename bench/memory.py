@@ -30,7 +30,8 @@ Printed per tree and process, as Markdown:
 - the VmHWM of the probes' loader, the child process that loads the eBPF probes, from the
   daemon's log line about its answer (builds that load the probes in the daemon: none).
 
-node_exporter: `--node-exporter PATH`, else $NODE_EXPORTER, else it is built with
+node_exporter (none with `--without-node-exporter`): `--node-exporter PATH`, else
+$NODE_EXPORTER, else it is built with
 `go install github.com/prometheus/node_exporter@v1.9.1` into /var/cache/nodemedic-bench
 (the Go module proxy; deploy/bootstrap.sh's ensure_go provides go).
 """
@@ -169,6 +170,8 @@ def start_all(builds, tree, ne_bin, interval_ms, work):
             argv = [binary, "--config", str(cfg), *paths,
                     "--web.listen-address", f"127.0.0.1:{port}", "run"]
             procs.append(Proc(label, argv, port, work, "nodemedic"))
+    if ne_bin is None:
+        return procs
     port = free_port()
     procfs = f"{tree}/proc" if tree else "/proc"
     sysfs = f"{tree}/sys" if tree else "/sys"
@@ -251,6 +254,9 @@ def main():
     ap.add_argument("--interval-ms", type=int, default=1000)
     ap.add_argument("--trees", default="real,256,1024")
     ap.add_argument("--node-exporter")
+    ap.add_argument("--without-node-exporter", action="store_true",
+                    help="nodemedic's builds only (on a 1024-CPU tree node_exporter takes "
+                         "seconds of CPU a scrape, which stretches the window on a small VM)")
     ap.add_argument("builds", nargs="+", metavar="NAME=BINARY")
     a = ap.parse_args()
     builds = []
@@ -259,7 +265,7 @@ def main():
         if not sep or not os.access(binary, os.X_OK):
             raise SystemExit(f"{b!r}: expected NAME=EXECUTABLE")
         builds.append((name, os.path.abspath(binary)))
-    ne_bin = node_exporter_binary(a.node_exporter)
+    ne_bin = None if a.without_node_exporter else node_exporter_binary(a.node_exporter)
     work = Path(tempfile.mkdtemp(prefix="nodemedic-memory."))
     try:
         print(f"{os.cpu_count()} CPUs, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, "

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use nodemedic_kernel::counter;
 use nodemedic_kernel::device::Classified;
+use nodemedic_kernel::interrupts::Counts;
 use nodemedic_sample::Snapshot;
 use serde::{Deserialize, Serialize};
 
@@ -299,7 +300,7 @@ impl CollapseDetector {
         if total_delta == 0 {
             cumulative.resize(ncols, 0);
             for row in g.irqs.iter().filter_map(|irq| cur.row(*irq)) {
-                row.add_to(cumulative);
+                crate::rates::add_counts(cumulative, row);
             }
         }
         if let (Some(dt), Some(_)) = (elapsed, prev) {
@@ -371,9 +372,10 @@ fn state_of<'s>(
 
 impl Previous {
     /// An IRQ's counts, aligned with `cpus`.
-    fn row(&self, irq: u32) -> Option<crate::rates::Row<'_>> {
+    fn row(&self, irq: u32) -> Option<Counts<'_>> {
         let row = *self.rows.get(&irq)?;
-        Some(self.interrupts.as_ref()?.irqs.get(row)?.into())
+        let ints = self.interrupts.as_ref()?;
+        Some(ints.counts(ints.irqs.get(row)?))
     }
 
     fn from_snapshot(snap: &Snapshot) -> Self {

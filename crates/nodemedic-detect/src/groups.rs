@@ -85,14 +85,6 @@ pub fn build_groups(
     groups
 }
 
-/// Whether any CPU shown has taken this IRQ since boot.
-fn has_fired(line: &IrqLine) -> bool {
-    match &line.nonzero {
-        Some(columns) => !columns.is_empty(),
-        None => line.counts.iter().any(|c| *c > 0),
-    }
-}
-
 /// Online CPUs minus isolated, `nohz_full` and irqbalance-banned ones.
 fn base_eligible(snap: &Snapshot) -> CpuSet {
     let mut set = match &snap.topology {
@@ -131,7 +123,7 @@ fn build_group(
     // disks, a platform line nodemedic has no name for) carries nothing to misplace: it is
     // judged from its first interrupt on. Data queues count idle: their placement hurts the
     // moment traffic starts.
-    let judged = has_queues || members.iter().filter(by_role).any(|m| has_fired(m.line));
+    let judged = has_queues || members.iter().filter(by_role).any(|m| m.line.has_fired());
     let considered = |m: &&Member| judged && by_role(m);
     let instance = members
         .iter()
@@ -214,22 +206,18 @@ mod tests {
 
     use std::sync::Arc;
 
-    use nodemedic_kernel::interrupts::{Interrupts, IrqDescription, IrqLine};
+    use nodemedic_kernel::interrupts::{Interrupts, IrqDescription};
 
     use super::*;
 
-    fn row(irq: u32, chip: &str, actions: &[&str]) -> IrqLine {
-        IrqLine {
-            irq,
-            counts: vec![1, 0],
-            desc: Arc::new(IrqDescription {
-                chip: chip.into(),
-                hwirq: Some("1-edge".into()),
-                trigger: None,
-                actions: actions.iter().map(|a| a.to_string()).collect(),
-            }),
-            nonzero: None,
-        }
+    fn row(irq: u32, chip: &str, actions: &[&str]) -> (u32, Arc<IrqDescription>) {
+        let desc = Arc::new(IrqDescription {
+            chip: chip.into(),
+            hwirq: Some("1-edge".into()),
+            trigger: None,
+            actions: actions.iter().map(|a| a.to_string()).collect(),
+        });
+        (irq, desc)
     }
 
     fn keys(snap: &Snapshot, c: &mut Classified) -> Vec<(String, Vec<u32>)> {
@@ -249,12 +237,12 @@ mod tests {
     #[test]
     fn classification_is_kept_until_a_row_changes() {
         let mut snap = Snapshot::default();
-        let mut set = |rows: Vec<IrqLine>| {
-            snap.interrupts = Some(Arc::new(Interrupts {
-                cpus: vec![0, 1],
-                irqs: rows,
-                ..Default::default()
-            }));
+        let mut set = |rows: Vec<(u32, Arc<IrqDescription>)>| {
+            let mut ints = Interrupts::with_cpus(vec![0, 1]);
+            for (irq, desc) in rows {
+                ints.push_irq(irq, desc, &[1, 0]);
+            }
+            snap.interrupts = Some(Arc::new(ints));
             snap.clone()
         };
         let mut c = Classified::default();

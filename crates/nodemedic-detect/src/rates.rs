@@ -10,54 +10,14 @@
 use std::collections::HashMap;
 
 use nodemedic_kernel::counter;
-use nodemedic_kernel::interrupts::{Interrupts, IrqLine};
+use nodemedic_kernel::interrupts::{Counts, Interrupts};
 
-/// One IRQ's counts, and the columns where they are not zero when that is known (the parser
-/// and the widener keep it, see [`IrqLine::nonzero`]).
-#[derive(Debug, Clone, Copy)]
-pub struct Row<'a> {
-    pub counts: &'a [u64],
-    pub nonzero: Option<&'a [u32]>,
-}
-
-impl<'a> From<&'a IrqLine> for Row<'a> {
-    fn from(l: &'a IrqLine) -> Self {
-        Row {
-            counts: &l.counts,
-            nonzero: l.nonzero.as_deref(),
-        }
-    }
-}
-
-impl<'a> Row<'a> {
-    /// Counts only (every column is visited).
-    pub fn dense(counts: &'a [u64]) -> Self {
-        Row {
-            counts,
-            nonzero: None,
-        }
-    }
-
-    /// Adds the counts since boot into `sums`, per column.
-    pub fn add_to(&self, sums: &mut [u64]) {
-        if let Some(cols) = self.nonzero {
-            for &c in cols {
-                if let (Some(sum), Some(&v)) =
-                    (sums.get_mut(c as usize), self.counts.get(c as usize))
-                {
-                    *sum = sum.saturating_add(v);
-                }
-            }
-            return;
-        }
-        for (sums, counts) in sums.chunks_mut(8).zip(self.counts.chunks(8)) {
-            // Mostly zeros on a wide node (see `add_growth`).
-            if counts.iter().fold(0, |any, &c| any | c) == 0 {
-                continue;
-            }
-            for (sum, &count) in sums.iter_mut().zip(counts) {
-                *sum = sum.saturating_add(count);
-            }
+/// Adds a row's counts since boot into `sums`, per column.
+pub fn add_counts(sums: &mut [u64], row: Counts<'_>) {
+    // Only the non-zero counts are stored: on a wide node a few per IRQ.
+    for (col, count) in row.nonzero() {
+        if let Some(sum) = sums.get_mut(col) {
+            *sum = sum.saturating_add(count);
         }
     }
 }
@@ -76,94 +36,55 @@ pub fn column_map(before: &[u32], now: &[u32]) -> Option<Vec<Option<usize>>> {
 /// that IRQ's growth over all columns.
 pub fn add_growth(
     sums: &mut [u64],
-    now: Row<'_>,
-    before: Row<'_>,
+    now: Counts<'_>,
+    before: Counts<'_>,
     map: Option<&[Option<usize>]>,
 ) -> u64 {
     let mut total = 0u64;
-    // Columns line up and both rows say where they are not zero: only those columns can
-    // have grown (or wrapped), so only they are visited: on a 1024-CPU node a few per IRQ.
-    if let (None, Some(a), Some(b)) = (map, now.nonzero, before.nonzero) {
-        let cells = sums.len().min(now.counts.len()).min(before.counts.len());
-        let mut add = |c: u32| {
-            let c = c as usize;
+    let Some(map) = map else {
+        // Columns line up: only those non-zero in either table can have grown (or wrapped),
+        // so only they are visited: on a 1024-CPU node a few per IRQ.
+        let cells = sums.len().min(now.len()).min(before.len());
+        let (mut a, mut b) = (now.nonzero().peekable(), before.nonzero().peekable());
+        loop {
+            // The union of two ascending lists; a column missing from one reads zero there.
+            let (c, n, o) = match (a.peek().copied(), b.peek().copied()) {
+                (Some((x, n)), Some((y, o))) if x == y => {
+                    a.next();
+                    b.next();
+                    (x, n, o)
+                }
+                (Some((x, n)), Some((y, _))) if x < y => {
+                    a.next();
+                    (x, n, 0)
+                }
+                (Some((x, n)), None) => {
+                    a.next();
+                    (x, n, 0)
+                }
+                (_, Some((y, o))) => {
+                    b.next();
+                    (y, 0, o)
+                }
+                (None, None) => break,
+            };
             if c < cells {
-                let d = counter::delta(before.counts[c], now.counts[c]).unwrap_or(0);
+                let d = counter::delta(o, n).unwrap_or(0);
                 sums[c] = sums[c].saturating_add(d);
                 total = total.saturating_add(d);
             }
-        };
-        // The union of two ascending lists.
-        let (mut i, mut j) = (0, 0);
-        while i < a.len() || j < b.len() {
-            match (a.get(i), b.get(j)) {
-                (Some(&x), Some(&y)) if x == y => {
-                    add(x);
-                    i += 1;
-                    j += 1;
-                }
-                (Some(&x), Some(&y)) if x < y => {
-                    add(x);
-                    i += 1;
-                }
-                (Some(_), Some(&y)) => {
-                    add(y);
-                    j += 1;
-                }
-                (Some(&x), None) => {
-                    add(x);
-                    i += 1;
-                }
-                (None, Some(&y)) => {
-                    add(y);
-                    j += 1;
-                }
-                (None, None) => break,
-            }
         }
         return total;
-    }
-    let (now, before) = (now.counts, before.counts);
-    match map {
-        // Column for column: on 1024 CPUs this loop is most of the collapse detector's time.
-        // An IRQ counts on the few CPUs it has been routed to, so most of a wide row is zero
-        // in both tables: eight columns at a time are skipped when all sixteen counts are
-        // zero (one OR, vectorised), and the rest go cell by cell.
-        None => {
-            const LANES: usize = 8;
-            let cells = sums.len().min(now.len()).min(before.len());
-            let (sums, now, before) = (&mut sums[..cells], &now[..cells], &before[..cells]);
-            let chunks = sums
-                .chunks_mut(LANES)
-                .zip(now.chunks(LANES))
-                .zip(before.chunks(LANES));
-            for ((sums, now), before) in chunks {
-                let any = now.iter().chain(before).fold(0, |any, &c| any | c);
-                if any == 0 {
-                    continue;
-                }
-                for ((sum, &n), &o) in sums.iter_mut().zip(now).zip(before) {
-                    // Widened counts only grow: the branch that calls `delta` is the rare one.
-                    let d = if n >= o {
-                        n - o
-                    } else {
-                        counter::delta(o, n).unwrap_or(0)
-                    };
-                    *sum = sum.saturating_add(d);
-                    total = total.saturating_add(d);
-                }
-            }
-        }
-        Some(map) => {
-            for ((sum, &n), col) in sums.iter_mut().zip(now).zip(map) {
-                if let Some(d) = col
-                    .and_then(|c| before.get(c))
-                    .and_then(|&o| counter::delta(o, n))
-                {
-                    *sum = sum.saturating_add(d);
-                    total = total.saturating_add(d);
-                }
-            }
+    };
+    // The header changed (hotplug): each column finds its CPU's earlier count. Every column
+    // is visited, since a count gone to zero may have wrapped; this is a rare sample.
+    for ((sum, n), col) in sums.iter_mut().zip(now.dense()).zip(map) {
+        if let Some(d) = col
+            .and_then(|c| before.get(c))
+            .and_then(|o| counter::delta(o, n))
+        {
+            *sum = sum.saturating_add(d);
+            total = total.saturating_add(d);
         }
     }
     total
@@ -172,11 +93,15 @@ pub fn add_growth(
 /// Per column of `now`, the growth of every IRQ present in both tables.
 pub fn per_cpu_growth(before: &Interrupts, now: &Interrupts) -> Vec<u64> {
     let map = column_map(&before.cpus, &now.cpus);
-    let rows: HashMap<u32, Row<'_>> = before.irqs.iter().map(|l| (l.irq, l.into())).collect();
+    let rows: HashMap<u32, Counts<'_>> = before
+        .irqs
+        .iter()
+        .map(|l| (l.irq, before.counts(l)))
+        .collect();
     let mut sums = vec![0u64; now.cpus.len()];
     for line in &now.irqs {
         if let Some(b) = rows.get(&line.irq) {
-            add_growth(&mut sums, line.into(), *b, map.as_deref());
+            add_growth(&mut sums, now.counts(line), *b, map.as_deref());
         }
     }
     sums
@@ -185,21 +110,18 @@ pub fn per_cpu_growth(before: &Interrupts, now: &Interrupts) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodemedic_kernel::interrupts::IrqLine;
 
     fn table(cpus: &[u32], rows: &[(u32, &[u64])]) -> Interrupts {
-        Interrupts {
-            cpus: cpus.to_vec(),
-            irqs: rows
-                .iter()
-                .map(|(irq, c)| IrqLine::with_counts(*irq, c.to_vec()))
-                .collect(),
-            ..Default::default()
+        let mut t = Interrupts::with_cpus(cpus.to_vec());
+        for (irq, counts) in rows {
+            t.push_irq(*irq, Default::default(), counts);
         }
+        t
     }
 
-    /// The vectorised pass against the plain per-cell rule (`delta`, nothing on a reset),
-    /// over rows that grow, wrap, reset, sit near the top of u64 and differ in length.
+    /// The pass over non-zero columns against the plain per-cell rule (`delta`, nothing on a
+    /// reset) over dense rows, which differ in length and grow, wrap, reset or sit near the
+    /// top of u64.
     #[test]
     fn growth_matches_the_per_cell_rule_on_random_rows() {
         let mut rng = nodemedic_testkit::XorShift64::new(0x9e37_79b9_7f4a_7c15);
@@ -232,38 +154,18 @@ mod tests {
                 *sum = sum.saturating_add(d);
                 expect_total = expect_total.saturating_add(d);
             }
+            let t = table(&[], &[(1, &now), (1, &before)]);
+            let (n, b) = (t.counts(&t.irqs[0]), t.counts(&t.irqs[1]));
             let mut got = start.clone();
-            let total = add_growth(&mut got, Row::dense(&now), Row::dense(&before), None);
-            assert_eq!(got, expect, "dense: before {before:?} now {now:?}");
-            assert_eq!(
-                total, expect_total,
-                "dense total: before {before:?} now {now:?}"
-            );
-            // With the lists of non-zero columns, as the parser and the widener give them.
-            let nz = |v: &[u64]| -> Vec<u32> {
-                (0..v.len() as u32)
-                    .filter(|c| v[*c as usize] != 0)
-                    .collect()
-            };
-            let (nz_now, nz_before) = (nz(&now), nz(&before));
+            let total = add_growth(&mut got, n, b, None);
+            assert_eq!(got, expect, "before {before:?} now {now:?}");
+            assert_eq!(total, expect_total, "total: before {before:?} now {now:?}");
+            // The same through an identity map, the hotplug pass.
+            let identity: Vec<Option<usize>> = (0..len).map(Some).collect();
             let mut got = start;
-            let total = add_growth(
-                &mut got,
-                Row {
-                    counts: &now,
-                    nonzero: Some(&nz_now),
-                },
-                Row {
-                    counts: &before,
-                    nonzero: Some(&nz_before),
-                },
-                None,
-            );
-            assert_eq!(got, expect, "sparse: before {before:?} now {now:?}");
-            assert_eq!(
-                total, expect_total,
-                "sparse total: before {before:?} now {now:?}"
-            );
+            let total = add_growth(&mut got, n, b, Some(&identity));
+            assert_eq!(got, expect, "mapped: before {before:?} now {now:?}");
+            assert_eq!(total, expect_total, "mapped: before {before:?} now {now:?}");
         }
     }
 

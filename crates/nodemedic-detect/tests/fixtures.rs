@@ -155,9 +155,9 @@ fn grown(snap: &Snapshot, secs: u64, irqs: &[u32]) -> Snapshot {
     s.timestamp += secs as f64;
     let mut table = (**s.interrupts.as_ref().unwrap()).clone();
     for irq in irqs {
-        let line = table.irqs.iter_mut().find(|l| l.irq == *irq).unwrap();
-        let col = line.counts.iter().position(|c| *c > 0).unwrap();
-        line.counts[col] += 50_000;
+        let row = table.irqs.iter().position(|l| l.irq == *irq).unwrap();
+        let (col, count) = table.counts(&table.irqs[row]).nonzero().next().unwrap();
+        table.set_count(row, col, count + 50_000);
     }
     s.interrupts = Some(std::sync::Arc::new(table));
     s
@@ -630,9 +630,8 @@ fn port_service_and_iommu_lines_are_events_and_idle_devices_wait() {
     // are then a collapse.
     let snap = irq_snapshot("16cpu-port-events", Duration::ZERO);
     let mut table = (**snap.interrupts.as_ref().unwrap()).clone();
-    let line = table.irqs.iter_mut().find(|l| l.irq == 32).unwrap();
-    line.counts[0] = 1;
-    line.nonzero = None;
+    let row = table.irqs.iter().position(|l| l.irq == 32).unwrap();
+    table.set_count(row, 0, 1);
     let mut fired = snap.clone();
     fired.interrupts = Some(std::sync::Arc::new(table));
     let v = immediate().observe(&fired);

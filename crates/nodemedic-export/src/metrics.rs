@@ -270,7 +270,7 @@ fn interrupts(e: &mut Encoder, snap: &Snapshot, verdicts: &[GroupVerdict], opts:
     for (line, (irq, group, name)) in ints.irqs.iter().zip(labels.iter()) {
         e.sample(
             &[("irq", irq), ("group", group), ("name", name)],
-            line.total() as f64,
+            ints.counts(line).total() as f64,
         );
     }
     irq_placement(e, snap, ints, &labels);
@@ -306,8 +306,8 @@ fn interrupts(e: &mut Encoder, snap: &Snapshot, verdicts: &[GroupVerdict], opts:
             "Interrupts per IRQ per CPU (enabled by metrics.per_irq_per_cpu).",
         );
         for (line, (irq, _, _)) in ints.irqs.iter().zip(labels.iter()) {
-            for (cpu, count) in cpu_names.iter().zip(&line.counts) {
-                e.sample(&[("irq", irq), ("cpu", cpu)], *count as f64);
+            for (cpu, count) in cpu_names.iter().zip(ints.counts(line).dense()) {
+                e.sample(&[("irq", irq), ("cpu", cpu)], count as f64);
             }
         }
     }
@@ -410,8 +410,10 @@ fn device_interrupts_per_cpu(ints: &Interrupts) -> Vec<u64> {
         per_cpu[i] = *r;
     }
     for line in &ints.irqs {
-        for (i, c) in line.counts.iter().enumerate() {
-            per_cpu[i] = per_cpu[i].saturating_add(*c);
+        for (i, c) in ints.counts(line).nonzero() {
+            if let Some(sum) = per_cpu.get_mut(i) {
+                *sum = sum.saturating_add(c);
+            }
         }
     }
     per_cpu

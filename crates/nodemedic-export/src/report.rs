@@ -310,7 +310,7 @@ pub fn build_report(first: &Sample, second: &Sample) -> CheckReport {
 fn cpu_sums(i: &Interrupts) -> HashMap<u32, u64> {
     let mut sums: HashMap<u32, u64> = HashMap::with_capacity(i.cpus.len());
     for line in &i.irqs {
-        for (cpu, count) in i.per_cpu(&line.counts) {
+        for (cpu, count) in i.per_cpu(line) {
             let sum = sums.entry(cpu).or_default();
             *sum = sum.saturating_add(count);
         }

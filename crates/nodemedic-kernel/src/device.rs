@@ -414,16 +414,16 @@ mod tests {
     /// matched by IRQ number, and `get` answers only for the row at that position.
     #[test]
     fn classified_rows_follow_their_lines() {
-        let line = |irq: u32, action: &str| IrqLine {
-            irq,
-            counts: vec![0],
-            desc: Arc::new(IrqDescription {
-                chip: "PCI-MSIX-0000:00:03.0".into(),
-                hwirq: Some("1-edge".into()),
-                trigger: None,
-                actions: vec![action.into()],
-            }),
-            nonzero: None,
+        let line = |irq: u32, action: &str| {
+            IrqLine::new(
+                irq,
+                Arc::new(IrqDescription {
+                    chip: "PCI-MSIX-0000:00:03.0".into(),
+                    hwirq: Some("1-edge".into()),
+                    trigger: None,
+                    actions: vec![action.into()],
+                }),
+            )
         };
         let instance =
             |c: &Classified, i: usize, irq: u32| c.get(i, irq).and_then(|d| d.instance.clone());

@@ -8,16 +8,24 @@
 
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::ser::SerializeStruct;
+use serde::{Serialize, Serializer};
 
-use crate::{leading_counts, parse_cpu_header, SkipReason, SkippedLine, TableError};
+use crate::{leading_counts, parse_cpu_header, scan_counts, SkipReason, SkippedLine, TableError};
 
 pub type InterruptsError = TableError;
 
 /// One parse of `/proc/interrupts`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+///
+/// The numbered rows keep only their non-zero counts, all rows' in one place (`cols` and
+/// `counts`, row after row, each row's columns ascending): an IRQ counts on the few CPUs it
+/// has been routed to, so on a 1024-CPU node 99% of the cells are zero. A dense `Vec<u64>` per
+/// row was 8 KiB and an allocation for each of 600 rows every sample; the table now makes two
+/// vectors for all of them, and 12 bytes per non-zero count (BENCHMARKS.md, "Sparse IRQ
+/// counts"). [`Interrupts::counts`] reads a row; every cell not stored is a zero.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Interrupts {
-    /// CPU ids in header order; `counts[i]` of every row belongs to `cpus[i]`.
+    /// CPU ids in header order; column `i` of every row belongs to `cpus[i]`.
     pub cpus: Vec<u32>,
     /// Numbered (device) interrupts.
     pub irqs: Vec<IrqLine>,
@@ -27,24 +35,271 @@ pub struct Interrupts {
     /// Per CPU (aligned with `cpus`), the interrupts of IRQs that disappeared while nodemedic
     /// watched, so that per-CPU sums stay monotonic. Filled by [`crate::counter::Widener`];
     /// empty from the parser.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub retired: Vec<u64>,
+    /// The column of every non-zero count of `irqs`, row after row (see [`IrqLine`]).
+    cols: Vec<u32>,
+    /// Those counts, aligned with `cols`; none is zero.
+    counts: Vec<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// A numbered row. Its counts are in its table: [`Interrupts::counts`].
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IrqLine {
     pub irq: u32,
-    /// Per-CPU counts aligned with [`Interrupts::cpus`]; may be shorter than it.
-    pub counts: Vec<u64>,
     /// What follows the counts. Shared with the previous table's row when it reads the same
     /// (see [`Parser::reusing`]).
-    #[serde(flatten)]
     pub desc: Arc<IrqDescription>,
-    /// The columns whose count is not zero, ascending, when known: the parser and the
-    /// 64-bit widener fill it, so that work over a wide row (an IRQ counts on the few CPUs it
-    /// has been routed to) can visit those columns only. `None`: scan `counts`.
-    #[serde(skip)]
-    pub nonzero: Option<Vec<u32>>,
+    /// How many count columns the row has: at most the header's CPUs (a kernel prints them
+    /// all; a row cut short has fewer).
+    width: u32,
+    /// Where the row's non-zero counts are in the table's `cols` and `counts`.
+    start: usize,
+    end: usize,
+}
+
+/// One row's counts, read from its table: `len` columns, of which `cols` (ascending) hold the
+/// non-zero `values`, and every other column a zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counts<'a> {
+    len: usize,
+    cols: &'a [u32],
+    values: &'a [u64],
+}
+
+impl<'a> Counts<'a> {
+    /// How many columns the row has, zeros included.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The count of column `col`; `None` past the row's end.
+    pub fn get(&self, col: usize) -> Option<u64> {
+        if col >= self.len {
+            return None;
+        }
+        let at = self.cols.binary_search(&u32::try_from(col).ok()?);
+        Some(at.map_or(0, |i| self.values[i]))
+    }
+
+    /// The non-zero counts with their columns, ascending.
+    pub fn nonzero(&self) -> impl Iterator<Item = (usize, u64)> + 'a {
+        self.cols
+            .iter()
+            .map(|c| *c as usize)
+            .zip(self.values.iter().copied())
+    }
+
+    /// The columns of the non-zero counts, ascending, and those counts.
+    pub fn parts(&self) -> (&'a [u32], &'a [u64]) {
+        (self.cols, self.values)
+    }
+
+    /// Every column's count, zeros included, in order.
+    pub fn dense(&self) -> impl Iterator<Item = u64> + 'a {
+        let mut cells = self.nonzero().peekable();
+        (0..self.len).map(move |col| match cells.peek() {
+            Some(&(c, v)) if c == col => {
+                cells.next();
+                v
+            }
+            _ => 0,
+        })
+    }
+
+    pub fn to_vec(&self) -> Vec<u64> {
+        self.dense().collect()
+    }
+
+    /// The sum over columns (saturating).
+    pub fn total(&self) -> u64 {
+        self.values.iter().fold(0u64, |a, c| a.saturating_add(*c))
+    }
+}
+
+impl Serialize for Counts<'_> {
+    /// As the dense list it stands for.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.dense())
+    }
+}
+
+impl IrqLine {
+    /// A row of IRQ `irq` with no counts (rows for what reads only the descriptions).
+    pub fn new(irq: u32, desc: Arc<IrqDescription>) -> Self {
+        IrqLine {
+            irq,
+            desc,
+            width: 0,
+            start: 0,
+            end: 0,
+        }
+    }
+
+    /// Whether any CPU shown has taken this IRQ (a count is not zero).
+    pub fn has_fired(&self) -> bool {
+        self.end > self.start
+    }
+}
+
+impl Interrupts {
+    /// A table of `cpus` with no rows yet (see [`Interrupts::push_irq`]).
+    pub fn with_cpus(cpus: Vec<u32>) -> Self {
+        Interrupts {
+            cpus,
+            ..Default::default()
+        }
+    }
+
+    /// A row's counts. `line` must be a row of this table (another table's reads as
+    /// whatever this one holds there, or as zeros).
+    pub fn counts(&self, line: &IrqLine) -> Counts<'_> {
+        let range = line.start..line.end;
+        let (cols, values) = match (self.cols.get(range.clone()), self.counts.get(range)) {
+            (Some(c), Some(v)) => (c, v),
+            _ => (&[][..], &[][..]),
+        };
+        Counts {
+            len: line.width as usize,
+            cols,
+            values,
+        }
+    }
+
+    /// Appends a numbered row of `counts` (one per column): tables built by tests and tools.
+    pub fn push_irq(&mut self, irq: u32, desc: Arc<IrqDescription>, counts: &[u64]) {
+        let start = self.cols.len();
+        for (col, count) in counts.iter().enumerate().filter(|(_, c)| **c != 0) {
+            self.cols.push(col as u32);
+            self.counts.push(*count);
+        }
+        self.irqs.push(IrqLine {
+            width: u32::try_from(counts.len()).unwrap_or(u32::MAX),
+            start,
+            end: self.cols.len(),
+            ..IrqLine::new(irq, desc)
+        });
+    }
+
+    /// Sets the count of row `row`, column `col` (tests and tools; a parse or a widening
+    /// writes whole tables). Nothing happens past the row's columns.
+    pub fn set_count(&mut self, row: usize, col: usize, count: u64) {
+        let Some(line) = self.irqs.get(row) else {
+            return;
+        };
+        let (Ok(c), true) = (u32::try_from(col), col < line.width as usize) else {
+            return;
+        };
+        let (start, end) = (line.start, line.end);
+        match self.cols[start..end].binary_search(&c) {
+            Ok(i) if count != 0 => self.counts[start + i] = count,
+            Ok(i) => {
+                self.cols.remove(start + i);
+                self.counts.remove(start + i);
+                self.shift_after(row, -1);
+            }
+            Err(_) if count == 0 => {}
+            Err(i) => {
+                self.cols.insert(start + i, c);
+                self.counts.insert(start + i, count);
+                self.shift_after(row, 1);
+            }
+        }
+    }
+
+    /// Moves the end of row `row` and the rows after it by one cell.
+    fn shift_after(&mut self, row: usize, by: isize) {
+        for (i, line) in self.irqs.iter_mut().enumerate().skip(row) {
+            if i > row {
+                line.start = line.start.saturating_add_signed(by);
+            }
+            line.end = line.end.saturating_add_signed(by);
+        }
+    }
+
+    /// Each row's IRQ and description, in order, into `out` (cleared first): what
+    /// [`Parser::reusing`] takes to share them with the next table.
+    pub fn descriptions(&self, out: &mut Vec<(u32, Arc<IrqDescription>)>) {
+        out.clear();
+        out.extend(self.irqs.iter().map(|l| (l.irq, Arc::clone(&l.desc))));
+    }
+
+    /// `(cpu, count)` of every column of a row, zeros included, mapped through the header.
+    pub fn per_cpu<'a>(&'a self, line: &IrqLine) -> impl Iterator<Item = (u32, u64)> + 'a {
+        self.cpus.iter().copied().zip(self.counts(line).dense())
+    }
+
+    /// How many non-zero counts the numbered rows hold.
+    pub fn cells(&self) -> usize {
+        self.cols.len()
+    }
+
+    /// The widener's access to the rows and their counts at once (it writes a new set of
+    /// counts beside the old and swaps them in, see [`crate::counter::Widener`]).
+    pub(crate) fn rows_and_cells(&mut self) -> (&mut [IrqLine], &[u32], &[u64]) {
+        (&mut self.irqs, &self.cols, &self.counts)
+    }
+
+    /// Puts `cols` and `counts` in as the rows' counts and hands the old ones back (as
+    /// spare storage) in their place. The rows' offsets must already point into the new ones.
+    pub(crate) fn swap_cells(&mut self, cols: &mut Vec<u32>, counts: &mut Vec<u64>) {
+        std::mem::swap(&mut self.cols, cols);
+        std::mem::swap(&mut self.counts, counts);
+    }
+}
+
+impl IrqLine {
+    /// Where the row's non-zero counts are in its table.
+    pub(crate) fn cells(&self) -> (usize, usize) {
+        (self.start, self.end)
+    }
+
+    pub(crate) fn set_cells(&mut self, start: usize, end: usize) {
+        self.start = start;
+        self.end = end;
+    }
+
+    pub(crate) fn width(&self) -> usize {
+        self.width as usize
+    }
+}
+
+/// Serialized as it always was: each row with its dense counts and its description.
+impl Serialize for Interrupts {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Row<'a> {
+            irq: u32,
+            counts: Counts<'a>,
+            #[serde(flatten)]
+            desc: &'a IrqDescription,
+        }
+        struct Rows<'a>(&'a Interrupts);
+        impl Serialize for Rows<'_> {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_seq(self.0.irqs.iter().map(|l| Row {
+                    irq: l.irq,
+                    counts: self.0.counts(l),
+                    desc: &l.desc,
+                }))
+            }
+        }
+        let fields = if self.retired.is_empty() { 4 } else { 5 };
+        let mut st = s.serialize_struct("Interrupts", fields)?;
+        st.serialize_field("cpus", &self.cpus)?;
+        st.serialize_field("irqs", &Rows(self))?;
+        st.serialize_field("arch", &self.arch)?;
+        st.serialize_field("skipped", &self.skipped)?;
+        if self.retired.is_empty() {
+            st.skip_field("retired")?;
+        } else {
+            st.serialize_field("retired", &self.retired)?;
+        }
+        st.end()
+    }
 }
 
 /// What `/proc/interrupts` prints after an IRQ's counts: the chip, the hardware IRQ and
@@ -103,36 +358,6 @@ pub struct ArchLine {
     pub description: String,
 }
 
-impl IrqLine {
-    /// A row of `counts` for IRQ `irq` with no description (tables built by tests and tools).
-    pub fn with_counts(irq: u32, counts: Vec<u64>) -> Self {
-        IrqLine {
-            irq,
-            counts,
-            desc: Arc::default(),
-            nonzero: None,
-        }
-    }
-
-    pub fn total(&self) -> u64 {
-        self.counts.iter().fold(0u64, |a, c| a.saturating_add(*c))
-    }
-}
-
-impl Interrupts {
-    /// Each row's IRQ and description, in order, into `out` (cleared first): what
-    /// [`Parser::reusing`] takes to share them with the next table.
-    pub fn descriptions(&self, out: &mut Vec<(u32, Arc<IrqDescription>)>) {
-        out.clear();
-        out.extend(self.irqs.iter().map(|l| (l.irq, Arc::clone(&l.desc))));
-    }
-
-    /// `(cpu, count)` pairs of a row, mapped through the header.
-    pub fn per_cpu<'a>(&'a self, counts: &'a [u64]) -> impl Iterator<Item = (u32, u64)> + 'a {
-        self.cpus.iter().copied().zip(counts.iter().copied())
-    }
-}
-
 pub fn parse(text: &str) -> Result<Interrupts, InterruptsError> {
     let mut p = Parser::default();
     for line in text.split_inclusive('\n') {
@@ -162,11 +387,25 @@ impl<'k> Parser<'k> {
     /// row reads the same, and allocates one only for a row that is new or changed. The
     /// table is equal to [`parse`]'s. `known` is the previous table's rows, in its order
     /// (see [`Interrupts::descriptions`]).
+    ///
+    /// The rows are expected to be as many as `known`'s, so the table's list of rows is
+    /// allocated once for them rather than grown by doubling (see also
+    /// [`Parser::reserve_cells`]).
     pub fn reusing(known: &'k [(u32, Arc<IrqDescription>)]) -> Self {
-        Parser {
+        let mut p = Parser {
             known,
             ..Default::default()
-        }
+        };
+        p.out.irqs.reserve_exact(known.len());
+        p
+    }
+
+    /// Reserves room for `cells` non-zero counts, as many as the previous table held
+    /// ([`Interrupts::cells`]): their storage is then allocated once, not grown from empty
+    /// by doubling (a dozen reallocations a sample on 256 CPUs). The table is the same.
+    pub fn reserve_cells(&mut self, cells: usize) {
+        self.out.cols.reserve_exact(cells);
+        self.out.counts.reserve_exact(cells);
     }
 
     /// The description `text` for IRQ `irq`: a known one if it reads the same.
@@ -213,19 +452,21 @@ impl<'k> Parser<'k> {
                     Err(e) => Err(TableError::BadHeader(e)),
                 });
             }
-            Some(Ok(())) => match parse_row(line, self.out.cpus.len()) {
+            Some(Ok(())) => match parse_row(line, &mut self.out) {
                 Ok(Row::Irq {
                     irq,
-                    counts,
-                    nonzero,
+                    width,
+                    start,
                     desc,
                 }) => {
                     let desc = self.description(irq, &desc);
+                    let end = self.out.cols.len();
                     self.out.irqs.push(IrqLine {
                         irq,
-                        counts,
                         desc,
-                        nonzero: Some(nonzero),
+                        width,
+                        start,
+                        end,
                     });
                 }
                 Ok(Row::Arch(arch)) => self.out.arch.push(arch),
@@ -245,44 +486,53 @@ impl<'k> Parser<'k> {
 }
 
 enum Row<'a> {
+    /// A numbered row, whose non-zero counts are in the table from `start` on.
     Irq {
         irq: u32,
-        counts: Vec<u64>,
-        nonzero: Vec<u32>,
+        width: u32,
+        start: usize,
         desc: DescriptionText<'a>,
     },
     Arch(ArchLine),
 }
 
-fn parse_row(line: &str, ncpus: usize) -> Result<Row<'_>, SkipReason> {
+/// One row of `line`; a numbered row's non-zero counts are appended to `table`'s.
+fn parse_row<'a>(line: &'a str, table: &mut Interrupts) -> Result<Row<'a>, SkipReason> {
+    let ncpus = table.cpus.len();
     let (label, rest) = line.split_once(':').ok_or(SkipReason::NoColon)?;
     let label = label.trim();
     if label.is_empty() {
         return Err(SkipReason::EmptyLabel);
     }
-    let (counts, nonzero, used) = leading_counts(rest, ncpus);
-    let desc = rest[used..].trim();
     if label.bytes().all(|b| b.is_ascii_digit()) {
         let irq = label
             .parse::<u32>()
             .map_err(|_| SkipReason::IrqOutOfRange(label.to_string()))?;
-        if counts.is_empty() {
+        let start = table.cols.len();
+        let (cols, counts) = (&mut table.cols, &mut table.counts);
+        let (width, used) = scan_counts(rest, ncpus, |col, count| {
+            cols.push(col as u32);
+            counts.push(count);
+        });
+        if width == 0 {
             return Err(SkipReason::NoCounts(irq));
         }
         Ok(Row::Irq {
             irq,
-            counts,
-            nonzero,
-            desc: parse_irq_description(desc),
+            // At most the header's CPUs, which `parse_cpu_header` bounds.
+            width: u32::try_from(width).unwrap_or(u32::MAX),
+            start,
+            desc: parse_irq_description(rest[used..].trim()),
         })
     } else {
         if label.chars().any(char::is_whitespace) {
             return Err(SkipReason::LabelWithSpaces(label.to_string()));
         }
+        let (counts, used) = leading_counts(rest, ncpus);
         Ok(Row::Arch(ArchLine {
             name: label.to_string(),
             counts,
-            description: desc.to_string(),
+            description: rest[used..].trim().to_string(),
         }))
     }
 }
@@ -345,7 +595,7 @@ mod tests {
         assert_eq!(p.irqs.len(), 4);
         let virtio = &p.irqs[1];
         assert_eq!(virtio.irq, 28);
-        assert_eq!(virtio.counts, vec![0, 7]);
+        assert_eq!(p.counts(virtio).to_vec(), vec![0, 7]);
         assert_eq!(virtio.desc.chip, "PCI-MSIX-0000:00:01.0");
         assert_eq!(virtio.desc.hwirq.as_deref(), Some("0"));
         assert_eq!(virtio.desc.trigger.as_deref(), Some("edge"));
@@ -392,7 +642,7 @@ mod tests {
         let text = "           CPU0       CPU1       CPU3       CPU6\n 30:  1  2  3  4   IR-PCI-MSIX-0000:3b:00.0    5-edge      mlx5_comp4@pci:0000:3b:00.0\n";
         let p = parse(text).unwrap();
         assert_eq!(p.cpus, vec![0, 1, 3, 6]);
-        let pairs: Vec<_> = p.per_cpu(&p.irqs[0].counts).collect();
+        let pairs: Vec<_> = p.per_cpu(&p.irqs[0]).collect();
         assert_eq!(pairs, vec![(0, 1), (1, 2), (3, 3), (6, 4)]);
         assert_eq!(p.irqs[0].desc.chip, "IR-PCI-MSIX-0000:3b:00.0");
         assert_eq!(p.irqs[0].desc.actions, vec!["mlx5_comp4@pci:0000:3b:00.0"]);
@@ -427,7 +677,7 @@ mod tests {
     fn fewer_counts_than_cpus() {
         let text = "   CPU0 CPU1 CPU2\n 5: 1 2\nMIS: 3\n";
         let p = parse(text).unwrap();
-        assert_eq!(p.irqs[0].counts, vec![1, 2]);
+        assert_eq!(p.counts(&p.irqs[0]).to_vec(), vec![1, 2]);
         assert_eq!(p.irqs[0].desc.chip, "");
         assert_eq!(p.arch[0].counts, vec![3]);
     }
@@ -439,6 +689,121 @@ mod tests {
         assert_eq!(p.irqs.len(), 1);
         assert_eq!(p.skipped.len(), 1);
         assert_eq!(p.skipped[0].line, 3);
+    }
+
+    /// A table written from `rows` (IRQ, counts; `None` for an arch row), with the
+    /// kernel's `%10u` columns or single spaces.
+    fn table_text(cpus: &[u32], rows: &[(Option<u32>, Vec<u64>)], wide: bool) -> String {
+        let mut t: String = cpus.iter().map(|c| format!("  CPU{c}")).collect();
+        t.push('\n');
+        for (n, (irq, counts)) in rows.iter().enumerate() {
+            match irq {
+                Some(irq) => t.push_str(&format!("{irq:>4}:")),
+                None => t.push_str(&format!("A{n}:")),
+            }
+            for c in counts {
+                t.push_str(&if wide {
+                    format!(" {c:>10}")
+                } else {
+                    format!(" {c}")
+                });
+            }
+            t.push_str("   PCI-MSIX-0000:3b:00.0 7-edge      mlx5_comp7@pci:0000:3b:00.0\n");
+        }
+        t
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(256))]
+
+        /// The sparse rows mean what the dense ones did: every cell's count, the row's
+        /// length, its total and its non-zero columns are those written, through `parse` and
+        /// through a parser reusing the previous table's descriptions and size alike.
+        #[test]
+        fn sparse_rows_read_as_the_dense_counts_written(
+            ids in proptest::collection::btree_set(0u32..64, 1..10),
+            rows in proptest::collection::vec(
+                (
+                    proptest::option::weighted(0.8, 0u32..40),
+                    proptest::collection::vec(
+                        proptest::prop_oneof![
+                            6 => proptest::strategy::Just(0u64),
+                            3 => 1u64..5_000,
+                            1 => proptest::prelude::any::<u64>(),
+                        ],
+                        1..12,
+                    ),
+                ),
+                0..24,
+            ),
+            wide in proptest::prelude::any::<bool>(),
+        ) {
+            let cpus: Vec<u32> = ids.into_iter().collect();
+            let rows: Vec<(Option<u32>, Vec<u64>)> = rows
+                .into_iter()
+                .map(|(irq, mut c)| {
+                    c.truncate(cpus.len());
+                    (irq, c)
+                })
+                .collect();
+            let text = table_text(&cpus, &rows, wide);
+            let p = parse(&text).unwrap();
+            let mut known = Vec::new();
+            p.descriptions(&mut known);
+            let mut again = Parser::reusing(&known);
+            again.reserve_cells(p.cells());
+            for line in text.lines() {
+                again.line(line, true);
+            }
+            proptest::prop_assert_eq!(&again.finish().unwrap(), &p);
+            let written: Vec<&(Option<u32>, Vec<u64>)> =
+                rows.iter().filter(|(irq, _)| irq.is_some()).collect();
+            proptest::prop_assert_eq!(p.irqs.len(), written.len());
+            let mut cells = 0;
+            for (line, (irq, dense)) in p.irqs.iter().zip(written) {
+                let c = p.counts(line);
+                proptest::prop_assert_eq!(Some(line.irq), *irq);
+                proptest::prop_assert_eq!(c.len(), dense.len());
+                proptest::prop_assert_eq!(&c.to_vec(), dense);
+                for col in 0..dense.len() + 2 {
+                    proptest::prop_assert_eq!(c.get(col), dense.get(col).copied());
+                }
+                let nonzero: Vec<(usize, u64)> =
+                    dense.iter().copied().enumerate().filter(|(_, v)| *v != 0).collect();
+                proptest::prop_assert_eq!(c.nonzero().collect::<Vec<_>>(), nonzero.clone());
+                proptest::prop_assert_eq!(line.has_fired(), !nonzero.is_empty());
+                let total = dense.iter().fold(0u64, |a, v| a.saturating_add(*v));
+                proptest::prop_assert_eq!(c.total(), total);
+                let pairs: Vec<(u32, u64)> =
+                    cpus.iter().copied().zip(dense.iter().copied()).collect();
+                proptest::prop_assert_eq!(p.per_cpu(line).collect::<Vec<_>>(), pairs);
+                cells += nonzero.len();
+            }
+            proptest::prop_assert_eq!(p.cells(), cells);
+            let arch: Vec<&Vec<u64>> =
+                rows.iter().filter(|(irq, _)| irq.is_none()).map(|(_, c)| c).collect();
+            proptest::prop_assert_eq!(p.arch.iter().map(|a| &a.counts).collect::<Vec<_>>(), arch);
+        }
+    }
+
+    /// `push_irq` and `set_count` keep a table equal to the parse of the same counts.
+    #[test]
+    fn built_tables_equal_parsed_ones() {
+        let text = "   CPU0 CPU1 CPU2\n 5: 0 2 0\n 6: 1 0 0\n 7: 0 0 3\n";
+        let parsed = parse(text).unwrap();
+        let mut built = Interrupts::with_cpus(vec![0, 1, 2]);
+        for (irq, counts) in [(5, [0, 2, 0]), (6, [0, 0, 0]), (7, [0, 0, 3])] {
+            built.push_irq(irq, Arc::default(), &counts);
+        }
+        built.set_count(1, 0, 9);
+        built.set_count(1, 0, 1);
+        built.set_count(2, 1, 4);
+        built.set_count(2, 1, 0);
+        built.set_count(2, 3, 4);
+        assert_eq!(
+            built, parsed,
+            "rows without a description read as the default one"
+        );
     }
 
     #[test]

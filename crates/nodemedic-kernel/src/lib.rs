@@ -161,9 +161,6 @@ pub(crate) fn parse_cpu_header(line: &str) -> Result<Vec<u32>, HeaderError> {
     Ok(cpus)
 }
 
-/// Leading whitespace-separated tokens of `s` that are decimal counts, at most `max` of them,
-/// and the byte offset where the rest begins. A hand-rolled scanner: a 256-CPU
-/// `/proc/interrupts` has over 100,000 counts, and this is most of the cost of reading it.
 /// The first index from `i` that is not a space, eight bytes at a time: `/proc/interrupts`
 /// prints each count right-aligned in 10 columns, so most of a wide table is spaces.
 fn skip_spaces(b: &[u8], mut i: usize) -> usize {
@@ -197,19 +194,31 @@ fn is_zero_cell(b: &[u8], pos: usize) -> bool {
         && b.get(pos + 11).is_none_or(|c| c.is_ascii_whitespace())
 }
 
-/// Also returns the columns of the non-zero counts, ascending.
-pub(crate) fn leading_counts(s: &str, max: usize) -> (Vec<u64>, Vec<u32>, usize) {
+/// The counts of a row as a dense vector (one per column, zeros included) and where the rest
+/// begins: the per-CPU rows that count on every CPU (`LOC`, `NET_RX`), where most cells are not
+/// zero.
+pub(crate) fn leading_counts(s: &str, max: usize) -> (Vec<u64>, usize) {
+    let mut counts = vec![0u64; max];
+    let (len, used) = scan_counts(s, max, |col, count| counts[col] = count);
+    counts.truncate(len);
+    (counts, used)
+}
+
+/// Scans the leading whitespace-separated tokens of `s` that are decimal counts, at most `max`
+/// of them, and hands each non-zero one to `cell` with its column, in ascending order; returns
+/// how many columns were read and the byte offset where the rest begins. A hand-rolled
+/// scanner: a 256-CPU `/proc/interrupts` has over 100,000 counts, and this is most of the cost
+/// of reading it. A zero is only counted: an IRQ counts on the few CPUs it is routed to, so on a wide
+/// table almost every cell is zero and a caller that keeps only the others (the sparse rows of
+/// [`interrupts`]) stores nothing for them.
+pub(crate) fn scan_counts(s: &str, max: usize, mut cell: impl FnMut(usize, u64)) -> (usize, usize) {
     // Index loops with the bound in the condition, so the compiler drops the bounds checks;
-    // up to 19 digits cannot overflow a u64, so only a 20th digit is checked. The counts
-    // start zeroed and only non-zero cells are stored, by index with the count in a register
-    // (pushing every zero kept the vector's length in memory, a store and a reload per cell).
+    // up to 19 digits cannot overflow a u64, so only a 20th digit is checked.
     let b = s.as_bytes();
     let n = b.len();
-    let mut counts = vec![0u64; max];
-    let mut nonzero = Vec::new();
     let mut k = 0;
     let mut pos = 0;
-    while k < counts.len() {
+    while k < max {
         // The kernel's own spelling of a zero (`" %10u"`), which is most cells of a wide
         // table: an IRQ counts on the few CPUs it is routed to.
         if is_zero_cell(b, pos) {
@@ -242,14 +251,12 @@ pub(crate) fn leading_counts(s: &str, max: usize) -> (Vec<u64>, Vec<u32>, usize)
             break;
         }
         if value != 0 {
-            counts[k] = value;
-            nonzero.push(k as u32);
+            cell(k, value);
         }
         k += 1;
         pos = i;
     }
-    counts.truncate(k);
-    (counts, nonzero, pos)
+    (k, pos)
 }
 
 #[cfg(test)]
@@ -266,13 +273,18 @@ mod tests {
         }
     }
 
-    /// Counts and offset, checking the non-zero columns against the counts.
+    /// Counts and offset, checking the cells `scan_counts` hands over against the counts.
     fn lc(s: &str, max: usize) -> (Vec<u64>, usize) {
-        let (counts, nonzero, pos) = leading_counts(s, max);
-        let expect: Vec<u32> = (0..counts.len() as u32)
-            .filter(|c| counts[*c as usize] != 0)
+        let (counts, pos) = leading_counts(s, max);
+        let mut cells = Vec::new();
+        let (len, at) = scan_counts(s, max, |col, count| cells.push((col, count)));
+        let expect: Vec<(usize, u64)> = counts
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| **c != 0)
+            .map(|(col, c)| (col, *c))
             .collect();
-        assert_eq!(nonzero, expect, "{s:?}");
+        assert_eq!((cells, len, at), (expect, counts.len(), pos), "{s:?}");
         (counts, pos)
     }
 

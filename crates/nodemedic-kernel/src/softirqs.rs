@@ -53,7 +53,7 @@ pub fn parse(text: &str) -> Result<Softirqs, SoftirqsError> {
             continue;
         };
         let name = name.trim();
-        let (counts, _, used) = leading_counts(rest, out.cpus.len());
+        let (counts, used) = leading_counts(rest, out.cpus.len());
         if name.is_empty() || !rest[used..].trim().is_empty() {
             out.skipped.push(SkippedLine {
                 line: n,

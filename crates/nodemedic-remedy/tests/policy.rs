@@ -370,28 +370,25 @@ fn config_validation() {
     assert!(bad.validate().is_err());
 }
 
-/// `snap` with `by` more interrupts on each of `irqs`, on the CPU column `col(irq line)` picks,
+/// `snap` with `by` more interrupts on each of `irqs`, on the CPU column `col(header)` picks,
 /// `secs` seconds later.
 fn grown(
     snap: &Snapshot,
     secs: u64,
     irqs: &[u32],
     by: u64,
-    col: &dyn Fn(&nodemedic_kernel::interrupts::IrqLine, &[u32]) -> usize,
+    col: &dyn Fn(&[u32]) -> usize,
 ) -> Snapshot {
     let mut s = snap.clone();
     s.at = Duration::from_secs(secs);
     s.timestamp = secs as f64;
     let mut table = (**s.interrupts.as_ref().unwrap()).clone();
-    let cpus = table.cpus.clone();
-    for line in table.irqs.iter_mut().filter(|l| irqs.contains(&l.irq)) {
-        let c = col(line, &cpus);
-        line.counts[c] += by;
-        if let Some(nz) = line.nonzero.as_mut() {
-            if !nz.contains(&(c as u32)) {
-                nz.push(c as u32);
-                nz.sort_unstable();
-            }
+    let c = col(&table.cpus);
+    for row in 0..table.irqs.len() {
+        let line = &table.irqs[row];
+        if irqs.contains(&line.irq) {
+            let count = table.counts(line).get(c).unwrap();
+            table.set_count(row, c, count + by);
         }
     }
     s.interrupts = Some(std::sync::Arc::new(table));
@@ -417,11 +414,7 @@ fn a_spread_nic_carrying_one_flow_is_verified() {
             .unwrap()
     };
     let irqs = nic(&detector.observe(&collapsed)).group.irqs.clone();
-    let on_cpu = |cpu: u32| {
-        move |_: &nodemedic_kernel::interrupts::IrqLine, cpus: &[u32]| {
-            cpus.iter().position(|c| *c == cpu).unwrap()
-        }
-    };
+    let on_cpu = |cpu: u32| move |cpus: &[u32]| cpus.iter().position(|c| *c == cpu).unwrap();
     let mut log = Vec::new();
     let mut t = 0;
     let mut acted = None;

@@ -11,13 +11,15 @@ pub fn interrupts(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     if let Ok(p) = interrupts::parse(&text) {
         for irq in &p.irqs {
-            assert!(irq.counts.len() <= p.cpus.len());
-            // The parser's list of non-zero columns is exact.
-            let exact: Vec<u32> = (0..irq.counts.len() as u32)
-                .filter(|c| irq.counts[*c as usize] != 0)
-                .collect();
-            assert_eq!(irq.nonzero.as_ref(), Some(&exact));
-            let _ = irq.total();
+            let counts = p.counts(irq);
+            assert!(counts.len() <= p.cpus.len());
+            // Only non-zero counts are stored, in ascending columns within the row.
+            let (cols, values) = counts.parts();
+            assert!(values.iter().all(|v| *v != 0));
+            assert!(cols.windows(2).all(|w| w[0] < w[1]));
+            assert!(cols.iter().all(|c| (*c as usize) < counts.len()));
+            assert_eq!(counts.dense().count(), counts.len());
+            let _ = counts.total();
             let d = &irq.desc;
             let _ = device::classify(&d.chip, d.hwirq.as_deref(), &d.actions);
         }

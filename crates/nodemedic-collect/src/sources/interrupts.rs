@@ -10,10 +10,18 @@ use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 /// 7 MB, which would otherwise sit in memory whole next to the counts parsed from it.
 ///
 /// The rows' descriptions (chip, handlers) of one sample are handed to the next sample's
-/// parse, which shares those that read the same instead of allocating them again.
+/// parse, which shares those that read the same instead of allocating them again, and sizes
+/// the table for as many rows and non-zero counts as the last one had.
 #[derive(Default)]
 pub struct InterruptsCollector {
-    known: Mutex<Vec<(u32, Arc<IrqDescription>)>>,
+    known: Mutex<Known>,
+}
+
+/// What the last table leaves for the next parse.
+#[derive(Default)]
+struct Known {
+    descriptions: Vec<(u32, Arc<IrqDescription>)>,
+    cells: usize,
 }
 
 impl Collector for InterruptsCollector {
@@ -24,11 +32,14 @@ impl Collector for InterruptsCollector {
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
         let path = ctx.paths.procfs.join("interrupts");
         let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
-        let mut parser = interrupts::Parser::reusing(&known);
+        let known = &mut *known;
+        let mut parser = interrupts::Parser::reusing(&known.descriptions);
+        parser.reserve_cells(known.cells);
         ctx.reader
             .read_lines(&path, |line, complete| parser.line(line, complete))?;
         let parsed = parser.finish().map_err(|e| ReadError::parse(&path, e))?;
-        parsed.descriptions(&mut known);
+        parsed.descriptions(&mut known.descriptions);
+        known.cells = parsed.cells();
         let warnings = skipped_warnings(&path, &parsed.skipped);
         snap.interrupts = Some(Arc::new(parsed));
         Ok(Collected {
