@@ -24,6 +24,8 @@ DEB=${1:-$(bash "$ROOT/deploy/debian/build-deb.sh" --arch arm64)}
 # shellcheck source=deploy/bootstrap.sh
 . "$ROOT/deploy/bootstrap.sh"
 ensure_go >&2
+# `file` checks the cross-built binary below; a minimal Debian has no `file`.
+ensure_packages file >&2
 NE_VERSION=$(sed -n 's/^NODE_EXPORTER_VERSION = "\(.*\)"$/\1/p' "$ROOT/bench/memory.py")
 NE=/var/cache/nodemedic-bench/node_exporter-$NE_VERSION-arm64
 if [ ! -x "$NE" ]; then
