@@ -26,42 +26,30 @@ fn reader(backend: Backend, max_open_files: usize) -> Reader {
     })
 }
 
-/// Restores an IRQ's affinity on drop.
-/// Puts the mask back when dropped; holds the machine's real-IRQ lock until then.
-struct RestoreMask(
-    PathBuf,
-    String,
-    #[allow(dead_code)] nodemedic_testkit::RealIrqsLock,
-);
-impl Drop for RestoreMask {
-    fn drop(&mut self) {
-        let _ = std::fs::write(&self.0, &self.1);
-    }
-}
-
-/// An IRQ whose `smp_affinity` accepts a write of its own mask (kernel-managed IRQs refuse).
-fn writable_irq() -> Option<(PathBuf, String)> {
+/// An IRQ whose `smp_affinity` accepts a write of its own mask (kernel-managed IRQs refuse),
+/// saved under the machine's real-IRQ guard, which puts its mask back.
+fn writable_irq() -> Option<(nodemedic_testkit::RealIrqs, PathBuf)> {
+    let mut guard = nodemedic_testkit::RealIrqs::lock();
     let mut irqs: Vec<u32> = std::fs::read_dir("/proc/irq")
         .ok()?
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse().ok())
         .collect();
     irqs.sort_unstable();
-    irqs.into_iter().find_map(|irq| {
-        let p = PathBuf::from(format!("/proc/irq/{irq}/smp_affinity"));
-        let mask = std::fs::read_to_string(&p).ok()?;
-        std::fs::write(&p, mask.trim()).ok()?;
-        Some((p, mask.trim().to_string()))
-    })
+    let irq = irqs.into_iter().find(|irq| guard.writable(*irq))?;
+    guard.save([irq]);
+    Some((
+        guard,
+        PathBuf::from(format!("/proc/irq/{irq}/smp_affinity")),
+    ))
 }
 
 #[test]
 fn kept_open_pread_sees_a_new_smp_affinity() {
     let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
     assert_ne!(online.trim(), "0", "needs at least two CPUs");
-    let lock = nodemedic_testkit::RealIrqsLock::take();
-    let (path, orig) = writable_irq().expect("no IRQ with a writable smp_affinity (needs root)");
-    let _restore = RestoreMask(path.clone(), orig, lock);
+    let (_restore, path) =
+        writable_irq().expect("no IRQ with a writable smp_affinity (needs root)");
     let r = reader(Backend::Pread, 16);
     std::fs::write(&path, "1").unwrap();
     assert_eq!(r.read(&path).unwrap().trim(), "1");

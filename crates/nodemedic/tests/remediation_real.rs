@@ -11,14 +11,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 use std::time::Duration;
 
-use common::{affinity_writable, start_server, virtio_queue_irqs, RestoreAffinity, Server};
+use common::{save_pinnable, start_server, virtio_queue_irqs, Server};
 use serde_json::Value;
 
-/// Queue IRQs of virtio devices with at least two of them, all re-pinnable.
-fn pinnable_virtio_groups() -> BTreeMap<String, Vec<u32>> {
-    let mut out = virtio_queue_irqs();
-    out.retain(|_, irqs| irqs.len() >= 2 && irqs.iter().all(|irq| affinity_writable(*irq)));
-    out
+/// Queue IRQs of virtio devices with at least two of them, all re-pinnable, saved under the
+/// machine's real-IRQ guard (which puts them back).
+fn pinnable_virtio_groups() -> (nodemedic_testkit::RealIrqs, BTreeMap<String, Vec<u32>>) {
+    let mut groups = virtio_queue_irqs();
+    groups.retain(|_, irqs| irqs.len() >= 2);
+    save_pinnable(groups)
 }
 
 fn affinity_list(irq: u32) -> String {
@@ -70,13 +71,12 @@ fn has(audit: &[Value], action: &str, result: &str) -> bool {
 
 #[test]
 fn native_rebalance_spreads_real_irqs_and_dry_run_does_not() {
-    let groups = pinnable_virtio_groups();
+    let (_restore, groups) = pinnable_virtio_groups();
     assert!(
         !groups.is_empty(),
         "no virtio device with several re-pinnable IRQs (needs root)"
     );
     let all: Vec<u32> = groups.values().flatten().copied().collect();
-    let _restore = RestoreAffinity::save(all.iter().copied());
     let pin = || {
         for irq in &all {
             std::fs::write(format!("/proc/irq/{irq}/smp_affinity"), "1").unwrap();

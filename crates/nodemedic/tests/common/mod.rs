@@ -551,45 +551,22 @@ pub fn virtio_queue_irqs() -> std::collections::BTreeMap<String, Vec<u32>> {
     out
 }
 
-/// Whether the kernel lets us set this IRQ's affinity (kernel-managed IRQs refuse; so does a
-/// non-root user). Writes the IRQ's current mask back, which changes nothing.
-pub fn affinity_writable(irq: u32) -> bool {
-    let path = format!("/proc/irq/{irq}/smp_affinity");
-    let Ok(mask) = std::fs::read_to_string(&path) else {
-        return false;
-    };
-    std::fs::write(&path, mask.trim()).is_ok()
-}
-
-/// Puts back every saved `smp_affinity` when dropped, even when an assertion failed. Holds the
-/// machine's real-IRQ lock from before it reads the masks until after it has put them back.
-pub struct RestoreAffinity(
-    std::collections::BTreeMap<u32, String>,
-    #[allow(dead_code)] nodemedic_testkit::RealIrqsLock,
-);
-
-impl RestoreAffinity {
-    pub fn save(irqs: impl IntoIterator<Item = u32>) -> Self {
-        let lock = nodemedic_testkit::RealIrqsLock::take();
-        Self(
-            irqs.into_iter()
-                .map(|irq| {
-                    let mask = std::fs::read_to_string(format!("/proc/irq/{irq}/smp_affinity"))
-                        .expect("reading smp_affinity");
-                    (irq, mask.trim().to_string())
-                })
-                .collect(),
-            lock,
-        )
-    }
-}
-
-impl Drop for RestoreAffinity {
-    fn drop(&mut self) {
-        for (irq, mask) in &self.0 {
-            let _ = std::fs::write(format!("/proc/irq/{irq}/smp_affinity"), mask);
-        }
-    }
+/// Takes the machine's real-IRQ guard, keeps the IRQs of each group that the kernel lets us
+/// re-pin (kernel-managed IRQs refuse, so does a non-root user), and saves their masks. The masks
+/// go back when the guard drops, or at the next guard if this process dies first.
+pub fn save_pinnable(
+    groups: std::collections::BTreeMap<String, Vec<u32>>,
+) -> (
+    nodemedic_testkit::RealIrqs,
+    std::collections::BTreeMap<String, Vec<u32>>,
+) {
+    let mut guard = nodemedic_testkit::RealIrqs::lock();
+    let groups: std::collections::BTreeMap<String, Vec<u32>> = groups
+        .into_iter()
+        .filter(|(_, irqs)| irqs.iter().all(|irq| guard.writable(*irq)))
+        .collect();
+    guard.save(groups.values().flatten().copied());
+    (guard, groups)
 }
 
 /// Remediation settings for tests that must decide quickly without touching systemd: native
