@@ -115,6 +115,11 @@ exec)
     until [ -f "$DIR/cmd/$id.rc" ]; do
         if ! kill -0 "$pid" 2>/dev/null; then
             log "--exec: no VM runs for $DIR"
+            # Say why, once, where the guest's kernel said it (panic=1 ends QEMU with it).
+            if grep -q "Kernel panic" "$DIR/console.log" 2>/dev/null; then
+                log "--exec: the guest's kernel panicked: $(grep -Em1 'Oops|BUG:|Kernel panic' "$DIR/console.log")" \
+                    "($(grep -m1 -o 'RIP: [^ ]*' "$DIR/console.log"); $DIR/console.log)"
+            fi
             exit 125
         fi
         if [ "$(date +%s)" -ge "$deadline" ]; then
