@@ -6,8 +6,11 @@
 #   - the edit is kept, and the package's own configuration is set beside it (.dpkg-dist);
 #   - the service restarted once: one new process answered the scrapes, one new invocation in
 #     systemd's journal, a new main PID, no automatic restart (NRestarts);
-#   - /metrics answers within two sample intervals of the new process's start (its
-#     process_start_time_seconds: to the second, as the kernel's boot time is whole seconds);
+#   - /metrics answers within two samples of the new process: its first answer counts at most
+#     two samples (nodemedic_samples_total), counted by the daemon's own sampler, so that the
+#     check holds the daemon to its own clock and not to how fast TCG runs the guest (a cold
+#     CI's busy host once took 4.9 s from the process's start to its first answer, with a
+#     2-s interval); the wall-clock time is printed beside it;
 #   - no scrape failed outside the restart (from the old process's last answer to the new one's
 #     first), and the old one answered until at most two intervals before the new one started
 #     (stopped for the restart, not for the whole unpacking);
@@ -43,12 +46,13 @@ running_version() { # version -> the installed binary says it, and so does the s
 edit_in_effect() { # the daemon samples at the edited interval (/status)
     curl -sf -m 5 "$URL/status" | grep -Eq "\"sample_interval_seconds\": ?$EDIT_INTERVAL(\.0)?[,}]"
 }
-scrape_loop() { # LOG: "<time> ok <process start>" or "<time> fail -" per scrape, until told
+scrape_loop() { # LOG: "<time> ok <process start> <samples>" or "<time> fail -" per scrape, until told
     local start
     while [ ! -e /run/nodemedic-scrape.stop ]; do
         # ok: a 200 within 2 s with the process series (which process answered).
         if start=$(curl -sf -m 2 "$URL/metrics" |
-            awk '$1 == "process_start_time_seconds" { print $2; f = 1 } END { exit !f }'); then
+            awk '$1 == "process_start_time_seconds" { s = $2 } $1 == "nodemedic_samples_total" { c = $2 }
+                 END { if (s == "") exit 1; print s, (c == "" ? "-" : c) }'); then
             echo "$EPOCHREALTIME ok $start"
         else
             echo "$EPOCHREALTIME fail -"
@@ -67,13 +71,14 @@ new_invocations() { # CURSOR OLD_ID -> the invocations of nodemedic in the journ
 }
 # judge_scrapes LOG INTERVAL: the scrapes' summary as shell assignments: processes (distinct
 # process starts that answered), new_start (the last one's start), last_old and first_new (the
-# old process's last answer, the new one's first), ok_old and ok_new (answers of each), fails,
-# and fails_outside (failed scrapes before last_old or after first_new).
+# old process's last answer, the new one's first), first_samples (the samples the new one had
+# counted at its first answer), ok_old and ok_new (answers of each), fails, and fails_outside
+# (failed scrapes before last_old or after first_new).
 judge_scrapes() {
     awk '
         $2 == "ok" {
             if (!($3 in seen)) { seen[$3] = 1; n++; proc[n] = $3 }
-            which[NR] = $3
+            which[NR] = $3; samples[NR] = $4
         }
         { t[NR] = $1; kind[NR] = $2 }
         END {
@@ -81,13 +86,13 @@ judge_scrapes() {
             for (i = 1; i <= NR; i++) {
                 if (kind[i] != "ok") { fails++; continue }
                 if (which[i] == old && n >= 2) { ok_old++; last_old = t[i] }
-                if (which[i] == new && first_new == "") first_new = t[i]
+                if (which[i] == new && first_new == "") { first_new = t[i]; first_samples = samples[i] }
                 if (which[i] == new) ok_new++
             }
             for (i = 1; i <= NR; i++)
                 if (kind[i] != "ok" && (t[i] <= last_old || (first_new != "" && t[i] >= first_new))) outside++
-            printf "processes=%d new_start=%s last_old=%s first_new=%s ok_old=%d ok_new=%d fails=%d fails_outside=%d\n",
-                n, new, last_old, first_new, ok_old, ok_new, fails, outside
+            printf "processes=%d new_start=%s last_old=%s first_new=%s first_samples=%s ok_old=%d ok_new=%d fails=%d fails_outside=%d\n",
+                n, new, last_old, first_new, first_samples, ok_old, ok_new, fails, outside
         }' "$1"
 }
 le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 <= b + 0) }'; }
@@ -96,7 +101,7 @@ le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 <= b + 0) }'; }
 # it, and checks what the header says.
 upgrade_step() {
     local name=$1 deb=$2 want log=/run/nodemedic-$1.scrapes inv0 pid0 nr0 cursor spid
-    local inv1 pid1 nr1 invs processes new_start last_old first_new ok_old ok_new fails fails_outside
+    local inv1 pid1 nr1 invs processes new_start last_old first_new first_samples ok_old ok_new fails fails_outside
     want=$(deb_version "$deb")
     echo "== $name to nodemedic $want ($(basename "$deb")), scraped every ${SCRAPE_EVERY}s"
     inv0=$(systemctl show -p InvocationID --value nodemedic)
@@ -122,7 +127,8 @@ upgrade_step() {
     eval "$(judge_scrapes "$log")"
     echo "systemd: invocation ${inv0:0:8}… -> ${inv1:0:8}…, $invs new in the journal; main PID $pid0 -> $pid1; NRestarts $nr0 -> $nr1"
     echo "scrapes: $(wc -l <"$log") ($fails failed, $fails_outside outside the restart); $processes processes answered;" \
-        "old one last at $last_old ($ok_old answers), new one started at $new_start, first answer $first_new ($ok_new answers)"
+        "old one last at $last_old ($ok_old answers), new one started at $new_start, first answer $first_new" \
+        "after $first_samples samples ($ok_new answers)"
     check "${name}_conffile_kept" cmp "$CONF" /run/nodemedic-edited.toml
     # The package's own configuration beside it when it differs from the one it replaces.
     if deb_conffile "$deb" | cmp -s - /run/nodemedic-packaged.toml; then
@@ -133,7 +139,7 @@ upgrade_step() {
     deb_conffile "$deb" >/run/nodemedic-packaged.toml
     check "${name}_restarted_once" bash -c "[ '$processes' -eq 2 ] && [ '$invs' -eq 1 ] && [ '$inv1' != '$inv0' ] && [ '$pid1' != '$pid0' ] && [ '$nr1' = '$nr0' ]"
     check "${name}_scraped_through" bash -c "[ '$ok_old' -ge 4 ] && [ '$ok_new' -ge 4 ]"
-    check "${name}_answers_within_2_samples" bash -c "$(declare -f le); [ -n '$first_new' ] && le \$(awk 'BEGIN { print $first_new - $new_start }') $((2 * EDIT_INTERVAL))"
+    check "${name}_answers_within_2_samples" bash -c "$(declare -f le); [ -n '$first_new' ] && [ '$first_samples' != - ] && le '$first_samples' 2"
     check "${name}_no_failed_scrape_outside_restart" bash -c "$(declare -f le); [ '$fails_outside' -eq 0 ] && [ -n '$last_old' ] && le \$(awk 'BEGIN { print $new_start - $last_old }') $((2 * EDIT_INTERVAL))"
     check "${name}_version" running_version "$want"
     check "${name}_edit_in_effect" edit_in_effect
