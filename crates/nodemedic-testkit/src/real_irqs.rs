@@ -67,15 +67,33 @@ impl RealIrqs {
         std::fs::write(&path, mask.trim()).is_ok()
     }
 
+    /// The current `smp_affinity` of IRQ, trimmed.
+    pub fn mask(irq: u32) -> String {
+        std::fs::read_to_string(smp_affinity(irq))
+            .unwrap_or_else(|e| panic!("reading {}: {e}", smp_affinity(irq).display()))
+            .trim()
+            .to_string()
+    }
+
+    /// Writes MASK to the `smp_affinity` of each of IRQS, every one of which must have been
+    /// saved first (so that it is put back).
+    pub fn pin(&self, irqs: impl IntoIterator<Item = u32>, mask: &str) {
+        for irq in irqs {
+            assert!(
+                self.saved.contains_key(&irq),
+                "IRQ {irq} is pinned without its mask saved first (RealIrqs::save)"
+            );
+            std::fs::write(smp_affinity(irq), mask).unwrap_or_else(|e| {
+                panic!("writing {}: {e} (needs root)", smp_affinity(irq).display())
+            });
+        }
+    }
+
     /// Records the current masks of IRQS, on disk before the caller changes any of them, so that
     /// they are put back when the guard drops or, if this process dies first, at the next lock.
     pub fn save(&mut self, irqs: impl IntoIterator<Item = u32>) {
         for irq in irqs {
-            if let std::collections::btree_map::Entry::Vacant(e) = self.saved.entry(irq) {
-                let mask = std::fs::read_to_string(smp_affinity(irq))
-                    .unwrap_or_else(|err| panic!("reading {}: {err}", smp_affinity(irq).display()));
-                e.insert(mask.trim().to_string());
-            }
+            self.saved.entry(irq).or_insert_with(|| Self::mask(irq));
         }
         let text: String = self
             .saved

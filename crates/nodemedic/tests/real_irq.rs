@@ -13,6 +13,7 @@ use std::process::Command;
 use std::sync::Mutex;
 
 use common::{save_pinnable, virtio_queue_irqs};
+use nodemedic_testkit::RealIrqs;
 
 use serde_json::Value;
 
@@ -26,23 +27,9 @@ fn check_json() -> (Option<i32>, Value) {
     (out.status.code(), v)
 }
 
-fn pin_all(irqs: &BTreeMap<String, Vec<u32>>, mask: &str) {
-    for irq in irqs.values().flatten() {
-        std::fs::write(format!("/proc/irq/{irq}/smp_affinity"), mask)
-            .unwrap_or_else(|e| panic!("writing /proc/irq/{irq}/smp_affinity: {e} (needs root)"));
-    }
-}
-
 /// The two tests here must not move the same IRQs at once (the machine-wide guard serializes
 /// them too, but the killed-test check reads masks between two guards).
 static SERIAL: Mutex<()> = Mutex::new(());
-
-fn mask_of(irq: u32) -> String {
-    std::fs::read_to_string(format!("/proc/irq/{irq}/smp_affinity"))
-        .unwrap()
-        .trim()
-        .to_string()
-}
 
 #[test]
 fn effective_cpus_follow_real_pinning() {
@@ -51,14 +38,14 @@ fn effective_cpus_follow_real_pinning() {
     assert_ne!(online.trim(), "0", "needs at least two CPUs");
     // Kernel-managed IRQs (virtio-blk, nvme queues) refuse affinity writes; only devices whose
     // queue IRQs all accept a write of their own current mask take part.
-    let (_restore, groups) = save_pinnable(virtio_queue_irqs());
+    let (guard, groups) = save_pinnable(virtio_queue_irqs());
     assert!(
         !groups.is_empty(),
         "no virtio device with re-pinnable IRQs on this machine (needs root)"
     );
 
     for (mask, cpu) in [("1", 0u32), ("2", 1u32)] {
-        pin_all(&groups, mask);
+        guard.pin(groups.values().flatten().copied(), mask);
         let (code, r) = check_json();
         for (name, irqs) in &groups {
             let g = r["irq"]["groups"]
@@ -92,11 +79,9 @@ fn pin_then_die() {
     let spec = std::env::var("NODEMEDIC_TEST_PIN").expect("NODEMEDIC_TEST_PIN");
     let (irqs, mask) = spec.split_once('=').unwrap();
     let irqs: Vec<u32> = irqs.split(',').map(|i| i.parse().unwrap()).collect();
-    let mut guard = nodemedic_testkit::RealIrqs::lock();
+    let mut guard = RealIrqs::lock();
     guard.save(irqs.iter().copied());
-    for irq in &irqs {
-        std::fs::write(format!("/proc/irq/{irq}/smp_affinity"), mask).unwrap();
-    }
+    guard.pin(irqs.iter().copied(), mask);
     std::process::abort();
 }
 
@@ -109,7 +94,7 @@ fn masks_moved_by_a_killed_test_are_put_back() {
         !irqs.is_empty(),
         "no virtio device with re-pinnable IRQs on this machine (needs root)"
     );
-    let before: BTreeMap<u32, String> = irqs.iter().map(|i| (*i, mask_of(*i))).collect();
+    let before: BTreeMap<u32, String> = irqs.iter().map(|i| (*i, RealIrqs::mask(*i))).collect();
     drop(guard);
     // A mask that differs from every IRQ's current one, so the child's write is seen.
     let pin = if before.values().any(|m| m.trim_start_matches('0') == "1") {
@@ -128,7 +113,7 @@ fn masks_moved_by_a_killed_test_are_put_back() {
         Some(6),
         "the child must die by SIGABRT: {status}"
     );
-    let left: BTreeMap<u32, String> = irqs.iter().map(|i| (*i, mask_of(*i))).collect();
+    let left: BTreeMap<u32, String> = irqs.iter().map(|i| (*i, RealIrqs::mask(*i))).collect();
     assert!(
         left.values().all(|m| m.trim_start_matches('0') == pin),
         "the child died with the IRQs on mask {pin}: {left:?}"
@@ -138,8 +123,8 @@ fn masks_moved_by_a_killed_test_are_put_back() {
         "the child's journal is left behind"
     );
     // The next guard puts them back before anything else.
-    let guard = nodemedic_testkit::RealIrqs::lock();
-    let after: BTreeMap<u32, String> = irqs.iter().map(|i| (*i, mask_of(*i))).collect();
+    let guard = RealIrqs::lock();
+    let after: BTreeMap<u32, String> = irqs.iter().map(|i| (*i, RealIrqs::mask(*i))).collect();
     assert_eq!(after, before, "masks after the next guard");
     assert!(!std::path::Path::new(nodemedic_testkit::REAL_IRQS_JOURNAL).exists());
     drop(guard);

@@ -71,17 +71,13 @@ fn has(audit: &[Value], action: &str, result: &str) -> bool {
 
 #[test]
 fn native_rebalance_spreads_real_irqs_and_dry_run_does_not() {
-    let (_restore, groups) = pinnable_virtio_groups();
+    let (guard, groups) = pinnable_virtio_groups();
     assert!(
         !groups.is_empty(),
         "no virtio device with several re-pinnable IRQs (needs root)"
     );
     let all: Vec<u32> = groups.values().flatten().copied().collect();
-    let pin = || {
-        for irq in &all {
-            std::fs::write(format!("/proc/irq/{irq}/smp_affinity"), "1").unwrap();
-        }
-    };
+    let pin = || guard.pin(all.iter().copied(), "1");
 
     // Dry-run: decides and audits, writes nothing.
     pin();
