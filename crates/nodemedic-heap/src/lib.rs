@@ -7,8 +7,8 @@
 //! LTO") were `mallopt` calls here, the only unsafe code outside the io_uring ring and the
 //! probes' ring buffer. Both shipped binaries (the `.deb`'s and the image's) are static musl,
 //! whose allocator has no arenas and unmaps free pages itself, so no user ran them. A glibc
-//! build sets them where glibc reads them before `main`, the environment (README, "Building
-//! from source"):
+//! build sets them where glibc reads them before `main`, the environment (README, "Bare metal
+//! (systemd)"):
 //! `GLIBC_TUNABLES=glibc.malloc.arena_max=2:glibc.malloc.mmap_threshold=65536`.
 //! - `glibc.malloc.arena_max=2`: glibc gives each thread that allocates under contention an
 //!   arena of its own and keeps freed memory there; with no cap a 1024-CPU tree held 53 MiB
