@@ -15,9 +15,9 @@
 # it done, or (if it failed here) builds it again and fails there with its own message. Order:
 # what the cargo tests need first (Kubernetes, Helm 4), then the previous release's .deb and
 # image (one release build of it, by its own scripts), then the node e2e's (containerd,
-# Prometheus, Helm 3), then the guest's image (it holds the kubelet and containerd built
-# before it). Debian 12's guest image (debootstrap: mostly downloads and unpacking) is built
-# beside the Go builds.
+# Prometheus, Helm 3). The two guest images (debootstrap: mostly downloads and unpacking) are
+# built beside the Go builds: Debian 12's from the start, Debian 13's node image once the
+# kubelet and containerd it holds are built.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,7 +40,10 @@ step bash tests/k8s/build-k8s.sh
 step bash tests/k8s/build-helm.sh 4
 step bash tests/previous-version.sh deb
 step bash tests/k8s/build-containerd.sh
+# The guest node's image (debootstrap: downloads and dpkg, little CPU) beside the last two Go
+# builds, once the kubelet and containerd it holds are built.
+step bash tests/k8s/guest-node.sh image &
+node=$!
 step bash tests/k8s/build-prometheus.sh
 step bash tests/k8s/build-helm.sh 3
-step bash tests/k8s/guest-node.sh image
-wait "$vm"
+wait "$vm" "$node"

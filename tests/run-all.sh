@@ -20,6 +20,10 @@ ensure_test_deps
 # first on PATH (a pyenv, a virtualenv) would import whatever it happens to have.
 PY=/usr/bin/python3
 
+# Each step's header says when it began (the clock, and seconds since this script started), so a
+# slow run's log shows where the time went.
+section() { echo "== $* [$(date +%T), ${SECONDS}s]"; }
+
 tmp=$(mktemp -d)
 # The Go and debootstrap builds the later steps need, in the background at a lower priority
 # (tests/prebuild.sh: each step still builds or waits for what it needs itself); stopped with
@@ -33,7 +37,7 @@ trap 'kill -TERM -- "-$prebuild" 2>/dev/null || true
       [ -z "$fuzz" ] || kill -TERM -- "-$fuzz" 2>/dev/null || true
       rm -rf "$tmp"' EXIT
 
-echo "== fixtures match their generator"
+section "fixtures match their generator"
 "$PY" tests/fixtures/generate.py "$tmp"
 for tree in "$tmp"/*/; do
     name=$(basename "$tree")
@@ -43,22 +47,22 @@ for tree in "$tmp"/*/; do
     }
 done
 
-echo "== tests/k8s/node_e2e.py's judgements on made-up records (no cluster)"
+section "tests/k8s/node_e2e.py's judgements on made-up records (no cluster)"
 "$PY" tests/k8s/test_node_e2e.py
 
-echo "== cargo test"
+section "cargo test"
 # One test thread per binary keeps the real-IRQ and real-Prometheus tests from sharing a
 # 2-core machine with everything else at once.
 cargo test --workspace --locked -- --test-threads="${TEST_THREADS:-2}"
 
-echo "== the container image: built from this repository with buildah, run"
+section "the container image: built from this repository with buildah, run"
 bash tests/image.sh
 
-echo "== the image for the Kubernetes tests (deploy/container/build-image.sh), built once"
+section "the image for the Kubernetes tests (deploy/container/build-image.sh), built once"
 bash deploy/container/build-image.sh --oci-archive "$tmp/nodemedic-image.tar" >/dev/null
 export NODEMEDIC_IMAGE_ARCHIVE="$tmp/nodemedic-image.tar"
 
-echo "== the previous release's .deb and image for the upgrade tests (tests/previous-version.sh: its own scripts, built once per machine)"
+section "the previous release's .deb and image for the upgrade tests (tests/previous-version.sh: its own scripts, built once per machine)"
 start=$(date +%s)
 NODEMEDIC_PREVIOUS_DEB=$(bash tests/previous-version.sh deb)
 NODEMEDIC_PREVIOUS_IMAGE_ARCHIVE=$(bash tests/previous-version.sh image)
@@ -68,7 +72,7 @@ echo "nodemedic $(bash tests/previous-version.sh version): ready in $(($(date +%
 # Nothing may build beside node_e2e.py: its check 3 refuses to judge a busy node. The
 # background builds end here (on a warm machine they ended long ago); only the fuzz run, at
 # nice 19, starts again after node_e2e.py.
-echo "== the background builds (tests/prebuild.sh)"
+section "the background builds (tests/prebuild.sh)"
 wait "$prebuild" || true
 cat "$tmp/prebuild.log"
 
@@ -77,7 +81,7 @@ cat "$tmp/prebuild.log"
 # daemons they start from inheriting it.
 lock=(flock -o /tmp/nodemedic-cluster.lock)
 
-echo "== a real Kubernetes node: the chart's DaemonSet on kubelet + containerd + runc (tests/k8s)"
+section "a real Kubernetes node: the chart's DaemonSet on kubelet + containerd + runc (tests/k8s)"
 "${lock[@]}" "$PY" tests/k8s/node_e2e.py
 
 # The bounded fuzz run, at the lowest priority beside the QEMU guests' tests, which leave most
@@ -86,27 +90,27 @@ echo "== a real Kubernetes node: the chart's DaemonSet on kubelet + containerd +
 # 40% of the inputs it runs alone (11.2 M in 20 s for all 14 beside the guests, 27.3 M
 # alone); 14 targets x 45 s, two at a time, still end before the guests' tests (~800 s).
 # Each target's log says how many inputs it ran.
-echo "== bounded fuzzing (tests/fuzz.sh), in the background at nice 19; its log follows the VM tests"
+section "bounded fuzzing (tests/fuzz.sh), in the background at nice 19; its log follows the VM tests"
 FUZZ_SECONDS=${FUZZ_SECONDS:-45} setsid nice -n 19 bash tests/fuzz.sh >"$tmp/fuzz.log" 2>&1 &
 fuzz=$!
 
-echo "== two nodes: this one and the QEMU guest (systemd, cgroup v2, the systemd driver, D-Bus, irqbalance)"
+section "two nodes: this one and the QEMU guest (systemd, cgroup v2, the systemd driver, D-Bus, irqbalance)"
 "${lock[@]}" "$PY" tests/k8s/guest_e2e.py
 
-echo "== real kernel, systemd, D-Bus and irqbalance in a QEMU VM (nodemedic from its .deb)"
+section "real kernel, systemd, D-Bus and irqbalance in a QEMU VM (nodemedic from its .deb)"
 "${lock[@]}" bash tests/vm/nodemedic-e2e.sh
 
 # The same test in the arm64 guest (Debian 13, kernel 6.12, GICv3 and ITS, under TCG): a
 # recorded run, not a CI step, since its image alone takes half an hour of both cores on a fresh
 # machine (docs/ci.md, "arm64"). NODEMEDIC_ARM64_GUEST=1 runs it here, after the x86 one.
 if [ "${NODEMEDIC_ARM64_GUEST:-0}" = 1 ]; then
-    echo "== the arm64 guest: the same test on a real arm64 kernel, and the image's arm64 binary under containerd"
+    section "the arm64 guest: the same test on a real arm64 kernel, and the image's arm64 binary under containerd"
     "${lock[@]}" env NODEMEDIC_VM_ARCH=arm64 bash tests/vm/nodemedic-e2e.sh
 else
-    echo "== the arm64 guest test is a recorded run (docs/ci.md, \"arm64\"): NODEMEDIC_ARM64_GUEST=1 runs it here"
+    section "the arm64 guest test is a recorded run (docs/ci.md, \"arm64\"): NODEMEDIC_ARM64_GUEST=1 runs it here"
 fi
 
-echo "== bounded fuzzing (tests/fuzz.sh): waiting for it"
+section "bounded fuzzing (tests/fuzz.sh): waiting for it"
 fuzz_rc=0
 wait "$fuzz" || fuzz_rc=$?
 cat "$tmp/fuzz.log"
