@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """CPU of running nodemedic daemons, split into sampling and serving, builds side by side.
 
-    bench/daemon-cost.py [--seconds S] [--interval-ms MS] NAME=BINARY [NAME=BINARY ...]
+    bench/daemon-cost.py [--seconds S] [--interval-ms MS] [--modes M,M] NAME=BINARY [...]
 
 For every build it starts one daemon per mode, all at once (so every build and mode sees the
 same minutes of this VM's drifting speed), each on the real /proc and /sys with
 `sample_interval` = MS (default 1000) and the eBPF probes off:
 
 - `sampling`: no scrapes: what sampling alone costs;
-- `keepalive`: one GET /metrics per interval on one kept-alive connection, as Prometheus does;
+- `keepalive`: one GET /metrics per interval on one kept-alive connection (plain text);
+- `gzip`: the same with `Accept-Encoding: gzip`, as Prometheus scrapes (the answer must come
+  back gzip-encoded, or the run fails);
 - `curl`: one GET /metrics per interval on a new TCP connection each time (`curl`);
 - `healthz-curl`: one GET /healthz per interval on a new connection: the HTTP and TCP floor
   of the same server, without rendering anything.
@@ -29,7 +31,7 @@ import time
 
 from procstat import free_port
 
-MODES = ["sampling", "keepalive", "curl", "healthz-curl"]
+MODES = ["sampling", "keepalive", "gzip", "curl", "healthz-curl"]
 
 
 def thread_ns(pid):
@@ -80,12 +82,16 @@ def run_one(name, binary, mode, seconds, interval_ms, results):
         url = f"http://127.0.0.1:{port}{path}"
 
         def request():
-            if mode == "keepalive":
-                conn.request("GET", path)
+            if mode in ("keepalive", "gzip"):
+                headers = {"Accept-Encoding": "gzip"} if mode == "gzip" else {}
+                conn.request("GET", path, headers=headers)
                 r = conn.getresponse()
                 r.read()
                 if r.status != 200:
                     raise SystemExit(f"{name} {mode}: HTTP {r.status}")
+                encoding = r.getheader("Content-Encoding", "")
+                if (mode == "gzip") != (encoding == "gzip"):
+                    raise SystemExit(f"{name} {mode}: Content-Encoding '{encoding}'")
             elif mode in ("curl", "healthz-curl"):
                 subprocess.run(["curl", "-sf", "-o", "/dev/null", url], check=True)
 
@@ -106,14 +112,19 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=int, default=180)
     ap.add_argument("--interval-ms", type=int, default=1000)
+    ap.add_argument("--modes", default=",".join(MODES), help="comma-separated, of: " + ", ".join(MODES))
     ap.add_argument("builds", nargs="+", metavar="NAME=BINARY")
     args = ap.parse_args()
+    modes = args.modes.split(",")
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        ap.error(f"unknown modes {unknown}")
     builds = [b.split("=", 1) for b in args.builds]
     results = {}
     threads = [
         threading.Thread(target=run_one, args=(n, b, m, args.seconds, args.interval_ms, results))
         for n, b in builds
-        for m in MODES
+        for m in modes
     ]
     for t in threads:
         t.start()
@@ -125,7 +136,7 @@ def main():
     )
     print("| mode | build | CPU ms per interval | sampler thread | other threads |")
     print("|---|---|---|---|---|")
-    for m in MODES:
+    for m in modes:
         for n, _ in builds:
             if (n, m) not in results:
                 print(f"| {m} | {n} | failed | | |")
