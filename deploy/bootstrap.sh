@@ -3,6 +3,11 @@
 
 export DEBIAN_FRONTEND=noninteractive
 
+# section TEXT: a step's header for a long run's log (.ci/run, tests/run-all.sh), with when it
+# began: the clock, and seconds since the script that sourced this file started (bash's
+# SECONDS), so a slow run's log shows where the time went.
+section() { echo "== $* [$(date +%T), ${SECONDS}s]"; }
+
 # ensure_packages PKG...: apt-get installs those not installed yet.
 ensure_packages() {
     local need=() pkg

@@ -20,10 +20,6 @@ ensure_test_deps
 # first on PATH (a pyenv, a virtualenv) would import whatever it happens to have.
 PY=/usr/bin/python3
 
-# Each step's header says when it began (the clock, and seconds since this script started), so a
-# slow run's log shows where the time went.
-section() { echo "== $* [$(date +%T), ${SECONDS}s]"; }
-
 tmp=$(mktemp -d)
 # The Go and debootstrap builds the later steps need, in the background (tests/prebuild.sh:
 # each step still builds or waits for what it needs itself). Its session is a scheduling group
