@@ -20,6 +20,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -529,11 +530,80 @@ def spread():
     return int(guest_sh(QUEUE_IRQS + "for irq in $IRQS; do cat /proc/irq/$irq/smp_affinity_list; done | sort -u | wc -l").stdout)
 
 
+def daemon_view(node, group):
+    """What the node's daemon says of GROUP and of its API reporting, for a failure message."""
+    try:
+        st = status_at(node)
+    except Exception as e:  # the message is for a failure already on its way
+        return f"/status unreadable: {e}"
+    g = [{k: x.get(k) for k in ("irqs", "effective_cpus", "eligible_cpus", "collapsed", "collapsed_since")}
+         | {"evidence": {k: x["evidence"].get(k) for k in ("distinct_cpus", "cpu_limit")}}
+         for x in st.get("groups", []) if x.get("name") == group]
+    return json.dumps({"samples_total": st.get("samples_total"), "group": g,
+                       "kubernetes": st.get("kubernetes")})[:1500]
+
+
 def condition(node):
     for c in kjson("get", "node", node)["status"].get("conditions", []):
         if c["type"] == "IRQAffinityCollapsed":
             return c
     return None
+
+
+class ConditionWatch:
+    """Every change of a Node's IRQAffinityCollapsed condition, from a `kubectl get --watch`
+    started before the fault: [(arrival time, status, reason)]. Polling with `kubectl get`
+    can miss a short True: when the restarted irqbalance spreads the IRQs at once, the
+    condition is True for two samples (2 s), less than a loaded kubectl round trip."""
+
+    def __init__(self, node):
+        self.node = node
+        self.seen = []
+        self.error = None
+        # The whole list, one line per update, parsed here: kubectl 1.37's `get --watch` with a
+        # filter in its jsonpath (`?(@.type==…)`) prints the object it starts from and exits 0
+        # at the first update.
+        self.proc = subprocess.Popen(
+            ne.in_ns([ne.ENV["KUBECTL"], "--kubeconfig", ne.ENV["KUBECONFIG"], "get", "node", node,
+                      "--watch", "-o", 'jsonpath={.status.conditions}{"\\n"}']),
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            try:
+                conditions = json.loads(line) if line.strip() else []
+            except ValueError as e:
+                self.error = f"unreadable line from the watch ({e}): {line[:300]!r}"
+                return
+            c = next((c for c in conditions if c.get("type") == "IRQAffinityCollapsed"), None)
+            now = (c["status"], c.get("reason", "")) if c else ("(none)", "")
+            if not self.seen or self.seen[-1][1:] != now:
+                self.seen.append((time.time(), *now))
+
+    def started(self):
+        """The condition as the watch first printed it; Pending until it has."""
+        if self.seen:
+            return self.seen[0][1]
+        return self.first("(any)")
+
+    def first(self, status, after=0.0):
+        """The arrival time of the first STATUS seen after AFTER; Pending until then (or an
+        AssertionError when the watch has died)."""
+        for t, st, _ in list(self.seen):
+            if st == status and t > after:
+                return t
+        if self.error:
+            raise AssertionError(self.error)
+        if self.proc.poll() is not None:
+            raise AssertionError(f"the watch of {self.node} exited {self.proc.returncode}: "
+                                 f"{self.proc.stderr.read()[-500:]}")
+        raise Pending(f"no {status} yet; seen {[(st, r) for _, st, r in self.seen]}")
+
+    def close(self):
+        self.proc.kill()
+        self.proc.wait()
 
 
 def node_events(node, since):
@@ -593,18 +663,27 @@ def incident():
     dpkg = guest_irqbalance_version()
     assert (st.get("irqbalance_package") or {}).get("version") == dpkg, (st.get("irqbalance_package"), dpkg)
     assert irqb.get("version") and dpkg.startswith(irqb["version"]), (irqb, dpkg)
+    watch = ConditionWatch(node)
+    try:
+        incident_on(node, host, pods, watch)
+    finally:
+        watch.close()
+
+
+def incident_on(node, host, pods, watch):
+    poll("the condition's watch started", 30, watch.started)
     t0 = time.time()  # the IRQs are pinned within the next second (guest_sh's round trip)
     group = collapse()
     log(f"collapsed: {group}'s queue IRQs on CPU 0, irqbalance stopped ({time.time() - t0:.1f}s for the command)")
 
     def on_guest():
-        c = condition(node)
-        if not c or c["status"] != "True":
-            raise Pending(f"condition {c and c['status']}")
-        return c
+        try:
+            return watch.first("True", after=t0)
+        except Pending as e:
+            raise Pending(f"{e}; the daemon's view: {daemon_view(node, group)}")
 
-    poll("IRQAffinityCollapsed True on the guest Node", 90, on_guest)
-    t_detect = time.time() - t0
+    t_true = poll("IRQAffinityCollapsed True on the guest Node", 90, on_guest)
+    t_detect = t_true - t0
     hc = condition(host)
     assert not hc or hc["status"] != "True", f"the host Node got the condition: {hc}"
 
@@ -637,14 +716,9 @@ def incident():
     pid = guest_sh("systemctl show -p MainPID --value irqbalance; ps -o stat= -C irqbalance").stdout.split()
     assert pid[0] != "0" and "T" not in pid[1:], f"irqbalance not running again: {pid}"
 
-    def cleared():
-        c = condition(node)
-        if not c or c["status"] != "False":
-            raise Pending(f"condition {c and c['status']}")
-        return c
-
-    poll("the condition cleared on the guest Node", 120, cleared)
-    t_cleared = time.time() - t0
+    t_cleared = poll("the condition cleared on the guest Node", 120, lambda: watch.first("False", after=t_true)) - t0
+    c = condition(node)
+    assert c and c["status"] == "False", f"the condition after it cleared: {c}"
     reasons = sorted({e["reason"] for e in node_events(node, t0)})
     for want in ("IRQCollapsed", "IrqbalanceRestart", "RemediationVerified"):
         assert any(r.startswith(want) for r in reasons), (want, reasons)
@@ -949,6 +1023,29 @@ def io_uring_refused():
     helm_uninstall()
 
 
+def save_daemon_logs(d, name):
+    """Each node's nodemedic log and /status at a failed check, into DIR/failed-NAME/: the
+    next check replaces the pods, and the guest's pod logs go down with the guest."""
+    out = d / f"failed-{name}"
+    out.mkdir(exist_ok=True)
+    try:
+        pods = ds_pods()
+    except Exception as e:  # no DaemonSet, or no API: nothing to save
+        log(f"{name}: no daemon logs saved ({type(e).__name__})")
+        return
+    for node, pod in pods.items():
+        try:
+            p = kubectl("logs", "-n", NAMESPACE, pod["metadata"]["name"], check=False)
+            (out / f"{node}.log").write_text(p.stdout + p.stderr)
+        except subprocess.TimeoutExpired as e:
+            (out / f"{node}.log").write_text(f"kubectl logs: {e}\n")
+        try:
+            (out / f"{node}.status.json").write_text(json.dumps(status_at(node), indent=1))
+        except Exception as e:  # a daemon that does not answer: its log says why
+            (out / f"{node}.status.json").write_text(f"unreadable: {e}\n")
+    log(f"{name}: the daemons' logs and /status in {out}")
+
+
 def main():
     global PODWRITE
     d = Path(sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="nm-guest-"))
@@ -1004,6 +1101,7 @@ def main():
                 else:
                     step()
             except Exception as e:  # the check is recorded failed; the next ones still run
+                save_daemon_logs(d, step.step_name)
                 if step is install_defaults:
                     raise
                 log(f"{step.step_name}: {type(e).__name__}")
