@@ -110,8 +110,10 @@ build_sbom() {
 # The static binary that both the image and the .deb ship (BENCHMARKS.md, "One binary for the
 # package and the image"), one per architecture: amd64 built natively, arm64 cross-built on
 # this x86-64 machine.
+# NODEMEDIC_ARCHES narrows what build-image.sh and tests/image.sh build, e.g. to amd64 alone:
+# tests/run-all.sh does so unless NODEMEDIC_ARM64_GUEST=1 (docs/ci.md, "arm64").
 MUSL_TARGET=x86_64-unknown-linux-musl
-ARCHES="amd64 arm64"
+ARCHES=${NODEMEDIC_ARCHES:-amd64 arm64}
 
 # musl_target amd64|arm64: the Rust target of a Debian/OCI architecture name.
 musl_target() {
