@@ -543,6 +543,13 @@ def daemon_view(node, group):
                        "kubernetes": st.get("kubernetes")})[:1500]
 
 
+def guest_group_irqs(node, group):
+    """The IRQs of GROUP as NODE's daemon judges them."""
+    g = [g for g in status_at(node)["groups"] if g["name"] == group]
+    assert g, f"{node}'s daemon has no group {group}"
+    return g[0]["irqs"]
+
+
 def condition(node):
     for c in kjson("get", "node", node)["status"].get("conditions", []):
         if c["type"] == "IRQAffinityCollapsed":
@@ -684,8 +691,16 @@ def incident_on(node, host, pods, watch):
 
     t_true = poll("IRQAffinityCollapsed True on the guest Node", 90, on_guest)
     t_detect = t_true - t0
+    # The guest's collapse stays off the host Node. The host may have one of its own (this
+    # machine's idle virtio IRQs keep the CPU they were last moved to until they fire, and the
+    # real-IRQ tests move them): then the condition names the host's own groups, as the host's
+    # daemon sees them, and not the guest's.
+    mine = f"{group} ({len(guest_group_irqs(node, group))} IRQs"
     hc = condition(host)
-    assert not hc or hc["status"] != "True", f"the host Node got the condition: {hc}"
+    if hc and hc["status"] == "True":
+        own = [g for g in status_at(host)["groups"] if g["collapsed"]]
+        assert mine not in hc["message"] and own, f"the host Node got the guest's condition: {hc}; host's own: {own}"
+        log(f"the host has a collapse of its own: {hc['message']}")
 
     def restarted():
         body = metrics_at(node)
@@ -722,8 +737,9 @@ def incident_on(node, host, pods, watch):
     reasons = sorted({e["reason"] for e in node_events(node, t0)})
     for want in ("IRQCollapsed", "IrqbalanceRestart", "RemediationVerified"):
         assert any(r.startswith(want) for r in reasons), (want, reasons)
-    host_reasons = sorted({e["reason"] for e in node_events(host, t0)})
-    assert not [r for r in host_reasons if r.startswith("Irqbalance") or r.startswith("Remediation")], host_reasons
+    leaked = [(e["reason"], e.get("note", "")[:200]) for e in node_events(host, t0)
+              if e["reason"].startswith(("Irqbalance", "Remediation")) and e.get("note", "").startswith(f"{group} [")]
+    assert not leaked, f"the guest's remediation in Events on the host Node: {leaked}"
     T["incident"] = (t_detect, t_action, t_verified, t_cleared)
     log(f"collapse -> condition {t_detect:.0f}s, -> TryRestartUnit done {t_action:.0f}s, -> spread verified "
         f"{t_verified:.0f}s ({cpus} CPUs), -> condition cleared {t_cleared:.0f}s; Events on the guest Node: {reasons}; "
