@@ -152,13 +152,21 @@ cross_env() {
 # remapped, and the release binary stripped by cargo: the image and the .deb ship this one
 # file, and two checkouts of one commit build it byte for byte the same
 # (deploy/reproducible-build.sh).
-build_static() {
-    local profile=$1 arch=${2:-amd64} target bin machine auditable flags
-    target=$(musl_target "$arch") || return 1
+# prepare_target amd64|arm64: installs what building for that architecture needs (musl-gcc or
+# the cross gcc, clang and libbpf's headers for the probes, the toolchain's target) and sets
+# TARGET and cross_env's variables in the calling shell.
+prepare_target() {
+    TARGET=$(musl_target "$1") || return 1
     ensure_packages build-essential musl-tools clang libbpf-dev >&2
     ensure_rust >&2
-    cross_env "$arch"
-    rustup target list --installed | grep -qx "$target" || rustup target add "$target" >&2
+    cross_env "$1"
+    rustup target list --installed | grep -qx "$TARGET" || rustup target add "$TARGET" >&2
+}
+
+build_static() {
+    local profile=$1 arch=${2:-amd64} target bin machine auditable flags
+    prepare_target "$arch" || return 1
+    target=$TARGET
     auditable=$(ensure_cargo_tool cargo-auditable 0.7.7) || return 1
     # With --target, RUSTFLAGS reach the target's crates only, not build scripts or macros.
     flags="${RUSTFLAGS:-} --remap-path-prefix=$(pwd -P)=/nodemedic"

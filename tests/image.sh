@@ -108,13 +108,10 @@ deb_amd=$(bash deploy/debian/build-deb.sh)
 if ! $arm64; then
     # The arm64 build still compiles (the cross toolchain, ring's C, every crate for the
     # target): what the recorded run would find first.
-    cross_env arm64
-    rustup target list --installed | grep -qx aarch64-unknown-linux-musl || rustup target add aarch64-unknown-linux-musl
-    cargo check --locked --target aarch64-unknown-linux-musl -p nodemedic
-    echo "arm64: cargo check for aarch64-unknown-linux-musl passed; its release build, image, qemu-user run and .deb are the recorded arm64 run's (NODEMEDIC_ARM64_GUEST=1)"
-fi
-
-if $arm64; then
+    prepare_target arm64
+    cargo check --locked --target "$TARGET" -p nodemedic
+    echo "arm64: cargo check for $TARGET passed; its release build, image, qemu-user run and .deb are the recorded arm64 run's (NODEMEDIC_ARM64_GUEST=1)"
+else
 # The arm64 binary runs (qemu-user, one process emulated) and reads the tree an arm64 node
 # would: the ENA's queues are one group, eth0; its collapse is found; event lines are not.
 arm=(qemu-aarch64-static "$tmp/nodemedic-arm64")
@@ -176,7 +173,7 @@ id_img=$(build_id "$tmp/nodemedic-arm64")
 [ -n "$id_img" ] && [ "$id_deb" = "$id_img" ] ||
     fail "the arm64 package's binary (build ID '$id_deb') is not the image's ('$id_img')"
 echo "arm64 package: $(basename "$deb_arm"), $(stat -c %s "$deb_arm") bytes, $same files as the amd64 package's, binary build ID $id_deb as the image's"
-fi # $arm64
+fi # arm64
 
 # Each .deb (issue 36): built from the same build, it ships the very binary and SBOM its image
 # does (reproducible builds' cheaper half: deploy/reproducible-build.sh does the whole), under

@@ -54,9 +54,9 @@ section "cargo test"
 cargo test --workspace --locked -- --test-threads="${TEST_THREADS:-2}"
 
 # The arm64 release build (5 min 42 s from nothing on this idle 2-core machine; in the cold
-# run tests/image.sh went from 1,523 s to 866 s without it), its image, its qemu-user run and its .deb go with the arm64
-# guest to the recorded run; CI builds, runs and packages amd64, and `cargo check`s arm64
-# (docs/ci.md, "arm64").
+# run tests/image.sh went from 1,523 s to 866 s without it), its image, its qemu-user run and
+# its .deb go with the arm64 guest to the recorded run; CI builds, runs and packages amd64, and
+# `cargo check`s arm64 (docs/ci.md, "arm64").
 if [ "${NODEMEDIC_ARM64_GUEST:-0}" != 1 ]; then
     export NODEMEDIC_ARCHES=${NODEMEDIC_ARCHES:-amd64}
 fi

@@ -536,18 +536,16 @@ def daemon_view(node, group):
         st = status_at(node)
     except Exception as e:  # the message is for a failure already on its way
         return f"/status unreadable: {e}"
-    g = [{k: x.get(k) for k in ("irqs", "effective_cpus", "eligible_cpus", "collapsed", "collapsed_since")}
-         | {"evidence": {k: x["evidence"].get(k) for k in ("distinct_cpus", "cpu_limit")}}
-         for x in st.get("groups", []) if x.get("name") == group]
+    x = group_in(st, group)
+    g = x and ({k: x.get(k) for k in ("irqs", "effective_cpus", "eligible_cpus", "collapsed", "collapsed_since")}
+               | {"evidence": {k: x["evidence"].get(k) for k in ("distinct_cpus", "cpu_limit")}})
     return json.dumps({"samples_total": st.get("samples_total"), "group": g,
                        "kubernetes": st.get("kubernetes")})[:1500]
 
 
-def guest_group_irqs(node, group):
-    """The IRQs of GROUP as NODE's daemon judges them."""
-    g = [g for g in status_at(node)["groups"] if g["name"] == group]
-    assert g, f"{node}'s daemon has no group {group}"
-    return g[0]["irqs"]
+def group_in(st, group):
+    """GROUP of a daemon's /status, as it judges it; None when it has no such group."""
+    return next((x for x in st.get("groups", []) if x.get("name") == group), None)
 
 
 def condition(node):
@@ -589,11 +587,20 @@ class ConditionWatch:
             if not self.seen or self.seen[-1][1:] != now:
                 self.seen.append((time.time(), *now))
 
+    def _alive(self):
+        """An AssertionError when the watch has died or printed what it cannot read."""
+        if self.error:
+            raise AssertionError(self.error)
+        if self.proc.poll() is not None:
+            raise AssertionError(f"the watch of {self.node} exited {self.proc.returncode}: "
+                                 f"{self.proc.stderr.read()[-500:]}")
+
     def started(self):
         """The condition as the watch first printed it; Pending until it has."""
         if self.seen:
             return self.seen[0][1]
-        return self.first("(any)")
+        self._alive()
+        raise Pending("the watch has printed nothing yet")
 
     def first(self, status, after=0.0):
         """The arrival time of the first STATUS seen after AFTER; Pending until then (or an
@@ -601,11 +608,7 @@ class ConditionWatch:
         for t, st, _ in list(self.seen):
             if st == status and t > after:
                 return t
-        if self.error:
-            raise AssertionError(self.error)
-        if self.proc.poll() is not None:
-            raise AssertionError(f"the watch of {self.node} exited {self.proc.returncode}: "
-                                 f"{self.proc.stderr.read()[-500:]}")
+        self._alive()
         raise Pending(f"no {status} yet; seen {[(st, r) for _, st, r in self.seen]}")
 
     def close(self):
@@ -695,7 +698,9 @@ def incident_on(node, host, pods, watch):
     # machine's idle virtio IRQs keep the CPU they were last moved to until they fire, and the
     # real-IRQ tests move them): then the condition names the host's own groups, as the host's
     # daemon sees them, and not the guest's.
-    mine = f"{group} ({len(guest_group_irqs(node, group))} IRQs"
+    judged = group_in(status_at(node), group)
+    assert judged, f"{node}'s daemon has no group {group}"
+    mine = f"{group} ({len(judged['irqs'])} IRQs"
     hc = condition(host)
     if hc and hc["status"] == "True":
         own = [g for g in status_at(host)["groups"] if g["collapsed"]]
