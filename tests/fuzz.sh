@@ -11,6 +11,11 @@
 #
 #   FUZZ_TARGETS="psi cgroup_cpu" tests/fuzz.sh    # only these targets
 #   FUZZ_RUNS=10000000 FUZZ_SECONDS=36000 tests/fuzz.sh   # stop each target at 10 M inputs
+#   FUZZ_START_FILE=F tests/fuzz.sh   # build, then wait until F exists before fuzzing
+#
+# FUZZ_START_FILE splits the build from the runs in time: tests/run-all.sh starts this script
+# when the machine has idle cores to build on (beside tests/k8s/node_e2e.py) and creates the
+# file when the fuzzing may begin (beside the QEMU guests' tests).
 #
 # The seed corpus in fuzz/corpus/<target>/ is read but never written: what libFuzzer finds
 # goes to fuzz/target/work-corpus/<target>/ (git-ignored, kept between runs), crashes to
@@ -53,7 +58,15 @@ if [ "${#targets[@]}" -eq 0 ]; then
     exit 1
 fi
 
+build_start=$(date +%s)
 cargo +nightly fuzz build -s none --debug-assertions
+echo "fuzz.sh: ${#targets[@]} targets built in $(($(date +%s) - build_start))s"
+if [ -n "${FUZZ_START_FILE:-}" ]; then
+    wait_start=$(date +%s)
+    while [ ! -e "$FUZZ_START_FILE" ]; do sleep 1; done
+    echo "fuzz.sh: $FUZZ_START_FILE after $(($(date +%s) - wait_start))s; fuzzing"
+fi
+runs_start=$(date +%s)
 
 # FUZZ_JOBS targets at a time (default: one per CPU; each libFuzzer process uses one core), each
 # writing to its own log, printed whole when it ends.
@@ -99,4 +112,4 @@ if [ "${#failed[@]}" -gt 0 ]; then
     echo "fuzz.sh: FAILED: ${failed[*]} (inputs in fuzz/artifacts/)" >&2
     exit 1
 fi
-echo "fuzz.sh: all ${#targets[@]} targets ran ${FUZZ_SECONDS}s without a crash"
+echo "fuzz.sh: all ${#targets[@]} targets ran ${FUZZ_SECONDS}s without a crash ($(($(date +%s) - runs_start))s, $FUZZ_JOBS at a time)"

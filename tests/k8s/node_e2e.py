@@ -14,11 +14,13 @@ torn down at the end (KEEP=1 leaves it running). Where the real node disagrees w
 assumption made on fixtures, this test is where it shows.
 """
 
+import contextlib
 import datetime
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -612,17 +614,6 @@ def failed_collectors():
     return out
 
 
-def fds_and_watches(pid):
-    fds = list(Path(f"/proc/{pid}/fd").iterdir())
-    watches = 0
-    for f in Path(f"/proc/{pid}/fdinfo").iterdir():
-        try:
-            watches += f.read_text().count("inotify wd:")
-        except OSError:
-            pass
-    return len(fds), watches
-
-
 # ------------------------------------------------------------------ the checks
 
 
@@ -780,8 +771,37 @@ spec:
 """
 
 
+@contextlib.contextmanager
+def machine_to_ourselves():
+    """Stops the process group NODEMEDIC_PAUSE_PGID names, if any, while a check needs the node
+    otherwise idle, and lets it go on after: tests/run-all.sh's fuzz build, which runs beside
+    this script at the lowest priority but still takes every idle CPU cycle."""
+    pgid = os.environ.get("NODEMEDIC_PAUSE_PGID")
+    stopped = False
+    if pgid:
+        try:
+            os.killpg(int(pgid), signal.SIGSTOP)
+            stopped = True
+            log(f"stopped process group {pgid} (NODEMEDIC_PAUSE_PGID) for this check")
+        except ProcessLookupError:
+            pass  # it has ended
+    try:
+        yield
+    finally:
+        if stopped:
+            try:
+                os.killpg(int(pgid), signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+
 @check("3. a workload capped at 100m with two busy loops is quota-bound: series, Pod Event, check in the pod; the idle node is not saturated")
 def quota_bound():
+    with machine_to_ourselves():
+        return quota_bound_on_an_idle_node()
+
+
+def quota_bound_on_an_idle_node():
     kubectl("apply", "-f", "-", input=WORKLOAD)
 
     def burner():
@@ -832,51 +852,6 @@ def quota_bound():
     return name
 
 
-CHURN_POD = """
-apiVersion: v1
-kind: Pod
-metadata: {{name: churn-{i}, namespace: churn, labels: {{churn: "1"}}}}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: idle
-    image: registry.k8s.io/pause:3.10
-    imagePullPolicy: Never
-"""
-
-
-@check("4. churn: 50 pods come and go; their series follow, fds and inotify watches return to baseline, no collector fails")
-def churn():
-    pid = poll("the daemon's host pid", 30, host_pid)
-    base = fds_and_watches(pid)
-    kubectl("create", "namespace", "churn")
-    kubectl("apply", "-f", "-", input="\n---\n".join(CHURN_POD.format(i=i) for i in range(50)))
-
-    def named(want):
-        def count():
-            _, body = http("/metrics")
-            n = len({l["pod"] for n, l, _ in samples(body)
-                     if n == "nodemedic_cgroup_cpu_usage_seconds_total" and l.get("namespace") == "churn"})
-            if n != want:
-                raise Pending(f"{n} churn pods in the series")
-            return n
-        return count
-
-    poll("50 pods' series", 240, named(50), every=2)
-    kubectl("delete", "namespace", "churn", "--wait=true", timeout=300)
-    poll("the series gone", 120, named(0), every=2)
-
-    def baseline():
-        now = fds_and_watches(pid)
-        if now[0] > base[0] + 2 or now[1] > base[1]:
-            raise Pending(f"fds, watches {now} vs {base}")
-        return now
-
-    poll("fds and watches back to baseline", 120, baseline, every=2)
-    failed = failed_collectors()
-    assert not failed, failed
-
-
 def apiserver(action):
     pidfile = Path(ENV["DIR"]) / "kube-apiserver.pid"
     if action == "stop":
@@ -895,48 +870,6 @@ def apiserver(action):
             poll("the apiserver killed", 10, gone)
     else:
         run([K8S / "lib.sh", "restart-apiserver", ENV["DIR"]], timeout=180)
-
-
-@check("5. the API is down for 60 s: back-off in the log, the pod watch's delay growing, collectors keep working, names resume")
-def api_outage(workload_pod):
-    pid = poll("the daemon's host pid", 30, host_pid)
-    nm = nodemedic_pod()["metadata"]["name"]
-    before = status()["samples_total"]
-    t_stop = time.time()
-    apiserver("stop")
-    time.sleep(60)  # the outage itself, not a synchronisation
-    st = None
-    code, body = http("/status")
-    assert code == 200, (code, body[:200])
-    st = json.loads(body)
-    assert st["samples_total"] >= before + 10, f"{st['samples_total']} samples, {before} before"
-    failed = [c for c in failed_collectors() if c["name"] != "kube_pods"]
-    assert not failed, failed
-    pods = [c for c in st["collectors"] if c["name"] == "kube_pods"][0]
-    assert pods["state"] == "active" and "stale" in " ".join(pods["warnings"]), pods
-    apiserver("start")
-    t_back = time.time()
-    # The daemon's log over the outage, as the kubelet kept it.
-    logs = Path(ENV["DIR"]) / "pod-logs"
-    text = "".join(f.read_text(errors="replace") for f in logs.rglob("*.log") if NAMESPACE in str(f))
-    outage = [l for l in text.splitlines() if "watching this node's pods" in l or "kubernetes reporting failed" in l]
-    assert 2 <= len(outage) <= 16, f"{len(outage)} lines about the outage in 60 s:\n" + "\n".join(outage[-20:])
-    # A handful of lines, because the pod watch backs off: its delay grows.
-    delays = judge_backoff(pod_watch_retries(text, t_stop, t_back))
-    # Names resume: a pod made after the outage is named.
-    kubectl("run", "after-outage", "-n", WORKLOAD_NS, "--image=registry.k8s.io/pause:3.10",
-            "--image-pull-policy=Never", "--restart=Never")
-
-    def named():
-        _, body = http("/metrics")
-        if any(l.get("pod") == "after-outage" for n, l, _ in samples(body)
-               if n == "nodemedic_cgroup_cpu_usage_seconds_total"):
-            return True
-        raise Pending("after-outage not named")
-
-    poll("names after the outage", 240, named, every=2)
-    kubectl("delete", "pod", "-n", WORKLOAD_NS, "after-outage", "--wait=false")
-    log(f"outage: {len(outage)} log lines in {time.time() - t_stop:.0f}s, pod watch delays {delays}; pid {pid}, pod {nm}")
 
 
 PROM_CONFIG = """
@@ -1350,6 +1283,13 @@ def attach(d):
     ENV["DIR"] = str(d)
 
 
+# The checks main() runs. Checks 4 (churn) and 5 (the API down) are the two-node suite's G14 and
+# G15 (tests/k8s/guest_e2e.py), which take the API down and churn pods on both nodes, this one
+# among them: the single-node copies cost CI four more minutes and checked nothing G14 and G15
+# do not.
+CHECKS = 10
+
+
 def main():
     d = Path(sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="nodemedic-node-"))
     d.mkdir(parents=True, exist_ok=True)
@@ -1373,8 +1313,6 @@ def main():
         sees_the_host()
         workload = quota_bound()
         prometheus(workload)
-        churn()
-        api_outage(workload)
         upgrade_and_uninstall()
         condition()
         seccomp()
@@ -1389,7 +1327,7 @@ def main():
     failed = sum(1 for _, ok, _ in RESULTS if not ok)
     log(f"total {time.time() - t0:.0f}s; logs in {d}/logs and {d}/pod-logs")
     print(f"k8s node: {passed} passed, {failed} failed")
-    sys.exit(0 if failed == 0 and passed == 12 else 1)
+    sys.exit(0 if failed == 0 and passed == CHECKS else 1)
 
 
 if __name__ == "__main__":
