@@ -88,19 +88,28 @@ mod tests {
     fn reads_this_process_and_sees_its_cpu_time_grow() {
         let mut stats = SelfStats::new();
         let before = stats.read().expect("/proc/self/stat reads on Linux");
-        // Burn some CPU: the kept-open fd must show the new value, not the first read's.
+        // Burn CPU until the kept-open fd shows more of it than the first read: a stale read
+        // never does. Not a fixed spin: the counters move in clock ticks (10 ms), and on a
+        // loaded machine 120 ms of wall time once gave this thread less than one (cold CI run,
+        // 2026-11-29: "0 then 0"). 10 s of wall time is enough CPU on any machine.
         let start = std::time::Instant::now();
         let mut x = 0u64;
-        while start.elapsed() < std::time::Duration::from_millis(120) {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        let mut after = stats.read().expect("second read");
+        while after.cpu_seconds <= before.cpu_seconds
+            && start.elapsed() < std::time::Duration::from_secs(10)
+        {
+            for _ in 0..100_000 {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+            }
+            std::hint::black_box(x);
+            after = stats.read().expect("another read");
         }
-        std::hint::black_box(x);
-        let after = stats.read().expect("second read");
         assert!(
             after.cpu_seconds > before.cpu_seconds,
-            "{} then {}",
+            "{} then {} after {:?} of spinning",
             before.cpu_seconds,
-            after.cpu_seconds
+            after.cpu_seconds,
+            start.elapsed()
         );
         assert!(after.resident_memory_bytes > 1e6);
         assert!(after.open_fds >= 3.0, "{}", after.open_fds);
