@@ -15,7 +15,7 @@
 #
 # FUZZ_START_FILE splits the build from the runs in time: tests/run-all.sh starts this script
 # when the machine has idle cores to build on (beside tests/k8s/node_e2e.py) and creates the
-# file when the fuzzing may begin (beside the QEMU guests' tests).
+# file when the fuzzing may begin (once tests/k8s/node_e2e.py no longer needs an idle node).
 #
 # The seed corpus in fuzz/corpus/<target>/ is read but never written: what libFuzzer finds
 # goes to fuzz/target/work-corpus/<target>/ (git-ignored, kept between runs), crashes to

@@ -7,8 +7,8 @@
 # previous release and a downgrade back; the shipped chart on a real single-node Kubernetes
 # cluster (kubelet, containerd, runc: tests/k8s/node_e2e.py, with a `helm upgrade` from the
 # previous release's chart), then with the QEMU guest as its second node
-# (tests/k8s/guest_e2e.py); and a bounded fuzz run at the lowest priority (built beside the
-# single-node test, run beside the guests' tests). The
+# (tests/k8s/guest_e2e.py); and a bounded fuzz run at the lowest priority, beside the
+# single-node test. The
 # Kubernetes binaries, helm, the VM images and the previous release's .deb and image are
 # cached under /var/cache (first build: about 7, 2, 3-6 and 6 minutes on 2 cores).
 set -euo pipefail
@@ -76,7 +76,7 @@ export NODEMEDIC_PREVIOUS_DEB NODEMEDIC_PREVIOUS_IMAGE_ARCHIVE
 echo "nodemedic $(bash tests/previous-version.sh version): ready in $(($(date +%s) - start))s"
 
 # The background builds end here (on a warm machine they ended long ago): node_e2e.py's check
-# 3 refuses to judge a busy node. Only the fuzz build below runs beside it, and stops for that
+# 3 refuses to judge a busy node. Only the fuzz run below goes beside it, stopped for that
 # check.
 section "the background builds (tests/prebuild.sh)"
 wait "$prebuild" || true
@@ -87,38 +87,41 @@ cat "$tmp/prebuild.log"
 # daemons they start from inheriting it.
 lock=(flock -o /tmp/nodemedic-cluster.lock)
 
-# The bounded fuzz run (tests/fuzz.sh), in the background at the lowest priority, in two parts:
-# - Its build (the nightly toolchain and cargo-fuzz where missing, the 14 targets) beside
-#   node_e2e.py, which leaves more than a core idle; node_e2e.py stops its process group
-#   (NODEMEDIC_PAUSE_PGID, SIGSTOP) for check 3, which needs the node otherwise idle. Beside
-#   the guests' tests instead, the build had only what their vCPU threads left: in the cold
-#   run of b0e4b29 the fuzz run ended 227 s after the VM test (docs/ci.md).
-# - Its targets beside the QEMU guests' tests, which leave most of a core idle (one busy vCPU
-#   thread at a time, waits for the guest), once node_e2e.py is done ($go): 45 s per target
-#   instead of fuzz.sh's 20 s, since on that share a target runs about 40% of the inputs it
-#   runs alone (11.2 M in 20 s for all 14 beside the guests, 27.3 M alone); 14 targets x 45 s,
-#   two at a time (about 330 s), end well before the guests' tests (about 1,000 s).
+# The bounded fuzz run (tests/fuzz.sh), in the background at the lowest priority, beside
+# node_e2e.py, which leaves more than a core idle, and never beside the QEMU guests:
+# - Its build (the nightly toolchain and cargo-fuzz where missing, the 14 targets) starts with
+#   node_e2e.py; node_e2e.py stops its process group (NODEMEDIC_PAUSE_PGID, SIGSTOP) for check
+#   3, which needs the node otherwise idle.
+# - Its targets start once check 3 is done (node_e2e.py creates NODEMEDIC_IDLE_DONE_FILE, the
+#   file fuzz.sh waits for): 14 targets x 20 s, two at a time, about 150 s, mostly beside
+#   node_e2e.py's later checks. The guests' tests wait for the end.
+# Not beside the guests: with the fuzzers running there the Debian 13 guest's kernel died of a
+# stale int3 left by text patching ("Oops: int3", tests/vm/README.md), a race in QEMU's
+# multi-threaded TCG that preempted vCPU threads widen: twice at an equal share (2026-11-28),
+# and once more at the autogroup's lowest weight (cold run of 2c29ee3, 2026-11-29, in G6).
 # Each target's log says how many inputs it ran.
 # The lowest priority has to be the session's: setsid starts a new session, and with the
 # kernel's autogroups (sched_autogroup_enabled, on in Debian's and this machine's kernels) a
 # session is a scheduling group of its own, which gets an equal share against every other
-# session whatever its processes' nice values. With only `nice -n 19` the fuzzers took 80% of a
-# core beside the guest's vCPU threads (top, 2026-11-28, cold run): the guests' tests slowed,
-# and twice in G8 the Debian 13 guest's kernel died of a stale int3 left by text patching
-# ("Oops: int3" in __schedule, tests/vm/README.md), a race that preempted vCPU threads widen.
-# Writing 19 to /proc/self/autogroup gives the session the lowest weight (where autogroups
-# are off the file is absent and nice does the same job).
-section "bounded fuzzing (tests/fuzz.sh): its build in the background at the lowest priority; its log follows the VM tests"
+# session whatever its processes' nice values. Writing 19 to /proc/self/autogroup gives the
+# session the lowest weight (where autogroups are off the file is absent and nice does the
+# same job).
+section "bounded fuzzing (tests/fuzz.sh): built beside node_e2e.py at the lowest priority, run after its check 3"
 go="$tmp/fuzz-go"
-FUZZ_SECONDS=${FUZZ_SECONDS:-45} FUZZ_START_FILE=$go setsid bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null || true
+FUZZ_START_FILE=$go setsid bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null || true
     exec nice -n 19 bash tests/fuzz.sh' >"$tmp/fuzz.log" 2>&1 &
 fuzz=$!
 
 section "a real Kubernetes node: the chart's DaemonSet on kubelet + containerd + runc (tests/k8s)"
-"${lock[@]}" env NODEMEDIC_PAUSE_PGID="$fuzz" "$PY" tests/k8s/node_e2e.py
+"${lock[@]}" env NODEMEDIC_PAUSE_PGID="$fuzz" NODEMEDIC_IDLE_DONE_FILE="$go" "$PY" tests/k8s/node_e2e.py
+touch "$go"  # node_e2e.py made it after check 3; made here too, so that the wait below ends
 
-section "bounded fuzzing: its targets from now on, beside the guests' tests"
-touch "$go"
+section "bounded fuzzing (tests/fuzz.sh): waiting for it (nothing runs beside the QEMU guests)"
+fuzz_rc=0
+wait "$fuzz" || fuzz_rc=$?
+fuzz=
+cat "$tmp/fuzz.log"
+[ "$fuzz_rc" -eq 0 ] || exit "$fuzz_rc"
 
 section "two nodes: this one and the QEMU guest (systemd, cgroup v2, the systemd driver, D-Bus, irqbalance)"
 "${lock[@]}" "$PY" tests/k8s/guest_e2e.py
@@ -135,9 +138,3 @@ if [ "${NODEMEDIC_ARM64_GUEST:-0}" = 1 ]; then
 else
     section "the arm64 guest test is a recorded run (docs/ci.md, \"arm64\"): NODEMEDIC_ARM64_GUEST=1 runs it here"
 fi
-
-section "bounded fuzzing (tests/fuzz.sh): waiting for it"
-fuzz_rc=0
-wait "$fuzz" || fuzz_rc=$?
-cat "$tmp/fuzz.log"
-exit "$fuzz_rc"

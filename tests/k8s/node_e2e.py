@@ -8,6 +8,9 @@ helm and its default values (image pull policy aside), the kubelet running it as
                                      # instead of building one (tests/run-all.sh builds it once)
     NODEMEDIC_PREVIOUS_IMAGE_ARCHIVE=FILE   # the previous release's image for check 11, instead
                                      # of tests/previous-version.sh's (built once, cached)
+    NODEMEDIC_PAUSE_PGID=PGID        # a process group to stop (SIGSTOP) while check 3 needs the
+                                     # node idle (tests/run-all.sh's background fuzz run)
+    NODEMEDIC_IDLE_DONE_FILE=FILE    # created once no check left needs an idle node
 
 Each check prints one line; the last line is "k8s node: N passed, N failed". The cluster is
 torn down at the end (KEEP=1 leaves it running). Where the real node disagrees with an
@@ -774,7 +777,7 @@ spec:
 @contextlib.contextmanager
 def machine_to_ourselves():
     """Stops the process group NODEMEDIC_PAUSE_PGID names, if any, while a check needs the node
-    otherwise idle, and lets it go on after: tests/run-all.sh's fuzz build, which runs beside
+    otherwise idle, and lets it go on after: tests/run-all.sh's fuzz run, which runs beside
     this script at the lowest priority but still takes every idle CPU cycle."""
     pgid = os.environ.get("NODEMEDIC_PAUSE_PGID")
     stopped = False
@@ -798,7 +801,18 @@ def machine_to_ourselves():
 @check("3. a workload capped at 100m with two busy loops is quota-bound: series, Pod Event, check in the pod; the idle node is not saturated")
 def quota_bound():
     with machine_to_ourselves():
-        return quota_bound_on_an_idle_node()
+        name = quota_bound_on_an_idle_node()
+    idle_checks_done()
+    return name
+
+
+def idle_checks_done():
+    """Creates the file NODEMEDIC_IDLE_DONE_FILE names, if any, once no check left needs the node
+    otherwise idle: tests/run-all.sh's fuzz run waits for it to start its targets."""
+    done = os.environ.get("NODEMEDIC_IDLE_DONE_FILE")
+    if done:
+        Path(done).touch()
+        log(f"the checks that need an idle node are done ({done})")
 
 
 def quota_bound_on_an_idle_node():
