@@ -896,6 +896,13 @@ def churn_both():
         f"(fds, watches) {base} -> {now}")
 
 
+# G15's outage: the pod reaches the API through the kubernetes Service's address, which drops
+# connection attempts while the API is stopped, so each attempt of the pod watch waits for
+# kube's 30 s connect timeout, and a shorter outage holds too few to see the delay grow
+# (node_e2e.py, judge_backoff).
+OUTAGE_SECONDS = 60
+
+
 @check("G15. the API down for 60 s: both daemons keep sampling and serving and say their names may be stale; the host's pod watch backs off (its delay growing, a handful of log lines); each daemon names a pod made on its node after the outage")
 def api_outage_both():
     host = ne.ENV["NODE_NAME"]
@@ -915,10 +922,7 @@ def api_outage_both():
             return out
 
         poll("both pod watches stale", 30, stale)
-        # The outage itself, not a synchronisation. 60 s: the pod reaches the API through the
-        # kubernetes Service's address, which drops connection attempts while the API is
-        # stopped, so each attempt of the pod watch waits for kube's 30 s connect timeout and
-        # a shorter outage holds too few to see the delay grow (node_e2e.py, judge_backoff).
+        # The outage itself, not a synchronisation (OUTAGE_SECONDS says why 60 s).
         time.sleep(max(0.0, OUTAGE_SECONDS - (time.time() - t0)))
         for n in nodes():
             st = status_at(n)
@@ -936,8 +940,8 @@ def api_outage_both():
     logs = Path(ne.ENV["DIR"]) / "pod-logs"
     text = "".join(f.read_text(errors="replace") for f in logs.rglob("*.log") if f"_{host_pod}_" in str(f))
     assert text, f"no log of {host_pod} under {logs}"
-    outage = [l for l in text.splitlines() if "watching this node's pods" in l or "kubernetes reporting failed" in l]
-    outage = [l for l in outage if (ne.cri_time(l) or 0) >= t0]
+    outage = [l for l in text.splitlines() if (ne.cri_time(l) or 0) >= t0
+              and ("watching this node's pods" in l or "kubernetes reporting failed" in l)]
     assert 2 <= len(outage) <= 16, f"{len(outage)} lines about the outage in {OUTAGE_SECONDS} s:\n" + "\n".join(outage[-20:])
     delays = ne.judge_backoff(ne.pod_watch_retries(text, t0, t_back))
     for n in nodes():
@@ -961,9 +965,6 @@ def api_outage_both():
     log(f"outage: both daemons sampled through {OUTAGE_SECONDS} s without the API; the API back "
         f"{t_back - t0 - OUTAGE_SECONDS:.0f}s after; the host's pod watch: {len(outage)} log lines, delays {delays}; "
         f"new pods named on both nodes {time.time() - t_back:.0f}s later")
-
-
-OUTAGE_SECONDS = 60
 
 
 @check("G7. a mixed fleet in one release (cgroupV1Nodes names this machine's hybrid node and its hierarchies): a second DaemonSet there with each v1 hierarchy mounted on its own, nothing writable, nodemedic finds cpu and unified; the guest keeps the defaults")
