@@ -407,8 +407,19 @@ fn condition_label_events_rbac_and_pause_on_a_real_apiserver() {
         "{cond}"
     );
     assert!(cond["lastTransitionTime"].is_string() && cond["lastHeartbeatTime"].is_string());
-    let labels = cluster.node()["metadata"]["labels"].clone();
-    assert_eq!(labels["nodemedic.io/irq-collapsed"], "true", "{labels}");
+    // The label is a second API call, made after the condition's: poll for it too.
+    poll_until(
+        Instant::now() + Duration::from_secs(30),
+        "the nodemedic.io/irq-collapsed=true label",
+        || {
+            let labels = cluster.node()["metadata"]["labels"].clone();
+            if labels["nodemedic.io/irq-collapsed"] == "true" {
+                Ok(())
+            } else {
+                Err(format!("{labels}"))
+            }
+        },
+    );
     poll_until(
         Instant::now() + Duration::from_secs(30),
         "an IRQCollapsed event",
