@@ -73,6 +73,34 @@ ensure_cargo_tool() {
     echo "$NODEMEDIC_TOOLS_ROOT/bin/$bin"
 }
 
+CARGO_DEB_ROOT=${NODEMEDIC_CARGO_DEB_ROOT:-/var/cache/nodemedic-cargo-deb}
+CARGO_DEB_VERSION=3.8.0
+CARGO_DEB=$CARGO_DEB_ROOT/bin/cargo-deb
+# ensure_cargo_deb: installs cargo-deb $CARGO_DEB_VERSION into $CARGO_DEB_ROOT unless it is there,
+# and leaves the calling shell holding the cache's lock shared on fd 9 (until it exits).
+# The cache is shared by every build on the machine (the VM test, the probe benchmark, other
+# worktrees, the previous release's build), under a flock like the other caches: exclusive
+# while it is checked and installed, so that two builds finding it missing install it once;
+# shared from then on, so that builds run it side by side and none reinstalls it under another.
+# --debug, as ensure_cargo_tool's tools, for the same reason: it packs what was built and ships
+# in nothing. Its manifest keeps the compressors (xz2, lzma-sys, zopfli) at opt-level 2 in the
+# dev profile, so packing stays fast; its release profile cost 358 s of a background lane in the
+# cold CI of adeda8b (docs/ci.md).
+ensure_cargo_deb() {
+    local start
+    mkdir -p "$CARGO_DEB_ROOT"
+    exec 9>"$CARGO_DEB_ROOT/.lock"
+    flock 9
+    if ! "$CARGO_DEB" --version 2>/dev/null | grep -q "$CARGO_DEB_VERSION"; then
+        start=$(date +%s)
+        echo "[build-deb] installing cargo-deb $CARGO_DEB_VERSION into $CARGO_DEB_ROOT" >&2
+        CARGO_PROFILE_DEV_DEBUG=0 cargo install --debug cargo-deb --version "$CARGO_DEB_VERSION" \
+            --locked --root "$CARGO_DEB_ROOT" >&2 || return 1
+        echo "[build-deb] cargo-deb $CARGO_DEB_VERSION installed in $(($(date +%s) - start))s" >&2
+    fi
+    flock -s 9
+}
+
 # source_date_epoch: the time every release artifact carries (SOURCE_DATE_EPOCH, as Debian's
 # reproducible builds use it): the given one, else the commit's, so two builds of one commit
 # write the same timestamps.

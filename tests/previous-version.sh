@@ -73,6 +73,10 @@ mkdir -p "$CACHE"
     src=$(mktemp -d "${TMPDIR:-/var/tmp}/nodemedic-previous.XXXXXX")
     trap 'rm -rf "$src"' EXIT
     echo "[previous] building nodemedic $VERSION ($COMMIT) with its own scripts in $src" >&2
+    # cargo-deb as this checkout installs it (deploy/bootstrap.sh: unoptimized, a fraction of
+    # the CPU): the old build-deb.sh finds the same version in the shared cache and uses it, where
+    # it would otherwise install it itself in cargo-deb's release profile.
+    (. deploy/bootstrap.sh && ensure_rust >&2 && ensure_cargo_deb) || exit 1
     # A cheaper optimisation than the release's (opt-level 1, no LTO, 16 codegen units: about
     # half the CPU of its cold build, which CI's cold budget pays): the same code and package,
     # for a test of the upgrade path, not of the old binary's speed.

@@ -28,20 +28,8 @@ done
 ensure_packages build-essential pkg-config ca-certificates curl clang libbpf-dev >&2
 ensure_rust >&2
 
-CARGO_DEB_ROOT=${NODEMEDIC_CARGO_DEB_ROOT:-/var/cache/nodemedic-cargo-deb}
-CARGO_DEB_VERSION=3.8.0
-# The cache is shared by every build on the machine (the VM test, the probe benchmark, other
-# worktrees), under a flock like the other caches: exclusive while it is checked and
-# installed, so that two builds finding it missing install it once; shared from then on, so
-# that builds run it side by side and none reinstalls it under another.
-mkdir -p "$CARGO_DEB_ROOT"
-exec 9>"$CARGO_DEB_ROOT/.lock"
-flock 9
-if ! "$CARGO_DEB_ROOT/bin/cargo-deb" --version 2>/dev/null | grep -q "$CARGO_DEB_VERSION"; then
-    echo "[build-deb] installing cargo-deb $CARGO_DEB_VERSION into $CARGO_DEB_ROOT" >&2
-    cargo install cargo-deb --version "$CARGO_DEB_VERSION" --locked --root "$CARGO_DEB_ROOT" >&2
-fi
-flock -s 9
+# cargo-deb, installed once per machine; this build holds its cache's lock shared until it ends.
+ensure_cargo_deb
 
 target=$(musl_target "$arch")
 BIN=$(build_static "$profile" "$arch")
@@ -67,4 +55,4 @@ args=(--no-build -p nodemedic --target "$target" --output target/debian/)
 # --no-strip: build_static's release binary is stripped already, and the package ships that
 # very file, the image's (tests/image.sh compares them).
 if [ "$profile" = debug ]; then args+=(--profile dev); else args+=(--no-strip); fi
-"$CARGO_DEB_ROOT/bin/cargo-deb" "${args[@]}" | tail -n 1
+"$CARGO_DEB" "${args[@]}" | tail -n 1
