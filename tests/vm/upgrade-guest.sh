@@ -39,12 +39,20 @@ deb_version() { # .deb -> the nodemedic version it carries (cargo-deb's VERSION-
 deb_conffile() { # .deb -> its nodemedic.toml on stdout
     dpkg-deb --fsys-tarfile "$1" | tar -xO ./etc/nodemedic/nodemedic.toml
 }
+# The answers are read whole before grep: under pipefail, `curl | grep -q` fails when grep
+# exits at its match while curl still writes (SIGPIPE, curl's exit 23).
+# downgrade_edit_in_effect failed once (warm CI of 7c26531) although the journal shows the
+# process running at the edited interval; this race is the one cause found that fits.
 running_version() { # version -> the installed binary says it, and so does the serving process
+    local body
     nodemedic --version | head -n1 | awk -v v="$1" '$1 == "nodemedic" && $2 == v { f = 1 } END { exit !f }' &&
-        curl -sf -m 5 "$URL/metrics" | grep -Eq "^nodemedic_build_info\{(.*,)?version=\"$1\"[,}]"
+        body=$(curl -sf -m 5 "$URL/metrics") &&
+        grep -Eq "^nodemedic_build_info\{(.*,)?version=\"$1\"[,}]" <<<"$body"
 }
 edit_in_effect() { # the daemon samples at the edited interval (/status)
-    curl -sf -m 5 "$URL/status" | grep -Eq "\"sample_interval_seconds\": ?$EDIT_INTERVAL(\.0)?[,}]"
+    local body
+    body=$(curl -sf -m 5 "$URL/status") &&
+        grep -Eq "\"sample_interval_seconds\": ?$EDIT_INTERVAL(\.0)?[,}]" <<<"$body"
 }
 scrape_loop() { # LOG: "<time> ok <process start> <samples>" or "<time> fail -" per scrape, until told
     local start
