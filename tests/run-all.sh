@@ -96,8 +96,8 @@ lock=(flock -o /tmp/nodemedic-cluster.lock)
 #   file fuzz.sh waits for): 14 targets x 10 s (FUZZ_SECONDS here; fuzz.sh's own default is
 #   20), two at a time, about 75 s, beside node_e2e.py's later checks. The guests' tests wait
 #   for the end. At 20 s a target the run outlasted node_e2e.py by 66 s in the cold CI of
-#   adeda8b (2026-11-29), on the path to the 65-minute budget; 10 s is still 40 k to 2.6 M
-#   inputs a target there (docs/ci.md).
+#   adeda8b (2026-11-29), on the path to the 65-minute budget; at 10 s the targets still ran
+#   76 k to 1.8 M inputs each (warm CI of 7c26531; docs/ci.md).
 # Not beside the guests: with the fuzzers running there the Debian 13 guest's kernel died of a
 # stale int3 left by text patching ("Oops: int3", tests/vm/README.md), a race in QEMU's
 # multi-threaded TCG that preempted vCPU threads widen: twice at an equal share (2026-11-28),
