@@ -62,9 +62,19 @@ impl Encoder {
     /// An encoder whose output starts with room for `bytes`: the whole exposition, when the
     /// caller can tell its size, is one allocation rather than a doubling per 64 KiB.
     pub fn with_capacity(format: Format, bytes: usize) -> Self {
+        Self::with_buffer(format, Vec::new(), bytes)
+    }
+
+    /// [`Encoder::with_capacity`] writing into `buf`, emptied first: the buffer of a past
+    /// exposition, which has the room already.
+    pub fn with_buffer(format: Format, mut buf: Vec<u8>, bytes: usize) -> Self {
+        buf.clear();
+        buf.reserve(bytes);
+        // Empty, so valid UTF-8 whatever it held.
+        let out = String::from_utf8(buf).unwrap_or_default();
         Self {
             format,
-            out: String::with_capacity(bytes),
+            out,
             // Longer than any family name: never grown.
             sample_name: String::with_capacity(128),
             series: 0,
@@ -109,7 +119,10 @@ impl Encoder {
     /// Writes one sample named the family's name plus `suffix` (`_bucket`, `_sum`, `_count`).
     pub fn sample_suffixed(&mut self, suffix: &str, labels: &[(&str, &str)], value: f64) {
         self.out.push_str(&self.sample_name);
-        self.out.push_str(suffix);
+        // Most samples have no suffix; a copy of nothing is still a call into the C library.
+        if !suffix.is_empty() {
+            self.out.push_str(suffix);
+        }
         if !labels.is_empty() {
             self.out.push('{');
             for (i, (k, v)) in labels.iter().enumerate() {
@@ -147,7 +160,8 @@ fn write_value(out: &mut String, v: f64) {
     } else if v.is_infinite() {
         out.push_str(if v > 0.0 { "+Inf" } else { "-Inf" });
     } else if v.fract() == 0.0 && v.abs() < 9.007_199_254_740_992e15 {
-        let _ = write!(out, "{}", v as i64);
+        // Most values are counters: `itoa` writes them without the formatting machinery.
+        out.push_str(itoa::Buffer::new().format(v as i64));
     } else {
         let _ = write!(out, "{v}");
     }
@@ -155,6 +169,10 @@ fn write_value(out: &mut String, v: f64) {
 
 /// HELP text escaped as the text format wants it: `\\` and `\n`.
 fn escape_help_into(out: &mut String, s: &str) {
+    if !s.bytes().any(|b| matches!(b, b'\\' | b'\n')) {
+        out.push_str(s);
+        return;
+    }
     for c in s.chars() {
         match c {
             '\\' => out.push_str("\\\\"),
@@ -164,7 +182,13 @@ fn escape_help_into(out: &mut String, s: &str) {
     }
 }
 
+/// A label value escaped: `\\`, `"` and `\n`. Nearly every value needs none, and is then
+/// copied whole rather than a character at a time.
 fn escape_label_into(out: &mut String, v: &str) {
+    if !v.bytes().any(|b| matches!(b, b'\\' | b'"' | b'\n')) {
+        out.push_str(v);
+        return;
+    }
     for c in v.chars() {
         match c {
             '\\' => out.push_str("\\\\"),

@@ -19,8 +19,9 @@ use tokio::sync::watch;
 use nodemedic_webkit::server::{web_stats, SharedWebStats, WebStats};
 use nodemedic_webkit::{WebConfigStatus, WebConfigWatch};
 
+use crate::metrics::render_with_tuning_into;
 use crate::report::{shown_groups, GroupReport, PressureReport, TuningReport};
-use crate::{render_with_tuning, ExportInput, Format, MetricsOptions, ProcessStats};
+use crate::{ExportInput, Format, MetricsOptions, ProcessStats};
 
 /// What the endpoint needs of the configuration.
 #[derive(Debug, Clone)]
@@ -133,9 +134,83 @@ struct RenderKey {
     last_action: Option<f64>,
 }
 
-/// The last rendering per format (text, OpenMetrics).
+/// The last rendering per format (text, OpenMetrics), and the buffers of renderings it no
+/// longer holds, rendered into again.
+///
+/// A rendering of 256 CPUs is 250 KB. Given back to musl's allocator (the shipped build's),
+/// a block that size is unmapped, and the next rendering maps it again and faults in its
+/// pages: 18 `mmap`/`munmap` pairs a second, and a quarter of the extra CPU the musl build
+/// spent over a glibc build of the same code (BENCHMARKS.md, "The shipped build against
+/// glibc"). So the text of a gzip rendering, and a stale rendering once no response holds
+/// it any more, are kept to write the next one into.
 #[derive(Default)]
-struct RenderCache(Mutex<Vec<(RenderKey, Format, bool, axum::body::Bytes)>>);
+struct RenderCache {
+    done: Mutex<Vec<(RenderKey, Format, bool, axum::body::Bytes)>>,
+    /// A buffer for the next text, and one for the next gzip member.
+    spare_text: Mutex<Vec<u8>>,
+    spare_gzip: Mutex<Vec<u8>>,
+}
+
+impl RenderCache {
+    fn get(&self, key: &RenderKey, format: Format, gzipped: bool) -> Option<axum::body::Bytes> {
+        let done = self.done.lock().ok()?;
+        done.iter()
+            .find(|(k, f, z, _)| k == key && *f == format && *z == gzipped)
+            .map(|(_, _, _, b)| b.clone())
+    }
+
+    /// Drops every rendering that is not of `key`, and the one of `key` in this format,
+    /// keeping the buffer of each that no response still holds.
+    fn evict(&self, key: &RenderKey, format: Format, gzipped: bool) {
+        let Ok(mut done) = self.done.lock() else {
+            return;
+        };
+        let mut i = 0;
+        while i < done.len() {
+            let (k, f, z, _) = &done[i];
+            if k == key && !(*f == format && *z == gzipped) {
+                i += 1;
+                continue;
+            }
+            let (_, _, z, body) = done.swap_remove(i);
+            // `Err`: a response still sends it; it is freed with the last of them.
+            if let Ok(mut body) = body.try_into_mut() {
+                // Emptied before it becomes a `Vec`, which would move its bytes otherwise.
+                body.clear();
+                self.keep(
+                    if z {
+                        &self.spare_gzip
+                    } else {
+                        &self.spare_text
+                    },
+                    body.into(),
+                );
+            }
+        }
+    }
+
+    fn insert(&self, key: RenderKey, format: Format, gzipped: bool, body: axum::body::Bytes) {
+        if let Ok(mut done) = self.done.lock() {
+            done.push((key, format, gzipped, body));
+        }
+    }
+
+    /// `buf` emptied, as the spare of `slot` unless that one is larger.
+    fn keep(&self, slot: &Mutex<Vec<u8>>, mut buf: Vec<u8>) {
+        buf.clear();
+        if let Ok(mut spare) = slot.lock() {
+            if buf.capacity() > spare.capacity() {
+                *spare = buf;
+            }
+        }
+    }
+
+    fn take(slot: &Mutex<Vec<u8>>) -> Vec<u8> {
+        slot.lock()
+            .map(|mut s| std::mem::take(&mut *s))
+            .unwrap_or_default()
+    }
+}
 
 /// Whether the client accepts gzip (`Accept-Encoding: gzip`, not `gzip;q=0`).
 fn wants_gzip(headers: &HeaderMap) -> bool {
@@ -174,6 +249,11 @@ impl Gzip {
     /// `body` as a gzip member (RFC 1952): a fixed header, the raw deflate stream, then
     /// the CRC-32 and length of `body`. `None` if the compressor failed.
     pub fn compress(&self, body: &[u8]) -> Option<Vec<u8>> {
+        self.compress_into(body, Vec::new())
+    }
+
+    /// [`Gzip::compress`] into `out` (emptied first), a buffer of a past member.
+    pub fn compress_into(&self, body: &[u8], mut out: Vec<u8>) -> Option<Vec<u8>> {
         use flate2::{Compress, Compression, FlushCompress, Status};
         // ID1 ID2, deflate, no flags, no modification time, no extra flags, OS unknown.
         const HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
@@ -185,7 +265,8 @@ impl Gzip {
             }
             None => Box::new(Compress::new(Compression::fast(), false)),
         };
-        let mut out = Vec::with_capacity(HEADER.len() + body.len() / 6 + 64);
+        out.clear();
+        out.reserve(HEADER.len() + body.len() / 6 + 64);
         out.extend_from_slice(&HEADER);
         loop {
             let read = usize::try_from(deflate.total_in()).ok()?;
@@ -249,19 +330,21 @@ async fn metrics(State(shared): State<Arc<Endpoint>>, headers: HeaderMap) -> Res
             last_action: remedy.last_action_timestamp,
         }
     };
-    let cached = shared.render.0.lock().ok().and_then(|c| {
-        c.iter()
-            .find(|(k, f, z, _)| *k == key && *f == format && *z == gzipped)
-            .map(|(_, _, _, b)| b.clone())
-    });
-    let body = match cached {
+    let cache = &shared.render;
+    let body = match cache.get(&key, format, gzipped) {
         Some(body) => body,
         None => {
+            cache.evict(&key, format, gzipped);
             let process = shared.process.lock().ok().and_then(|p| *p);
-            let text = render_body(&shared, sample.as_deref(), process, format);
+            let buf = RenderCache::take(&cache.spare_text);
+            let text = render_body(&shared, sample.as_deref(), process, format, buf);
             let body = if gzipped {
-                match shared.gzip.compress(text.as_bytes()) {
-                    Some(z) => axum::body::Bytes::from(z),
+                let out = RenderCache::take(&cache.spare_gzip);
+                match shared.gzip.compress_into(text.as_bytes(), out) {
+                    Some(z) => {
+                        cache.keep(&cache.spare_text, text.into_bytes());
+                        axum::body::Bytes::from(z)
+                    }
                     None => {
                         return ([(header::CONTENT_TYPE, format.content_type())], text)
                             .into_response()
@@ -270,10 +353,7 @@ async fn metrics(State(shared): State<Arc<Endpoint>>, headers: HeaderMap) -> Res
             } else {
                 axum::body::Bytes::from(text)
             };
-            if let Ok(mut c) = shared.render.0.lock() {
-                c.retain(|(k, f, z, _)| *k == key && !(*f == format && *z == gzipped));
-                c.push((key, format, gzipped, body.clone()));
-            }
+            cache.insert(key, format, gzipped, body.clone());
             body
         }
     };
@@ -295,9 +375,17 @@ fn render_body(
     sample: Option<&Sample>,
     process: Option<ProcessStats>,
     format: Format,
+    buf: Vec<u8>,
 ) -> String {
     let remedy = shared.remedy.borrow();
-    render_sample(sample, process, &remedy, &shared.config.metrics, format)
+    render_sample_into(
+        sample,
+        process,
+        &remedy,
+        &shared.config.metrics,
+        format,
+        buf,
+    )
 }
 
 /// `/metrics` of `sample` (none yet: the daemon's own series only) with the remediator's
@@ -310,6 +398,19 @@ pub fn render_sample(
     metrics: &MetricsOptions,
     format: Format,
 ) -> String {
+    render_sample_into(sample, process, remedy, metrics, format, Vec::new())
+}
+
+/// [`render_sample`] written into `buf` (emptied first), a buffer of a past rendering: no
+/// allocation for the text once it is as large.
+pub fn render_sample_into(
+    sample: Option<&Sample>,
+    process: Option<ProcessStats>,
+    remedy: &RemedyState,
+    metrics: &MetricsOptions,
+    format: Format,
+    buf: Vec<u8>,
+) -> String {
     let input = ExportInput {
         snapshot: sample.map(|s| &s.snapshot),
         verdicts: sample.map(|s| s.verdicts.as_slice()).unwrap_or(&[]),
@@ -319,11 +420,12 @@ pub fn render_sample(
         pressure: sample.and_then(|s| s.pressure.as_ref()),
         remediation: Some(remedy),
     };
-    render_with_tuning(
+    render_with_tuning_into(
         &input,
         sample.and_then(|s| s.tuning.as_ref()),
         metrics,
         format,
+        buf,
     )
     .0
 }
@@ -491,7 +593,62 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use std::io::Read;
 
-    use super::Gzip;
+    use super::{render_sample, render_sample_into, Gzip, RenderCache, RenderKey};
+    use crate::{Format, MetricsOptions};
+    use nodemedic_sample::remedy::RemedyState;
+
+    fn key(samples_total: u64) -> RenderKey {
+        RenderKey {
+            samples_total,
+            decisions: 0,
+            paused: false,
+            last_action: None,
+        }
+    }
+
+    /// A rendering of a past sample gives its buffer to the next rendering once no response
+    /// holds it, and not before; what is rendered into it is the same text as a fresh one.
+    #[test]
+    fn a_stale_rendering_is_rendered_into_once_no_response_holds_it() {
+        let cache = RenderCache::default();
+        let body = |cap| {
+            let mut v = Vec::with_capacity(cap);
+            v.extend_from_slice(b"stale text of a past sample\n");
+            axum::body::Bytes::from(v)
+        };
+        // A response is still sending the rendering of sample 1 when sample 2 is rendered.
+        let sending = body(300_000);
+        cache.insert(key(1), Format::Text, false, sending.clone());
+        cache.evict(&key(2), Format::Text, false);
+        assert!(cache.get(&key(1), Format::Text, false).is_none());
+        assert_eq!(cache.spare_text.lock().unwrap().capacity(), 0);
+        drop(sending);
+
+        // Sample 2's, which nothing holds, and its gzip member, when sample 3 comes.
+        cache.insert(key(2), Format::Text, false, body(300_000));
+        cache.insert(key(2), Format::Text, true, body(50_000));
+        cache.evict(&key(3), Format::Text, false);
+        assert!(cache.done.lock().unwrap().is_empty());
+        let spare = RenderCache::take(&cache.spare_text);
+        assert!(spare.is_empty() && spare.capacity() >= 300_000);
+        assert!(cache.spare_gzip.lock().unwrap().capacity() >= 50_000);
+
+        let remedy = RemedyState::default();
+        let metrics = MetricsOptions::default();
+        let mut dirty = spare;
+        dirty.extend_from_slice(b"left over");
+        let text = render_sample_into(None, None, &remedy, &metrics, Format::Text, dirty);
+        assert!(text.capacity() >= 300_000, "rendered into the spare buffer");
+        assert_eq!(
+            text,
+            render_sample(None, None, &remedy, &metrics, Format::Text)
+        );
+
+        let gzip = Gzip::default();
+        let out = RenderCache::take(&cache.spare_gzip);
+        let z = gzip.compress_into(text.as_bytes(), out).unwrap();
+        assert_eq!(gunzip(&z), text.as_bytes());
+    }
 
     fn gunzip(z: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();

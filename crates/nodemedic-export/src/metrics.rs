@@ -67,7 +67,18 @@ pub fn render_with_tuning(
     opts: &MetricsOptions,
     format: Format,
 ) -> (String, usize) {
-    let mut e = Encoder::with_capacity(format, expected_bytes(input.snapshot, opts));
+    render_with_tuning_into(input, tuning, opts, format, Vec::new())
+}
+
+/// [`render_with_tuning`] written into `buf` (emptied first), a buffer of a past rendering.
+pub fn render_with_tuning_into(
+    input: &ExportInput<'_>,
+    tuning: Option<&TuningVerdict>,
+    opts: &MetricsOptions,
+    format: Format,
+    buf: Vec<u8>,
+) -> (String, usize) {
+    let mut e = Encoder::with_buffer(format, buf, expected_bytes(input.snapshot, opts));
     self_metrics(&mut e, input);
     if let Some(snap) = input.snapshot {
         node_facts(&mut e, snap, input.remediation);
