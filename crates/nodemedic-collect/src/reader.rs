@@ -231,7 +231,10 @@ impl Table {
             let Some(&i) = self.last_trail.get(self.cursor + skip) else {
                 break;
             };
-            if self.slot(i).is_some_and(|s| *s.path == *path) {
+            // Compared a word at a time: `==` would be musl's byte-wise `memcmp` per read.
+            if self.slot(i).is_some_and(|s| {
+                nodemedic_kernel::bytes::eq(s.path.as_encoded_bytes(), path.as_encoded_bytes())
+            }) {
                 self.cursor += skip + 1;
                 self.predicted += 1;
                 return Some(i);

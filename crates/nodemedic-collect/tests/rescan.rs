@@ -165,3 +165,67 @@ fn irqbalance_package_version_follows_the_database() {
     };
     assert!(reason.contains("RPM's database"), "{reason}");
 }
+
+/// A device that starts interrupting between rescans (a driver bound since) is read at the
+/// next sample; samples whose rows read as before keep it; and a rescan without
+/// `/proc/interrupts` does not leave the next sample, whose rows read as before it, without
+/// the devices they name.
+#[test]
+fn devices_follow_the_interrupt_rows_between_rescans() {
+    let copy = copy_fixture("8cpu-balanced");
+    let root = copy.path();
+    let paths = Paths::under(root);
+    let mut set = CollectorSet::all().with_rescan_interval(Duration::from_secs(60));
+    let new = "0000:00:09.0";
+    let first = sample(&mut set, &paths, 100);
+    assert!(first.pci_devices.contains_key("0000:00:02.0"));
+    assert!(!first.pci_devices.contains_key(new));
+
+    let dev = root.join("sys/bus/pci/devices").join(new);
+    std::fs::create_dir_all(&dev).unwrap();
+    std::fs::write(dev.join("numa_node"), "0\n").unwrap();
+    std::fs::write(dev.join("local_cpulist"), "0-3\n").unwrap();
+    let irq = root.join("proc/irq/99");
+    std::fs::create_dir(&irq).unwrap();
+    std::fs::write(irq.join("smp_affinity"), "01\n").unwrap();
+    std::fs::write(irq.join("effective_affinity"), "01\n").unwrap();
+    let ints_path = root.join("proc/interrupts");
+    let mut ints = std::fs::read_to_string(&ints_path).unwrap();
+    let line24 = ints
+        .lines()
+        .find(|l| l.trim_start().starts_with("24:"))
+        .unwrap()
+        .to_string();
+    ints.push_str(
+        &line24
+            .replacen(" 24:", " 99:", 1)
+            .replace("0000:00:02.0", new)
+            .replace("virtio1-config", "nvme9q0"),
+    );
+    ints.push('\n');
+    std::fs::write(&ints_path, &ints).unwrap();
+    let local = Some(CpuSet::parse_list("0-3").unwrap());
+
+    let bound = sample(&mut set, &paths, 101);
+    assert_eq!(
+        bound.pci_devices[new].local_cpus, local,
+        "read at the next sample"
+    );
+    let same = sample(&mut set, &paths, 102);
+    assert_eq!(
+        same.pci_devices[new].local_cpus, local,
+        "kept while rows read the same"
+    );
+
+    // The rescan finds no /proc/interrupts; the sample after it finds the same rows again.
+    std::fs::remove_file(&ints_path).unwrap();
+    let (missing, _) = set.sample(&paths, Duration::from_secs(170));
+    assert!(missing.interrupts.is_none());
+    std::fs::write(&ints_path, &ints).unwrap();
+    let back = sample(&mut set, &paths, 171);
+    assert!(back.interrupts.is_some());
+    assert_eq!(
+        back.pci_devices[new].local_cpus, local,
+        "read again after the gap"
+    );
+}

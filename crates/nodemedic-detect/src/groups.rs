@@ -24,12 +24,41 @@ struct Member<'a> {
 }
 
 /// A group's identity, borrowed while grouping; [`GroupKey::render`] gives
-/// [`DeviceGroup::key`].
-#[derive(PartialEq, Eq, PartialOrd, Ord)]
+/// [`DeviceGroup::key`]. Ordered as the derived order would (variant, then value), with the
+/// text compared a word at a time (`nodemedic_kernel::bytes`): a lookup per IRQ per sample.
+#[derive(PartialEq, Eq)]
 enum GroupKey<'a> {
     Pci(&'a str),
     Dev(&'a str),
     Irq(u32),
+}
+
+impl GroupKey<'_> {
+    fn rank(&self) -> u8 {
+        match self {
+            GroupKey::Pci(_) => 0,
+            GroupKey::Dev(_) => 1,
+            GroupKey::Irq(_) => 2,
+        }
+    }
+}
+
+impl Ord for GroupKey<'_> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        match (self, other) {
+            (GroupKey::Pci(a), GroupKey::Pci(b)) | (GroupKey::Dev(a), GroupKey::Dev(b)) => {
+                nodemedic_kernel::bytes::cmp(a.as_bytes(), b.as_bytes())
+            }
+            (GroupKey::Irq(a), GroupKey::Irq(b)) => a.cmp(b),
+            _ => self.rank().cmp(&other.rank()),
+        }
+    }
+}
+
+impl PartialOrd for GroupKey<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
 impl GroupKey<'_> {

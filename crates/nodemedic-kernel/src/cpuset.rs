@@ -21,9 +21,25 @@ pub enum CpuSetError {
 }
 
 /// A set of CPU ids, stored as a bitmap.
-#[derive(Clone, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Default, Eq)]
 pub struct CpuSet {
     words: Vec<u64>,
+}
+
+/// The words compared in a loop the compiler inlines: the derived `==` compares them with
+/// the C library's `memcmp`, byte by byte in musl, twice per IRQ per sample (its masks
+/// against the last sample's).
+impl PartialEq for CpuSet {
+    fn eq(&self, other: &Self) -> bool {
+        self.words.len() == other.words.len()
+            && self.words.iter().zip(&other.words).all(|(a, b)| a == b)
+    }
+}
+
+impl std::hash::Hash for CpuSet {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.words.hash(state);
+    }
 }
 
 impl CpuSet {
@@ -60,7 +76,7 @@ impl CpuSet {
         self.trim();
     }
 
-    /// Drops trailing zero words so that equal sets are equal (derived `PartialEq`/`Hash`).
+    /// Drops trailing zero words so that equal sets are equal (`PartialEq`, `Hash`).
     fn trim(&mut self) {
         while self.words.last() == Some(&0) {
             self.words.pop();

@@ -253,17 +253,20 @@ impl Row {
 
 impl Classified {
     /// Classifies the rows that are new or changed since the last call; forgets IRQs that
-    /// are gone. Afterwards row `i` is `lines[i]`'s (see [`Classified::get`]).
-    pub fn update(&mut self, lines: &[IrqLine]) {
+    /// are gone. Afterwards row `i` is `lines[i]`'s (see [`Classified::get`]). `false` when
+    /// every row is the last call's, as it was classified then.
+    pub fn update(&mut self, lines: &[IrqLine]) -> bool {
         let same_irqs = self.rows.len() == lines.len()
             && self.rows.iter().zip(lines).all(|(r, l)| r.irq == l.irq);
         if same_irqs {
+            let mut changed = false;
             for (row, line) in self.rows.iter_mut().zip(lines) {
                 if !row.describes(line) {
                     *row = Row::new(line);
+                    changed = true;
                 }
             }
-            return;
+            return changed;
         }
         // IRQs came or went (or moved): match by number, once.
         let mut old: HashMap<u32, Row> = std::mem::take(&mut self.rows)
@@ -277,6 +280,7 @@ impl Classified {
                 _ => Row::new(line),
             })
             .collect();
+        true
     }
 
     /// What row `i` of the lines given to the last [`Classified::update`] was classified as,

@@ -328,17 +328,34 @@ impl<'a> DescriptionText<'a> {
     fn actions(&self) -> impl Iterator<Item = &'a str> {
         self.actions
             .trim()
-            .split(',')
+            // An array of chars, not a `char`: a `char` pattern compares each comma it finds
+            // through `bcmp` (crate::bytes).
+            .split([','])
             .map(str::trim)
             .filter(|a| !a.is_empty())
     }
 
     /// Whether `known` says the same.
     fn reads_as(&self, known: &IrqDescription) -> bool {
-        known.chip == self.chip
-            && known.hwirq.as_deref() == self.hwirq
-            && known.trigger.as_deref() == self.trigger
-            && known.actions.iter().map(String::as_str).eq(self.actions())
+        use crate::bytes::eq_str;
+        let same = |k: Option<&str>, t: Option<&str>| match (k, t) {
+            (Some(k), Some(t)) => eq_str(k, t),
+            (None, None) => true,
+            _ => false,
+        };
+        eq_str(&known.chip, self.chip)
+            && same(known.hwirq.as_deref(), self.hwirq)
+            && same(known.trigger.as_deref(), self.trigger)
+            && {
+                let (mut known, mut read) = (known.actions.iter(), self.actions());
+                loop {
+                    match (known.next(), read.next()) {
+                        (Some(k), Some(r)) if eq_str(k, r) => {}
+                        (None, None) => break true,
+                        _ => break false,
+                    }
+                }
+            }
     }
 
     fn to_description(&self) -> IrqDescription {
@@ -499,7 +516,7 @@ enum Row<'a> {
 /// One row of `line`; a numbered row's non-zero counts are appended to `table`'s.
 fn parse_row<'a>(line: &'a str, table: &mut Interrupts) -> Result<Row<'a>, SkipReason> {
     let ncpus = table.cpus.len();
-    let (label, rest) = line.split_once(':').ok_or(SkipReason::NoColon)?;
+    let (label, rest) = crate::bytes::split_once(line, b':').ok_or(SkipReason::NoColon)?;
     let label = label.trim();
     if label.is_empty() {
         return Err(SkipReason::EmptyLabel);
@@ -570,7 +587,7 @@ fn take_token(s: &str) -> (&str, &str) {
 
 /// `5-edge`, `1572864-edge`, `-ioapic-level` (Xen), `0-fasteoi`.
 fn split_hwirq_trigger(tok: &str) -> Option<(&str, &str)> {
-    let (hw, trig) = tok.split_once('-')?;
+    let (hw, trig) = crate::bytes::split_once(tok, b'-')?;
     let hw_ok = hw.bytes().all(|b| b.is_ascii_hexdigit());
     let trig_ok = !trig.is_empty() && trig.bytes().all(|b| b.is_ascii_alphabetic() || b == b'-');
     (hw_ok && trig_ok).then_some((hw, trig))

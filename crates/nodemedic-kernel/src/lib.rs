@@ -6,6 +6,7 @@
 //! understood are not silently dropped: parsers that tolerate a bad line report it as a
 //! [`SkippedLine`] so the caller can surface it.
 
+pub mod bytes;
 pub mod cgroup;
 pub mod counter;
 pub mod cpuset;

@@ -44,9 +44,29 @@ impl Collector for PciDevicesCollector {
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
         let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let st = &mut *guard;
+        // Every row classified as last sample and no rescan due: the devices are those read
+        // for it (or before), without a set of their addresses built again per sample (a
+        // PCI address per IRQ, each compared through the C library's `memcmp`).
+        let same_rows = snap
+            .interrupts
+            .as_ref()
+            .is_some_and(|ints| !st.classified.update(&ints.irqs));
+        if same_rows && !ctx.rescan {
+            if let Some(read) = &st.read {
+                snap.netdevs = read.netdevs.clone();
+                snap.pci_devices = read.devices.clone();
+                return Ok(Collected {
+                    warnings: read.warnings.clone(),
+                    ..Default::default()
+                });
+            }
+        }
         let mut irq_addrs: BTreeSet<&str> = BTreeSet::new();
+        if snap.interrupts.is_none() {
+            // What is read now covers no IRQ row: the next rows must not count as the same.
+            st.classified = Classified::default();
+        }
         if let Some(ints) = &snap.interrupts {
-            st.classified.update(&ints.irqs);
             for (i, irq) in ints.irqs.iter().enumerate() {
                 if let Some(pci) = st.classified.get(i, irq.irq).and_then(|d| d.pci.as_deref()) {
                     irq_addrs.insert(pci);
