@@ -2,11 +2,11 @@
 //!
 //! `==` and `cmp` on `str` and `[u8]` call the C library's `bcmp`/`memcmp`. The shipped
 //! build links musl, whose `memcmp` is a loop over single bytes behind a function call:
-//! about 7,000 calls a sample on the 256-CPU tree (a path per kept file, a PCI address per
-//! IRQ, an IRQ's chip and handlers against the last sample's), 5% of the musl build's CPU
-//! where glibc's vector `memcmp` costs a third of that (BENCHMARKS.md, "The shipped build
-//! against glibc"). These compare whole words in plain code that the compiler inlines, for
-//! the comparisons made on every sample; elsewhere `==` stays.
+//! about 6,500 calls a sample on the 256-CPU tree (a path per kept file, a PCI address per
+//! IRQ, an IRQ's chip and handlers against the last sample's), 3.6% of the musl build's CPU
+//! where glibc's vector `memcmp` took 1.4% of the glibc build's (BENCHMARKS.md, "The
+//! shipped build against glibc"). These compare whole words in plain code that the compiler
+//! inlines, for the comparisons made on every sample; elsewhere `==` stays.
 
 use std::cmp::Ordering;
 
