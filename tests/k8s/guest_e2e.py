@@ -1099,6 +1099,7 @@ def save_daemon_logs(d, name):
 
 def main():
     global PODWRITE
+    made_here = len(sys.argv) <= 1
     d = Path(sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="nm-guest-"))
     d.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
@@ -1171,9 +1172,11 @@ def main():
     failed = sum(1 for _, ok, _ in ne.RESULTS if not ok)
     log(f"total {time.time() - t0:.0f}s (guest from qemu start to the end {time.time() - t1:.0f}s); "
         f"logs in {d}/logs, {d}/guest")
-    print(f"guest node: {passed} passed, {failed} failed")
     # A guest that never came up ran no check: that is a failure, not 0 of 0.
-    sys.exit(0 if failed == 0 and passed == EXPECTED and EXPECTED > 0 else 1)
+    ok = failed == 0 and passed == EXPECTED and EXPECTED > 0
+    ne.tidy(d, made_here, ok)
+    print(f"guest node: {passed} passed, {failed} failed")
+    sys.exit(0 if ok else 1)
 
 
 PODWRITE = None

@@ -1304,7 +1304,27 @@ def attach(d):
 CHECKS = 10
 
 
+def tidy(d, made_here, passed):
+    """Removes a run's directory (etcd, containerd, the kubelet's state, the logs: about 120 MB)
+    after a run that passed, when this run made it. Kept when a check failed (its logs are the
+    evidence), when the caller named it, with KEEP=1, and while anything is still mounted under
+    it: removing through a mount would delete what the mount shows, a host path among them."""
+    if not passed or not made_here or os.environ.get("KEEP") == "1":
+        log(f"kept {d}")
+        return
+    under = str(Path(d).resolve()) + "/"
+    with open("/proc/self/mountinfo") as f:
+        held = [fields[4] for fields in (line.split() for line in f)
+                if (fields[4] + "/").startswith(under)]
+    if held:
+        log(f"kept {d}: {len(held)} mount(s) still under it, e.g. {held[0]}")
+        return
+    shutil.rmtree(d, ignore_errors=True)
+    log(f"removed {d} (the run passed)")
+
+
 def main():
+    made_here = len(sys.argv) <= 1
     d = Path(sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="nodemedic-node-"))
     d.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
@@ -1340,8 +1360,10 @@ def main():
     passed = sum(1 for _, ok, _ in RESULTS if ok)
     failed = sum(1 for _, ok, _ in RESULTS if not ok)
     log(f"total {time.time() - t0:.0f}s; logs in {d}/logs and {d}/pod-logs")
+    ok = failed == 0 and passed == CHECKS
+    tidy(d, made_here, ok)
     print(f"k8s node: {passed} passed, {failed} failed")
-    sys.exit(0 if failed == 0 and passed == CHECKS else 1)
+    sys.exit(0 if ok else 1)
 
 
 if __name__ == "__main__":

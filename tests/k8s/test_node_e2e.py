@@ -380,5 +380,36 @@ class SeriesKept(unittest.TestCase):
         self.assertTrue(any("nodemedic_irq_collapsed" in q for q in queries))
 
 
+
+class Tidy(unittest.TestCase):
+    """A run's directory goes after a run that passed, and never through a mount."""
+
+    def test_kept_when_failed_named_or_mounted_removed_otherwise(self):
+        import os
+        import subprocess
+        import tempfile
+
+        d = Path(tempfile.mkdtemp(prefix="nodemedic-tidy-"))
+        (d / "logs").mkdir()
+        (d / "logs" / "kubelet.log").write_text("evidence\n")
+        e2e.tidy(d, made_here=True, passed=False)
+        self.assertTrue((d / "logs" / "kubelet.log").exists(), "a failed run keeps its logs")
+        e2e.tidy(d, made_here=False, passed=True)
+        self.assertTrue(d.exists(), "a directory the caller named is the caller's")
+        held = d / "rootfs"
+        held.mkdir()
+        mounted = os.geteuid() == 0 and subprocess.run(
+            ["mount", "-t", "tmpfs", "tmpfs", str(held)], capture_output=True).returncode == 0
+        if mounted:
+            try:
+                (held / "host-file").write_text("not ours\n")
+                e2e.tidy(d, made_here=True, passed=True)
+                self.assertTrue((held / "host-file").exists(), "nothing removed through a mount")
+            finally:
+                subprocess.run(["umount", str(held)], check=True)
+        e2e.tidy(d, made_here=True, passed=True)
+        self.assertFalse(d.exists(), "a passed run's directory is removed")
+
+
 if __name__ == "__main__":
     unittest.main()
