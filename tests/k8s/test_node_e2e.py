@@ -9,7 +9,10 @@ node gives must pass.
 """
 
 import importlib.util
+import os
+import subprocess
 import sys
+import tempfile
 import unittest
 from pathlib import Path
 
@@ -380,15 +383,10 @@ class SeriesKept(unittest.TestCase):
         self.assertTrue(any("nodemedic_irq_collapsed" in q for q in queries))
 
 
-
 class Tidy(unittest.TestCase):
     """A run's directory goes after a run that passed, and never through a mount."""
 
     def test_kept_when_failed_named_or_mounted_removed_otherwise(self):
-        import os
-        import subprocess
-        import tempfile
-
         d = Path(tempfile.mkdtemp(prefix="nodemedic-tidy-"))
         (d / "logs").mkdir()
         (d / "logs" / "kubelet.log").write_text("evidence\n")

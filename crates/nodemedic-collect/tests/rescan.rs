@@ -10,6 +10,15 @@ use nodemedic_kernel::CpuSet;
 use nodemedic_sample::Snapshot;
 use nodemedic_testkit::copy_fixture;
 
+/// A copy of `fixture` for the test to edit (removed when dropped), its paths, and every
+/// collector with a rescan every 60 s.
+fn editable(fixture: &str) -> (tempfile::TempDir, Paths, CollectorSet) {
+    let copy = copy_fixture(fixture);
+    let paths = Paths::under(copy.path());
+    let set = CollectorSet::all().with_rescan_interval(Duration::from_secs(60));
+    (copy, paths, set)
+}
+
 fn sample(set: &mut CollectorSet, paths: &Paths, secs: u64) -> Snapshot {
     let (snap, runs) = set.sample(paths, Duration::from_secs(secs));
     for r in &runs {
@@ -20,12 +29,10 @@ fn sample(set: &mut CollectorSet, paths: &Paths, secs: u64) -> Snapshot {
 
 #[test]
 fn rarely_changing_sources_follow_the_rescan_interval() {
-    let copy = copy_fixture("8cpu-balanced");
+    let (copy, paths, mut set) = editable("8cpu-balanced");
     let root = copy.path();
-    let paths = Paths::under(root);
     let cpu = root.join("sys/devices/system/cpu");
     let pci = root.join("sys/bus/pci/devices/0000:00:03.0/numa_node");
-    let mut set = CollectorSet::all().with_rescan_interval(Duration::from_secs(60));
 
     let first = sample(&mut set, &paths, 100);
     let topo = first.topology.clone().unwrap();
@@ -70,10 +77,8 @@ fn rarely_changing_sources_follow_the_rescan_interval() {
 
 #[test]
 fn irqs_appearing_or_vanishing_between_rescans_are_followed() {
-    let copy = copy_fixture("8cpu-balanced");
+    let (copy, paths, mut set) = editable("8cpu-balanced");
     let root = copy.path();
-    let paths = Paths::under(root);
-    let mut set = CollectorSet::all().with_rescan_interval(Duration::from_secs(60));
     let first = sample(&mut set, &paths, 100);
     assert!(first.affinity.contains_key(&8));
     assert!(!first.affinity.contains_key(&99));
@@ -117,10 +122,8 @@ fn irqs_appearing_or_vanishing_between_rescans_are_followed() {
 #[test]
 fn irqbalance_package_version_follows_the_database() {
     use nodemedic_kernel::irqbalance::IrqbalancePackage;
-    let copy = copy_fixture("96cpu-collapsed");
+    let (copy, paths, mut set) = editable("96cpu-collapsed");
     let root = copy.path();
-    let paths = Paths::under(root);
-    let mut set = CollectorSet::all().with_rescan_interval(Duration::from_secs(60));
     let package = |snap: Snapshot| snap.irqbalance.expect("irqbalance config").package;
     let first = package(sample(&mut set, &paths, 100));
     assert_eq!(first.version(), Some("1.8.0-1"), "{first:?}");
@@ -172,10 +175,8 @@ fn irqbalance_package_version_follows_the_database() {
 /// the devices they name.
 #[test]
 fn devices_follow_the_interrupt_rows_between_rescans() {
-    let copy = copy_fixture("8cpu-balanced");
+    let (copy, paths, mut set) = editable("8cpu-balanced");
     let root = copy.path();
-    let paths = Paths::under(root);
-    let mut set = CollectorSet::all().with_rescan_interval(Duration::from_secs(60));
     let new = "0000:00:09.0";
     let first = sample(&mut set, &paths, 100);
     assert!(first.pci_devices.contains_key("0000:00:02.0"));

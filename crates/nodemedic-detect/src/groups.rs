@@ -33,16 +33,6 @@ enum GroupKey<'a> {
     Irq(u32),
 }
 
-impl GroupKey<'_> {
-    fn rank(&self) -> u8 {
-        match self {
-            GroupKey::Pci(_) => 0,
-            GroupKey::Dev(_) => 1,
-            GroupKey::Irq(_) => 2,
-        }
-    }
-}
-
 impl Ord for GroupKey<'_> {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         match (self, other) {
@@ -62,6 +52,15 @@ impl PartialOrd for GroupKey<'_> {
 }
 
 impl GroupKey<'_> {
+    /// The variant's place in the order, as declared.
+    fn rank(&self) -> u8 {
+        match self {
+            GroupKey::Pci(_) => 0,
+            GroupKey::Dev(_) => 1,
+            GroupKey::Irq(_) => 2,
+        }
+    }
+
     fn render(&self) -> String {
         match self {
             GroupKey::Pci(pci) => format!("pci:{pci}"),

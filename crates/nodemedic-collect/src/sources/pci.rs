@@ -44,45 +44,38 @@ impl Collector for PciDevicesCollector {
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
         let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let st = &mut *guard;
-        // Every row classified as last sample and no rescan due: the devices are those read
-        // for it (or before), without a set of their addresses built again per sample (a
-        // PCI address per IRQ, each compared through the C library's `memcmp`).
-        let same_rows = snap
-            .interrupts
-            .as_ref()
-            .is_some_and(|ints| !st.classified.update(&ints.irqs));
-        if same_rows && !ctx.rescan {
-            if let Some(read) = &st.read {
-                snap.netdevs = read.netdevs.clone();
-                snap.pci_devices = read.devices.clone();
-                return Ok(Collected {
-                    warnings: read.warnings.clone(),
-                    ..Default::default()
-                });
+        let same_rows = match &snap.interrupts {
+            Some(ints) => !st.classified.update(&ints.irqs),
+            None => {
+                // What is read now covers no IRQ row: the next rows must not count as the same.
+                st.classified = Classified::default();
+                false
             }
-        }
-        let mut irq_addrs: BTreeSet<&str> = BTreeSet::new();
-        if snap.interrupts.is_none() {
-            // What is read now covers no IRQ row: the next rows must not count as the same.
-            st.classified = Classified::default();
-        }
-        if let Some(ints) = &snap.interrupts {
-            for (i, irq) in ints.irqs.iter().enumerate() {
-                if let Some(pci) = st.classified.get(i, irq.irq).and_then(|d| d.pci.as_deref()) {
-                    irq_addrs.insert(pci);
-                }
-            }
-        }
-        let reusable = st
-            .read
-            .as_ref()
-            .is_some_and(|c| !ctx.rescan && irq_addrs.iter().all(|a| c.looked_up.contains(*a)));
+        };
+        let (ints, classified) = (snap.interrupts.as_ref(), &st.classified);
+        // The PCI address of each IRQ row that names one (a device's IRQs name it each).
+        let irq_addrs = || {
+            ints.into_iter().flat_map(|ints| {
+                ints.irqs
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, irq)| classified.get(i, irq.irq)?.pci.as_deref())
+            })
+        };
+        // What was read holds until a rescan while every row is classified as in the last
+        // sample (then the rows are not walked again: a PCI address per IRQ, each compared
+        // through the C library's `memcmp`), or while every address they name was looked up.
+        let reusable = !ctx.rescan
+            && st
+                .read
+                .as_ref()
+                .is_some_and(|c| same_rows || irq_addrs().all(|a| c.looked_up.contains(a)));
         if !reusable {
             st.read = None;
         }
-        let read = st.read.get_or_insert_with(|| {
-            read_sysfs(ctx, irq_addrs.into_iter().map(str::to_string).collect())
-        });
+        let read = st
+            .read
+            .get_or_insert_with(|| read_sysfs(ctx, irq_addrs().map(str::to_string).collect()));
         // What the snapshot needs; the addresses looked up stay here.
         snap.netdevs = read.netdevs.clone();
         snap.pci_devices = read.devices.clone();
