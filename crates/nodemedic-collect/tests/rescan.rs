@@ -230,3 +230,107 @@ fn devices_follow_the_interrupt_rows_between_rescans() {
         "read again after the gap"
     );
 }
+
+/// Rewrites IRQ `irq`'s row of `/proc/interrupts` (8 CPUs) with `counts`, keeping its
+/// description.
+fn set_counts(root: &std::path::Path, irq: u32, counts: [u64; 8]) {
+    let path = root.join("proc/interrupts");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let label = format!("{irq}:");
+    let rows: Vec<String> = text
+        .lines()
+        .map(|line| {
+            if line.trim_start().starts_with(&label) {
+                // `%3d:` and eight `" %10u"` cells: the description starts at byte 92.
+                let cells: String = counts.iter().map(|c| format!(" {c:>10}")).collect();
+                format!("{irq:>3}:{cells}{}", &line[92..])
+            } else {
+                line.to_string()
+            }
+        })
+        .collect();
+    std::fs::write(&path, rows.join("\n") + "\n").unwrap();
+}
+
+fn set_affinity(root: &std::path::Path, irq: u32, mask: &str) {
+    for name in ["smp_affinity", "effective_affinity"] {
+        std::fs::write(
+            root.join(format!("proc/irq/{irq}/{name}")),
+            format!("{mask}\n"),
+        )
+        .unwrap();
+    }
+}
+
+fn delivered(snap: &Snapshot, irq: u32) -> CpuSet {
+    snap.affinity[&irq].delivery_cpus().unwrap().clone()
+}
+
+/// An IRQ's affinity files are read when `/proc/interrupts` shows it fired on a CPU it was
+/// not delivered to, or vanished; a quiet IRQ, or one firing where it was, is read in its turn,
+/// within the refresh (10 s), not every sample.
+#[test]
+fn irq_affinities_are_read_when_the_counts_say_they_moved_and_in_turn() {
+    let (copy, paths, mut set) = editable("8cpu-balanced");
+    let root = copy.path();
+    let first = sample(&mut set, &paths, 100);
+    assert_eq!(delivered(&first, 40), CpuSet::from_cpus([4]));
+    assert_eq!(delivered(&first, 41), CpuSet::from_cpus([5]));
+    assert_eq!(delivered(&first, 42), CpuSet::from_cpus([6]));
+
+    // 41 moved to CPU 0 and fired there; 40 moved while quiet; 42 moved but the count that
+    // rose is on the CPU it was read on (a mask rewritten before its next interrupt).
+    set_affinity(root, 41, "01");
+    set_counts(root, 41, [12, 0, 0, 0, 0, 4575942, 0, 0]);
+    set_affinity(root, 40, "02");
+    set_affinity(root, 42, "04");
+    set_counts(root, 42, [0, 0, 0, 0, 0, 0, 3903999, 0]);
+    let next = sample(&mut set, &paths, 101);
+    assert_eq!(
+        delivered(&next, 41),
+        CpuSet::from_cpus([0]),
+        "read: it fired elsewhere"
+    );
+    // The 26 IRQs take their turns 3 a sample (26 × 1 s / 10 s), in order; 40 and 42 are the
+    // 23rd and 25th.
+    assert_eq!(
+        delivered(&next, 40),
+        CpuSet::from_cpus([4]),
+        "not its turn yet"
+    );
+    assert_eq!(
+        delivered(&next, 42),
+        CpuSet::from_cpus([6]),
+        "not its turn yet"
+    );
+    let mut last = next;
+    for secs in 102..=110 {
+        last = sample(&mut set, &paths, secs);
+    }
+    assert_eq!(
+        delivered(&last, 40),
+        CpuSet::from_cpus([1]),
+        "read within 10 s"
+    );
+    assert_eq!(
+        delivered(&last, 42),
+        CpuSet::from_cpus([2]),
+        "read within 10 s"
+    );
+
+    // A freed IRQ loses its row and its directory: gone from the next sample.
+    let text = std::fs::read_to_string(root.join("proc/interrupts")).unwrap();
+    let kept: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("43:"))
+        .collect();
+    std::fs::write(root.join("proc/interrupts"), kept.join("\n") + "\n").unwrap();
+    std::fs::remove_dir_all(root.join("proc/irq/43")).unwrap();
+    let freed = sample(&mut set, &paths, 111);
+    assert!(
+        !freed.affinity.contains_key(&43),
+        "{:?}",
+        freed.affinity.keys()
+    );
+    assert!(freed.affinity.contains_key(&42));
+}

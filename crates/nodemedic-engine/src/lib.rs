@@ -38,6 +38,9 @@ pub struct EngineConfig {
     pub disabled_collectors: BTreeSet<CollectorName>,
     /// How often rarely-changing sources (topology, PCI devices) are re-read.
     pub rescan_interval: Duration,
+    /// Every IRQ's affinity files are re-read within this even when its counts say it did not
+    /// move (zero: every sample; see `IrqAffinityCollector`).
+    pub affinity_refresh: Duration,
     /// The read layer's backend and fd bound.
     pub reader: ReaderConfig,
     pub collapse: CollapseConfig,
@@ -98,6 +101,7 @@ impl Default for EngineConfig {
             paths: Paths::default(),
             disabled_collectors: BTreeSet::new(),
             rescan_interval: DEFAULT_RESCAN_INTERVAL,
+            affinity_refresh: nodemedic_collect::sources::DEFAULT_AFFINITY_REFRESH,
             reader: ReaderConfig::default(),
             collapse: CollapseConfig::default(),
             hurting: HurtingConfig::default(),

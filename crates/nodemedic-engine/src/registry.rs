@@ -9,8 +9,8 @@
 //! entries are here too, and the binary gives their build with [`Registry::build_with`].
 
 use nodemedic_collect::sources::{
-    self, netlink_sees_host, CgroupsCollector, NicLimitsFiles, NicLimitsUnavailable,
-    TuningCollector,
+    self, netlink_sees_host, CgroupsCollector, IrqAffinityCollector, NicLimitsFiles,
+    NicLimitsUnavailable, TuningCollector,
 };
 use nodemedic_collect::{Collector, CollectorName, CommitTimerCollector};
 
@@ -89,7 +89,12 @@ impl<'a> Registry<'a> {
                 }),
             },
         ]);
-        Self { entries }
+        // The one of nodemedic-collect's own that the configuration tunes.
+        Self { entries }.build_with(CollectorName::IrqAffinity, |config| {
+            Some(Box::new(IrqAffinityCollector::with_refresh(
+                config.affinity_refresh,
+            )))
+        })
     }
 
     /// Gives `name`'s build: a collector that lives in a crate the engine does not depend on.

@@ -203,6 +203,12 @@ pub struct ReaderSection {
     /// configuration, the list of IRQs) is re-read, and unused files are closed.
     #[serde(with = "humantime_serde")]
     pub rescan_interval: Duration,
+    /// An IRQ's `/proc/irq/N/{smp,effective}_affinity` are read when `/proc/interrupts` shows
+    /// it may have moved (a count rose on a CPU it was not delivered to), and otherwise in
+    /// turn, every IRQ within this; `0s` reads them all every sample. At most half of
+    /// `remediation.verify_after` is used, so that a verification sees every IRQ read again.
+    #[serde(with = "humantime_serde")]
+    pub affinity_refresh: Duration,
 }
 
 impl Default for ReaderSection {
@@ -211,6 +217,7 @@ impl Default for ReaderSection {
             backend: nodemedic_collect::Backend::default(),
             max_open_files: nodemedic_collect::DEFAULT_MAX_OPEN_FILES,
             rescan_interval: nodemedic_collect::DEFAULT_RESCAN_INTERVAL,
+            affinity_refresh: nodemedic_collect::sources::DEFAULT_AFFINITY_REFRESH,
         }
     }
 }
@@ -560,6 +567,11 @@ impl Config {
             collapse: self.detector.collapse.clone(),
             hurting: self.detector.hurting.clone(),
             rescan_interval: self.reader.rescan_interval,
+            // A verification must see every IRQ's affinity read again.
+            affinity_refresh: self
+                .reader
+                .affinity_refresh
+                .min(self.remediation.verify_after / 2),
             reader: nodemedic_collect::ReaderConfig {
                 backend: self.reader.backend,
                 max_open_files: self.reader.max_open_files,

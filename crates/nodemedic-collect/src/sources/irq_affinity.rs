@@ -1,7 +1,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use nodemedic_kernel::interrupts::Interrupts;
 use nodemedic_kernel::CpuSet;
 use nodemedic_sample::snapshot::IrqAffinity;
 use nodemedic_sample::Snapshot;
@@ -25,12 +27,49 @@ use crate::{CollectError, Collected, Collector, Ctx, ReadError, Reader};
 /// Masks are parsed into sets kept from one sample to the next and compared with the last
 /// sample's: while none changed, the snapshot shares the last sample's map and nothing is
 /// allocated for it (BENCHMARKS.md, "Allocations per sample and per render").
-#[derive(Default)]
+///
+/// **Which IRQs are read.** Two files per IRQ were 40% of a sample's CPU on a 256-CPU tree and
+/// a third on a 1024-CPU one (BENCHMARKS.md, "IRQ affinities read when the counts say they
+/// moved"). An IRQ's files are read in a sample when
+/// - the sample is a rescan, or the IRQ was never read (or its last read failed);
+/// - `/proc/interrupts` says its delivery may have changed ([`moved`]): a count changed on a
+///   CPU outside the CPUs it was delivered to, or it is delivered to more than one CPU and a
+///   count changed, or its row appeared or vanished, or the CPU columns changed;
+/// - its turn came: the IRQs are re-read in turn, all of them within `refresh` (10 s by
+///   default, a third of the remediation's `verify_after`), so that an IRQ whose affinity
+///   changed while it was quiet, or a mask that was rewritten while the kernel kept the same
+///   effective CPU, is seen within that time.
+///
+/// An IRQ that fires keeps showing where the kernel delivers it, so a move (irqbalance, an
+/// operator, nodemedic's own spread) is read in the sample that sees its first interrupt on
+/// the new CPU. `refresh` of zero reads every IRQ every sample.
 pub struct IrqAffinityCollector {
+    refresh: Duration,
     nodes: Mutex<HashMap<u32, Option<i32>>>,
     /// IRQ numbers listed at the last rescan (sorted).
     listed: Mutex<Vec<u32>>,
     last: Mutex<Last>,
+}
+
+/// How long an IRQ's affinity may go unread while its counts say nothing moved.
+pub const DEFAULT_AFFINITY_REFRESH: Duration = Duration::from_secs(10);
+
+impl Default for IrqAffinityCollector {
+    fn default() -> Self {
+        Self::with_refresh(DEFAULT_AFFINITY_REFRESH)
+    }
+}
+
+impl IrqAffinityCollector {
+    /// Every IRQ re-read at least every `refresh` (zero: every sample).
+    pub fn with_refresh(refresh: Duration) -> Self {
+        Self {
+            refresh,
+            nodes: Mutex::default(),
+            listed: Mutex::default(),
+            last: Mutex::default(),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -42,6 +81,30 @@ struct Last {
     read: Vec<(u32, Option<IrqAffinity>)>,
     /// One IRQ's files as read, into sets that keep their storage.
     reading: Reading,
+    /// The last sample's `/proc/interrupts` and time, for [`moved`] and the turns.
+    interrupts: Option<Arc<Interrupts>>,
+    at: Option<Duration>,
+    /// Where the next turn starts in the listed IRQs.
+    turn: usize,
+    /// This sample's IRQs that [`moved`] names (ascending).
+    moved: Vec<u32>,
+    /// The IRQs whose last read named a problem (ascending): read every sample, so that
+    /// `/status` names a bad file for as long as it stays bad.
+    troubled: Vec<u32>,
+}
+
+impl Last {
+    /// How many listed IRQs (of `n`) take their turn in a sample at `at`: enough that every one
+    /// has had one within `refresh`.
+    fn turns(&self, n: usize, at: Duration, refresh: Duration) -> usize {
+        match self.at {
+            Some(prev) if at > prev && !refresh.is_zero() => {
+                let share = (n as u128 * (at - prev).as_nanos()).div_ceil(refresh.as_nanos());
+                usize::try_from(share).unwrap_or(n).min(n)
+            }
+            _ => n,
+        }
+    }
 }
 
 /// One IRQ's masks and node as read.
@@ -106,13 +169,40 @@ impl Collector for IrqAffinityCollector {
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         let last = &mut *last;
         last.read.clear();
+        let told = match (&last.interrupts, &snap.interrupts) {
+            (Some(before), Some(now)) => moved(before, now, &last.map, &mut last.moved),
+            _ => false,
+        };
+        let n = irqs.len();
+        let every = ctx.rescan || self.refresh.is_zero() || !told;
+        let turns = if every {
+            n
+        } else {
+            last.turns(n, snap.at, self.refresh)
+        };
+        let first_turn = if n == 0 { 0 } else { last.turn % n };
+        last.turn = first_turn + turns;
+        last.at = Some(snap.at);
+        last.interrupts.clone_from(&snap.interrupts);
         let mut changed = false;
         let mut gone = Vec::new();
+        let mut troubled = Vec::new();
         // One path buffer for every file: `…/irq/N/name` is pushed and popped around each
         // read, with nothing in between that can return early.
         let mut irq_dir = dir.clone();
-        for irq in irqs {
+        for (at, irq) in irqs.iter().enumerate() {
+            let due = every
+                || (at + n - first_turn) % n < turns
+                || !last.map.contains_key(irq)
+                || last.moved.binary_search(irq).is_ok()
+                || last.troubled.binary_search(irq).is_ok();
+            if !due {
+                // Read as last time: the last map's entry stands.
+                last.read.push((*irq, None));
+                continue;
+            }
             irq_dir.push(itoa(*irq, &mut num));
+            let errors_before = errors.len();
             let known_node = nodes.get(irq).copied();
             let r = &mut last.reading;
             let read = read_irq(
@@ -124,6 +214,9 @@ impl Collector for IrqAffinityCollector {
                 r,
             );
             irq_dir.pop();
+            if errors.len() > errors_before {
+                troubled.push(*irq);
+            }
             match read {
                 IrqRead::Read(node_known) => {
                     // A node that could not be read is retried (and named) next sample.
@@ -143,6 +236,7 @@ impl Collector for IrqAffinityCollector {
             }
         }
         listed.retain(|irq| !gone.contains(irq));
+        last.troubled = troubled;
         // Every IRQ read as last time, and no other: the last map is this sample's too.
         if changed || last.read.len() != last.map.len() {
             let map: BTreeMap<u32, IrqAffinity> = last
@@ -182,6 +276,97 @@ impl Collector for IrqAffinityCollector {
         out.warnings.extend(errors.iter().map(ToString::to_string));
         Ok(out)
     }
+}
+
+/// Fills `out` (ascending) with the IRQs whose delivery `now`'s counts say may differ from
+/// `known`, the affinities last read, since `before`, the last sample's table:
+/// - a count changed on a CPU outside the IRQ's delivery CPUs (irqbalance or an operator moved
+///   it, or a CPU went offline and the kernel moved it);
+/// - a count changed and the IRQ is delivered to several CPUs, or a move is pending: counts
+///   inside the set cannot show that the set shrank;
+/// - its row is new, or it vanished (the IRQ was freed: its directory is read to find out).
+///
+/// False when the tables cannot be compared: the CPU columns differ (hotplug), so every IRQ
+/// must be read.
+fn moved(
+    before: &Interrupts,
+    now: &Interrupts,
+    known: &BTreeMap<u32, IrqAffinity>,
+    out: &mut Vec<u32>,
+) -> bool {
+    out.clear();
+    if before.cpus != now.cpus {
+        return false;
+    }
+    // Rows are in ascending IRQ order, as the kernel prints them; a row out of order is only
+    // read (found neither in step nor as vanished), never missed.
+    let mut old = before.irqs.iter().peekable();
+    for line in &now.irqs {
+        while let Some(gone) = old.next_if(|l| l.irq < line.irq) {
+            out.push(gone.irq);
+        }
+        let Some(was) = old.next_if(|l| l.irq == line.irq) else {
+            out.push(line.irq);
+            continue;
+        };
+        let (cols, counts) = now.counts(line).parts();
+        let (cols_was, counts_was) = before.counts(was).parts();
+        if cols == cols_was && counts == counts_was {
+            continue;
+        }
+        let cpus = known
+            .get(&line.irq)
+            .filter(|a| !a.move_pending())
+            .and_then(IrqAffinity::delivery_cpus);
+        let inside = |col: u32| {
+            now.cpus
+                .get(col as usize)
+                .is_some_and(|cpu| cpus.is_some_and(|s| s.contains(*cpu)))
+        };
+        if cpus.is_none_or(|s| s.len() > 1)
+            || changed_cols(cols_was, counts_was, cols, counts).any(|col| !inside(col))
+        {
+            out.push(line.irq);
+        }
+    }
+    out.extend(old.map(|l| l.irq));
+    out.sort_unstable();
+    true
+}
+
+/// The columns whose count differs between two rows' non-zero counts (columns ascending).
+fn changed_cols<'a>(
+    cols_a: &'a [u32],
+    counts_a: &'a [u64],
+    cols_b: &'a [u32],
+    counts_b: &'a [u64],
+) -> impl Iterator<Item = u32> + 'a {
+    let (mut i, mut j) = (0, 0);
+    std::iter::from_fn(move || loop {
+        match (cols_a.get(i), cols_b.get(j)) {
+            (None, None) => return None,
+            (Some(&a), Some(&b)) if a == b => {
+                let same = counts_a.get(i) == counts_b.get(j);
+                i += 1;
+                j += 1;
+                if !same {
+                    return Some(a);
+                }
+            }
+            (Some(&a), Some(&b)) if a < b => {
+                i += 1;
+                return Some(a);
+            }
+            (Some(&a), None) => {
+                i += 1;
+                return Some(a);
+            }
+            (_, Some(&b)) => {
+                j += 1;
+                return Some(b);
+            }
+        }
+    })
 }
 
 enum IrqRead {
@@ -270,4 +455,118 @@ fn read_irq(
         }
     };
     IrqRead::Read(errors.len() == before_node)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodemedic_kernel::interrupts::IrqDescription;
+
+    /// A 4-CPU table (CPUs 0-3) of `rows`: (IRQ, counts).
+    fn table(rows: &[(u32, [u64; 4])]) -> Interrupts {
+        let mut t = Interrupts::with_cpus(vec![0, 1, 2, 3]);
+        for (irq, counts) in rows {
+            t.push_irq(*irq, Arc::new(IrqDescription::default()), counts);
+        }
+        t
+    }
+
+    fn on(smp: &[u32], effective: &[u32]) -> IrqAffinity {
+        IrqAffinity {
+            smp: Some(CpuSet::from_cpus(smp.iter().copied())),
+            effective: Some(CpuSet::from_cpus(effective.iter().copied())),
+            node: None,
+        }
+    }
+
+    fn moved_irqs(
+        before: &Interrupts,
+        now: &Interrupts,
+        known: &[(u32, IrqAffinity)],
+    ) -> Option<Vec<u32>> {
+        let known: BTreeMap<u32, IrqAffinity> = known.iter().cloned().collect();
+        let mut out = vec![99];
+        moved(before, now, &known, &mut out).then_some(out)
+    }
+
+    #[test]
+    fn counts_inside_a_single_delivery_cpu_say_nothing_moved() {
+        let before = table(&[(30, [0, 5, 0, 0]), (31, [0, 0, 0, 0])]);
+        let now = table(&[(30, [0, 9, 0, 0]), (31, [0, 0, 0, 0])]);
+        let known = [(30, on(&[0, 1, 2, 3], &[1])), (31, on(&[2], &[2]))];
+        assert_eq!(moved_irqs(&before, &now, &known), Some(vec![]));
+    }
+
+    #[test]
+    fn a_count_outside_the_delivery_cpus_is_a_move() {
+        let before = table(&[(30, [0, 5, 0, 0]), (31, [1, 0, 0, 0])]);
+        // 30 fired on CPU 3 for the first time; 31's count on CPU 0 is gone (a wrapped or
+        // reset counter counts as a change too).
+        let now = table(&[(30, [0, 5, 0, 1]), (31, [0, 0, 0, 0])]);
+        let known = [(30, on(&[0, 1, 2, 3], &[1])), (31, on(&[2], &[2]))];
+        assert_eq!(moved_irqs(&before, &now, &known), Some(vec![30, 31]));
+    }
+
+    #[test]
+    fn firing_on_several_delivery_cpus_or_with_a_move_pending_is_read() {
+        let before = table(&[(30, [5, 5, 0, 0]), (31, [0, 5, 0, 0]), (32, [0, 0, 0, 0])]);
+        let now = table(&[(30, [6, 5, 0, 0]), (31, [0, 6, 0, 0]), (32, [0, 0, 0, 0])]);
+        let known = [
+            // Counts inside two CPUs cannot show that the set shrank to one.
+            (30, on(&[0, 1], &[0, 1])),
+            // Effective CPU 1 outside smp_affinity 3: the move happens at the next interrupt.
+            (31, on(&[3], &[1])),
+            // Quiet, on several CPUs: nothing to read.
+            (32, on(&[0, 1, 2, 3], &[0, 1, 2, 3])),
+        ];
+        assert_eq!(moved_irqs(&before, &now, &known), Some(vec![30, 31]));
+    }
+
+    #[test]
+    fn rows_that_appear_or_vanish_and_unknown_irqs_are_read() {
+        let before = table(&[(30, [1, 0, 0, 0]), (31, [1, 0, 0, 0]), (40, [1, 0, 0, 0])]);
+        let now = table(&[(29, [0, 0, 0, 0]), (31, [2, 0, 0, 0]), (35, [0, 0, 0, 0])]);
+        // 31 fired with no affinity known (its last read failed).
+        assert_eq!(
+            moved_irqs(&before, &now, &[]),
+            Some(vec![29, 30, 31, 35, 40])
+        );
+    }
+
+    #[test]
+    fn other_cpu_columns_cannot_be_compared() {
+        let before = table(&[(30, [1, 0, 0, 0])]);
+        let mut now = Interrupts::with_cpus(vec![0, 1, 2]);
+        now.push_irq(30, Arc::new(IrqDescription::default()), &[1, 0, 0]);
+        assert_eq!(moved_irqs(&before, &now, &[(30, on(&[0], &[0]))]), None);
+    }
+
+    #[test]
+    fn changed_columns_are_every_column_whose_count_differs() {
+        let cols: Vec<u32> =
+            changed_cols(&[1, 3, 5], &[10, 30, 50], &[0, 3, 5, 7], &[1, 31, 50, 7]).collect();
+        assert_eq!(cols, vec![0, 1, 3, 7]);
+        assert_eq!(changed_cols(&[2], &[4], &[2], &[4]).count(), 0);
+    }
+
+    #[test]
+    fn turns_cover_every_irq_within_the_refresh() {
+        let refresh = Duration::from_secs(10);
+        let mut last = Last::default();
+        assert_eq!(
+            last.turns(26, Duration::from_secs(100), refresh),
+            26,
+            "first sample"
+        );
+        last.at = Some(Duration::from_secs(100));
+        assert_eq!(last.turns(26, Duration::from_secs(101), refresh), 3);
+        assert_eq!(last.turns(26, Duration::from_secs(105), refresh), 13);
+        assert_eq!(last.turns(26, Duration::from_secs(130), refresh), 26);
+        assert_eq!(
+            last.turns(26, Duration::from_secs(99), refresh),
+            26,
+            "time went back"
+        );
+        assert_eq!(last.turns(26, Duration::from_secs(101), Duration::ZERO), 26);
+    }
 }

@@ -18,7 +18,7 @@ use nodemedic_kernel::CpuSet;
 
 pub use cgroups::{CgroupSelection, CgroupsCollector};
 pub use interrupts::InterruptsCollector;
-pub use irq_affinity::IrqAffinityCollector;
+pub use irq_affinity::{IrqAffinityCollector, DEFAULT_AFFINITY_REFRESH};
 pub use irqbalance::IrqbalanceConfigCollector;
 pub use pci::PciDevicesCollector;
 pub use pressure::PressureCollector;
