@@ -334,3 +334,15 @@ fn irq_affinities_are_read_when_the_counts_say_they_moved_and_in_turn() {
     );
     assert!(freed.affinity.contains_key(&42));
 }
+
+/// The table a sample hands over is its only holder: the engine widens its counts in place
+/// (`Arc::make_mut`), which would copy the whole table if a collector kept a share of it.
+#[test]
+fn no_collector_keeps_a_share_of_the_interrupts_table() {
+    let (_copy, paths, mut set) = editable("8cpu-balanced");
+    for secs in [100, 101, 102] {
+        let snap = sample(&mut set, &paths, secs);
+        let table = snap.interrupts.as_ref().unwrap();
+        assert_eq!(std::sync::Arc::strong_count(table), 1, "sample at {secs} s");
+    }
+}

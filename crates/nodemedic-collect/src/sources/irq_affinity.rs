@@ -81,8 +81,8 @@ struct Last {
     read: Vec<(u32, Option<IrqAffinity>)>,
     /// One IRQ's files as read, into sets that keep their storage.
     reading: Reading,
-    /// The last sample's `/proc/interrupts` and time, for [`moved`] and the turns.
-    interrupts: Option<Arc<Interrupts>>,
+    /// The last sample's counts and time, for [`moved`] and the turns.
+    counts: LastCounts,
     at: Option<Duration>,
     /// Where the next turn starts in the listed IRQs.
     turn: usize,
@@ -169,9 +169,9 @@ impl Collector for IrqAffinityCollector {
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         let last = &mut *last;
         last.read.clear();
-        let told = match (&last.interrupts, &snap.interrupts) {
-            (Some(before), Some(now)) => moved(before, now, &last.map, &mut last.moved),
-            _ => false,
+        let told = match &snap.interrupts {
+            Some(now) => moved(&last.counts, now, &last.map, &mut last.moved),
+            None => false,
         };
         let n = irqs.len();
         let every = ctx.rescan || self.refresh.is_zero() || !told;
@@ -183,7 +183,7 @@ impl Collector for IrqAffinityCollector {
         let first_turn = if n == 0 { 0 } else { last.turn % n };
         last.turn = first_turn + turns;
         last.at = Some(snap.at);
-        last.interrupts.clone_from(&snap.interrupts);
+        last.counts.keep(snap.interrupts.as_deref());
         let mut changed = false;
         let mut gone = Vec::new();
         let mut troubled = Vec::new();
@@ -278,8 +278,48 @@ impl Collector for IrqAffinityCollector {
     }
 }
 
+/// The numbered rows' counts of the last sample's `/proc/interrupts`, as the kernel wrote them
+/// (before widening), copied into storage kept from one sample to the next: holding the table
+/// itself would share it, and the engine then copies all of it to widen its counts.
+#[derive(Debug, Default)]
+struct LastCounts {
+    /// False when the last sample had no table.
+    some: bool,
+    cpus: Vec<u32>,
+    /// IRQ, and where its non-zero counts are in `cols` and `counts`.
+    rows: Vec<(u32, usize, usize)>,
+    cols: Vec<u32>,
+    counts: Vec<u64>,
+}
+
+impl LastCounts {
+    fn keep(&mut self, table: Option<&Interrupts>) {
+        self.cpus.clear();
+        self.rows.clear();
+        self.cols.clear();
+        self.counts.clear();
+        self.some = table.is_some();
+        let Some(t) = table else { return };
+        self.cpus.extend_from_slice(&t.cpus);
+        for line in &t.irqs {
+            let (cols, counts) = t.counts(line).parts();
+            let start = self.cols.len();
+            self.cols.extend_from_slice(cols);
+            self.counts.extend_from_slice(counts);
+            self.rows.push((line.irq, start, self.cols.len()));
+        }
+    }
+
+    fn cells(&self, start: usize, end: usize) -> (&[u32], &[u64]) {
+        (
+            self.cols.get(start..end).unwrap_or_default(),
+            self.counts.get(start..end).unwrap_or_default(),
+        )
+    }
+}
+
 /// Fills `out` (ascending) with the IRQs whose delivery `now`'s counts say may differ from
-/// `known`, the affinities last read, since `before`, the last sample's table:
+/// `known`, the affinities last read, since `before`, the last sample's counts:
 /// - a count changed on a CPU outside the IRQ's delivery CPUs (irqbalance or an operator moved
 ///   it, or a CPU went offline and the kernel moved it);
 /// - a count changed and the IRQ is delivered to several CPUs, or a move is pending: counts
@@ -289,28 +329,28 @@ impl Collector for IrqAffinityCollector {
 /// False when the tables cannot be compared: the CPU columns differ (hotplug), so every IRQ
 /// must be read.
 fn moved(
-    before: &Interrupts,
+    before: &LastCounts,
     now: &Interrupts,
     known: &BTreeMap<u32, IrqAffinity>,
     out: &mut Vec<u32>,
 ) -> bool {
     out.clear();
-    if before.cpus != now.cpus {
+    if !before.some || before.cpus != now.cpus {
         return false;
     }
     // Rows are in ascending IRQ order, as the kernel prints them; a row out of order is only
     // read (found neither in step nor as vanished), never missed.
-    let mut old = before.irqs.iter().peekable();
+    let mut old = before.rows.iter().peekable();
     for line in &now.irqs {
-        while let Some(gone) = old.next_if(|l| l.irq < line.irq) {
-            out.push(gone.irq);
+        while let Some(gone) = old.next_if(|r| r.0 < line.irq) {
+            out.push(gone.0);
         }
-        let Some(was) = old.next_if(|l| l.irq == line.irq) else {
+        let Some(&(_, start, end)) = old.next_if(|r| r.0 == line.irq) else {
             out.push(line.irq);
             continue;
         };
         let (cols, counts) = now.counts(line).parts();
-        let (cols_was, counts_was) = before.counts(was).parts();
+        let (cols_was, counts_was) = before.cells(start, end);
         if cols == cols_was && counts == counts_was {
             continue;
         }
@@ -329,7 +369,7 @@ fn moved(
             out.push(line.irq);
         }
     }
-    out.extend(old.map(|l| l.irq));
+    out.extend(old.map(|r| r.0));
     out.sort_unstable();
     true
 }
@@ -485,8 +525,12 @@ mod tests {
         known: &[(u32, IrqAffinity)],
     ) -> Option<Vec<u32>> {
         let known: BTreeMap<u32, IrqAffinity> = known.iter().cloned().collect();
+        let mut last = LastCounts::default();
+        // Storage from an earlier, different table: `keep` must start afresh.
+        last.keep(Some(&table(&[(7, [1, 2, 3, 4])])));
+        last.keep(Some(before));
         let mut out = vec![99];
-        moved(before, now, &known, &mut out).then_some(out)
+        moved(&last, now, &known, &mut out).then_some(out)
     }
 
     #[test]
@@ -531,6 +575,14 @@ mod tests {
             moved_irqs(&before, &now, &[]),
             Some(vec![29, 30, 31, 35, 40])
         );
+    }
+
+    #[test]
+    fn no_table_last_time_cannot_be_compared() {
+        let mut last = LastCounts::default();
+        last.keep(None);
+        let now = table(&[(30, [1, 0, 0, 0])]);
+        assert!(!moved(&last, &now, &BTreeMap::new(), &mut Vec::new()));
     }
 
     #[test]
