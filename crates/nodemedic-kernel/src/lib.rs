@@ -195,6 +195,49 @@ fn is_zero_cell(b: &[u8], pos: usize) -> bool {
         && b.get(pos + 11).is_none_or(|c| c.is_ascii_whitespace())
 }
 
+/// How many zero cells [`are_zero_cells`] takes at once.
+const ZERO_RUN: usize = 8;
+
+/// [`ZERO_RUN`] of the kernel's zero cells (`" %10u"` of 0), as the words they load as.
+const ZERO_WORDS: [u64; ZERO_RUN * 11 / 8] = {
+    let mut cells = [b' '; ZERO_RUN * 11];
+    let mut c = 0;
+    while c < ZERO_RUN {
+        cells[c * 11 + 10] = b'0';
+        c += 1;
+    }
+    let mut words = [0u64; ZERO_RUN * 11 / 8];
+    let mut w = 0;
+    while w < words.len() {
+        let mut bytes = [0u8; 8];
+        let mut i = 0;
+        while i < 8 {
+            bytes[i] = cells[w * 8 + i];
+            i += 1;
+        }
+        words[w] = u64::from_le_bytes(bytes);
+        w += 1;
+    }
+    words
+};
+
+/// Whether `b[pos..]` starts with [`ZERO_RUN`] zero cells followed by whitespace or the end:
+/// eleven word compares for eight cells, where a wide table's rows are runs of zeros.
+fn are_zero_cells(b: &[u8], pos: usize) -> bool {
+    let Some(run) = b.get(pos..pos + ZERO_RUN * 11) else {
+        return false;
+    };
+    let mut diff = 0u64;
+    for (chunk, want) in run.chunks_exact(8).zip(ZERO_WORDS) {
+        if let Ok(word) = <[u8; 8]>::try_from(chunk) {
+            diff |= u64::from_le_bytes(word) ^ want;
+        }
+    }
+    diff == 0
+        && b.get(pos + ZERO_RUN * 11)
+            .is_none_or(|c| c.is_ascii_whitespace())
+}
+
 /// The counts of a row as a dense vector (one per column, zeros included) and where the rest
 /// begins: the per-CPU rows that count on every CPU (`LOC`, `NET_RX`), where most cells are not
 /// zero.
@@ -223,8 +266,14 @@ pub(crate) fn scan_counts(s: &str, max: usize, mut cell: impl FnMut(usize, u64))
         // The kernel's own spelling of a zero (`" %10u"`), which is most cells of a wide
         // table: an IRQ counts on the few CPUs it is routed to.
         if is_zero_cell(b, pos) {
-            k += 1;
-            pos += 11;
+            // Zeros come in runs (all the CPUs an IRQ is not routed to): eight at a time.
+            if k + ZERO_RUN <= max && are_zero_cells(b, pos) {
+                k += ZERO_RUN;
+                pos += ZERO_RUN * 11;
+            } else {
+                k += 1;
+                pos += 11;
+            }
             continue;
         }
         let mut i = skip_spaces(b, pos);
@@ -270,6 +319,43 @@ mod tests {
             for tail in ["7", "", "x        "] {
                 let s = format!("{}{tail}", " ".repeat(lead));
                 assert_eq!(skip_spaces(s.as_bytes(), 0), lead, "{s:?}");
+            }
+        }
+    }
+
+    /// Rows of zeros in the kernel's spelling, long and short runs, with a count at any
+    /// place, read cell by cell and `max` at any place: the runs taken eight at a time read as
+    /// the tokens written, and the rest starts where the counts end.
+    #[test]
+    fn runs_of_zero_cells_read_as_the_cells_written() {
+        for width in 0..30 {
+            for hot in (0..width).map(Some).chain([None]) {
+                let counts: Vec<u64> = (0..width)
+                    .map(|c| if Some(c) == hot { 4_575_942 } else { 0 })
+                    .collect();
+                let cells: String = counts.iter().map(|c| format!(" {c:>10}")).collect();
+                for rest in ["  IR-PCI-MSIX-0000:3b:00.0 7-edge eth0", "", "\n", "0x"] {
+                    let row = format!("{cells}{rest}");
+                    for max in [0, 1, 7, 8, 9, 16, width, width + 3] {
+                        let mut got = Vec::new();
+                        let (len, at) = scan_counts(&row, max, |col, c| got.push((col, c)));
+                        // A token glued to the last zero ("0x") ends the counts before it.
+                        let glued = rest == "0x" && width > 0;
+                        let read = if glued { width - 1 } else { width }.min(max);
+                        assert_eq!(len, read, "{row:?} max {max}");
+                        let want: Vec<(usize, u64)> = counts
+                            .iter()
+                            .enumerate()
+                            .take(read)
+                            .filter(|(_, c)| **c != 0)
+                            .map(|(i, c)| (i, *c))
+                            .collect();
+                        assert_eq!(got, want, "{row:?} max {max}");
+                        if !glued {
+                            assert_eq!(at, read * 11, "{row:?} max {max}");
+                        }
+                    }
+                }
             }
         }
     }
