@@ -178,15 +178,11 @@ fn push_short(out: &mut String, s: &str) {
     let n = s.len();
     let done = match n {
         0 => true,
-        1..4 => {
-            if s.is_ascii() {
-                for b in s.bytes() {
-                    out.push(char::from(b));
-                }
-                true
-            } else {
-                false
+        1..4 if s.is_ascii() => {
+            for b in s.bytes() {
+                out.push(char::from(b));
             }
+            true
         }
         4..8 => push_overlapping::<4>(out, s),
         8..16 => push_overlapping::<8>(out, s),
