@@ -134,17 +134,6 @@ impl Values {
         }
     }
 
-    /// Each of `ids` in decimal (`cpu`, `irq` labels).
-    fn decimals(ids: impl ExactSizeIterator<Item = u32>) -> Self {
-        let mut v = Self::with_capacity(ids.len(), ids.len() * 5);
-        for id in ids {
-            v.push(|t| {
-                let _ = write!(t, "{id}");
-            });
-        }
-        v
-    }
-
     /// Appends the value `write` writes.
     fn push(&mut self, write: impl FnOnce(&mut String)) {
         write(&mut self.text);
@@ -278,22 +267,29 @@ fn interrupts(e: &mut Encoder, snap: &Snapshot, verdicts: &[GroupVerdict], opts:
         Kind::Counter,
         "Interrupts handled per IRQ, summed over CPUs (from /proc/interrupts).",
     );
-    for (line, (irq, group, name)) in ints.irqs.iter().zip(labels.iter()) {
+    // Numbers are written as labels from a buffer on the stack: a value list of every CPU's
+    // number was two allocations per family, mapped and unmapped per render by musl's
+    // allocator on a big node (BENCHMARKS.md, "Fewer files, fewer calls, faster zeros").
+    let mut num = itoa::Buffer::new();
+    for (line, (group, name)) in ints.irqs.iter().zip(labels.iter()) {
         e.sample(
-            &[("irq", irq), ("group", group), ("name", name)],
+            &[
+                ("irq", num.format(line.irq)),
+                ("group", group),
+                ("name", name),
+            ],
             ints.counts(line).total() as f64,
         );
     }
     irq_placement(e, snap, ints, &labels);
-    let cpu_names = Values::decimals(ints.cpus.iter().copied());
     let per_cpu = device_interrupts_per_cpu(ints);
     e.family(
         "nodemedic_cpu_device_interrupts",
         Kind::Counter,
         "Device (numbered) interrupts handled per CPU, summed over IRQs.",
     );
-    for (cpu, total) in cpu_names.iter().zip(&per_cpu) {
-        e.sample(&[("cpu", cpu)], *total as f64);
+    for (cpu, total) in ints.cpus.iter().zip(&per_cpu) {
+        e.sample(&[("cpu", num.format(*cpu))], *total as f64);
     }
     e.family(
         "nodemedic_arch_interrupts",
@@ -302,8 +298,11 @@ fn interrupts(e: &mut Encoder, snap: &Snapshot, verdicts: &[GroupVerdict], opts:
     );
     for arch in &ints.arch {
         if opts.per_cpu_arch_interrupts && arch.counts.len() > 1 {
-            for (cpu, count) in cpu_names.iter().zip(&arch.counts) {
-                e.sample(&[("type", &arch.name), ("cpu", cpu)], *count as f64);
+            for (cpu, count) in ints.cpus.iter().zip(&arch.counts) {
+                e.sample(
+                    &[("type", &arch.name), ("cpu", num.format(*cpu))],
+                    *count as f64,
+                );
             }
         } else {
             let total = arch.counts.iter().fold(0u64, |a, c| a.saturating_add(*c));
@@ -316,29 +315,26 @@ fn interrupts(e: &mut Encoder, snap: &Snapshot, verdicts: &[GroupVerdict], opts:
             Kind::Counter,
             "Interrupts per IRQ per CPU (enabled by metrics.per_irq_per_cpu).",
         );
-        for (line, (irq, _, _)) in ints.irqs.iter().zip(labels.iter()) {
-            for (cpu, count) in cpu_names.iter().zip(ints.counts(line).dense()) {
-                e.sample(&[("irq", irq), ("cpu", cpu)], count as f64);
+        let mut cpu_num = itoa::Buffer::new();
+        for line in &ints.irqs {
+            let irq = num.format(line.irq);
+            for (cpu, count) in ints.cpus.iter().zip(ints.counts(line).dense()) {
+                e.sample(&[("irq", irq), ("cpu", cpu_num.format(*cpu))], count as f64);
             }
         }
     }
 }
 
-/// Each IRQ's labels, aligned with `ints.irqs`: its number, its device group (empty when in
-/// none) and its handlers.
+/// Each IRQ's labels besides its number, aligned with `ints.irqs`: its device group (empty
+/// when in none) and its handlers.
 struct IrqLabels<'v> {
-    irqs: Values,
     groups: Vec<&'v str>,
     names: Values,
 }
 
 impl IrqLabels<'_> {
-    fn iter(&self) -> impl Iterator<Item = (&str, &str, &str)> + '_ {
-        self.irqs
-            .iter()
-            .zip(self.groups.iter().copied())
-            .zip(self.names.iter())
-            .map(|((irq, group), name)| (irq, group, name))
+    fn iter(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
+        self.groups.iter().copied().zip(self.names.iter())
     }
 }
 
@@ -366,7 +362,6 @@ fn irq_labels<'v>(ints: &Interrupts, verdicts: &'v [GroupVerdict]) -> IrqLabels<
         });
     }
     IrqLabels {
-        irqs: Values::decimals(ints.irqs.iter().map(|l| l.irq)),
         groups: ints.irqs.iter().map(|l| group_of(l.irq)).collect(),
         names,
     }
@@ -378,8 +373,9 @@ fn irq_placement(e: &mut Encoder, snap: &Snapshot, ints: &Interrupts, labels: &I
         ints.irqs
             .iter()
             .zip(labels.iter())
-            .filter_map(|(line, (irq, group, _))| Some((snap.affinity.get(&line.irq)?, irq, group)))
+            .filter_map(|(line, (group, _))| Some((snap.affinity.get(&line.irq)?, line.irq, group)))
     };
+    let mut num = itoa::Buffer::new();
     e.family(
         "nodemedic_irq_effective_cpu",
         Kind::Gauge,
@@ -387,7 +383,10 @@ fn irq_placement(e: &mut Encoder, snap: &Snapshot, ints: &Interrupts, labels: &I
     );
     for (aff, irq, group) in rows() {
         if let Some(cpu) = aff.delivery_cpus().and_then(|c| c.first()) {
-            e.sample(&[("irq", irq), ("group", group)], f64::from(cpu));
+            e.sample(
+                &[("irq", num.format(irq)), ("group", group)],
+                f64::from(cpu),
+            );
         }
     }
     e.family(
@@ -397,7 +396,10 @@ fn irq_placement(e: &mut Encoder, snap: &Snapshot, ints: &Interrupts, labels: &I
     );
     for (aff, irq, group) in rows() {
         if let Some(smp) = &aff.smp {
-            e.sample(&[("irq", irq), ("group", group)], smp.len() as f64);
+            e.sample(
+                &[("irq", num.format(irq)), ("group", group)],
+                smp.len() as f64,
+            );
         }
     }
     e.family(
@@ -407,7 +409,10 @@ fn irq_placement(e: &mut Encoder, snap: &Snapshot, ints: &Interrupts, labels: &I
     );
     for (aff, irq, group) in rows() {
         if let Some(eff) = &aff.effective {
-            e.sample(&[("irq", irq), ("group", group)], eff.len() as f64);
+            e.sample(
+                &[("irq", num.format(irq)), ("group", group)],
+                eff.len() as f64,
+            );
         }
     }
 }
@@ -439,11 +444,11 @@ fn softirqs(e: &mut Encoder, snap: &Snapshot, opts: &MetricsOptions) {
         Kind::Counter,
         "Softirqs handled per CPU and type (from /proc/softirqs).",
     );
-    let cpu_names = Values::decimals(s.cpus.iter().copied());
+    let mut num = itoa::Buffer::new();
     for ty in &opts.softirq_types {
         if let Some(row) = s.row(ty) {
-            for (cpu, count) in cpu_names.iter().zip(&row.counts) {
-                e.sample(&[("cpu", cpu), ("type", ty)], *count as f64);
+            for (cpu, count) in s.cpus.iter().zip(&row.counts) {
+                e.sample(&[("cpu", num.format(*cpu)), ("type", ty)], *count as f64);
             }
         }
     }
@@ -453,7 +458,7 @@ fn softnet(e: &mut Encoder, snap: &Snapshot) {
     let Some(rows) = &snap.softnet else {
         return;
     };
-    let cpu_names = Values::decimals(rows.iter().map(|(c, _)| *c));
+    let mut num = itoa::Buffer::new();
     type Field = fn(&nodemedic_kernel::softnet::SoftnetRow) -> u32;
     let fields: [(&str, &str, Field); 3] = [
         ("nodemedic_softnet_processed", "Packets processed by the CPU's NET_RX softirq (softnet_stat).", |r| r.processed),
@@ -462,8 +467,8 @@ fn softnet(e: &mut Encoder, snap: &Snapshot) {
     ];
     for (name, help, field) in fields {
         e.family(name, Kind::Counter, help);
-        for (cpu, (_, row)) in cpu_names.iter().zip(rows) {
-            e.sample(&[("cpu", cpu)], f64::from(field(row)));
+        for (cpu, row) in rows {
+            e.sample(&[("cpu", num.format(*cpu))], f64::from(field(row)));
         }
     }
 }
