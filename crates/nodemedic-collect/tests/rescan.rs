@@ -262,8 +262,10 @@ fn set_affinity(root: &std::path::Path, irq: u32, mask: &str) {
     }
 }
 
-fn delivered(snap: &Snapshot, irq: u32) -> CpuSet {
-    snap.affinity[&irq].delivery_cpus().unwrap().clone()
+/// IRQ `irq` is delivered to `cpu` alone, as the snapshot read it.
+fn assert_on(snap: &Snapshot, irq: u32, cpu: u32, why: &str) {
+    let delivered = snap.affinity[&irq].delivery_cpus().unwrap();
+    assert_eq!(delivered, &CpuSet::from_cpus([cpu]), "IRQ {irq}: {why}");
 }
 
 /// An IRQ's affinity files are read when `/proc/interrupts` shows it fired on a CPU it was
@@ -274,9 +276,9 @@ fn irq_affinities_are_read_when_the_counts_say_they_moved_and_in_turn() {
     let (copy, paths, mut set) = editable("8cpu-balanced");
     let root = copy.path();
     let first = sample(&mut set, &paths, 100);
-    assert_eq!(delivered(&first, 40), CpuSet::from_cpus([4]));
-    assert_eq!(delivered(&first, 41), CpuSet::from_cpus([5]));
-    assert_eq!(delivered(&first, 42), CpuSet::from_cpus([6]));
+    assert_on(&first, 40, 4, "first read");
+    assert_on(&first, 41, 5, "first read");
+    assert_on(&first, 42, 6, "first read");
 
     // 41 moved to CPU 0 and fired there; 40 moved while quiet; 42 moved but the count that
     // rose is on the CPU it was read on (a mask rewritten before its next interrupt).
@@ -286,37 +288,17 @@ fn irq_affinities_are_read_when_the_counts_say_they_moved_and_in_turn() {
     set_affinity(root, 42, "04");
     set_counts(root, 42, [0, 0, 0, 0, 0, 0, 3903999, 0]);
     let next = sample(&mut set, &paths, 101);
-    assert_eq!(
-        delivered(&next, 41),
-        CpuSet::from_cpus([0]),
-        "read: it fired elsewhere"
-    );
+    assert_on(&next, 41, 0, "read: it fired elsewhere");
     // The 26 IRQs take their turns 3 a sample (26 × 1 s / 10 s), in order; 40 and 42 are the
     // 23rd and 25th.
-    assert_eq!(
-        delivered(&next, 40),
-        CpuSet::from_cpus([4]),
-        "not its turn yet"
-    );
-    assert_eq!(
-        delivered(&next, 42),
-        CpuSet::from_cpus([6]),
-        "not its turn yet"
-    );
+    assert_on(&next, 40, 4, "not its turn yet");
+    assert_on(&next, 42, 6, "not its turn yet");
     let mut last = next;
     for secs in 102..=110 {
         last = sample(&mut set, &paths, secs);
     }
-    assert_eq!(
-        delivered(&last, 40),
-        CpuSet::from_cpus([1]),
-        "read within 10 s"
-    );
-    assert_eq!(
-        delivered(&last, 42),
-        CpuSet::from_cpus([2]),
-        "read within 10 s"
-    );
+    assert_on(&last, 40, 1, "read within 10 s");
+    assert_on(&last, 42, 2, "read within 10 s");
 
     // A freed IRQ loses its row and its directory: gone from the next sample.
     let text = std::fs::read_to_string(root.join("proc/interrupts")).unwrap();
