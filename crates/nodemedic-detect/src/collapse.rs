@@ -6,7 +6,7 @@
 //! or the network stack on those CPUs is visibly overloaded (softnet drops or time squeezes).
 //! Both verdicts pass through [`Hysteresis`], so a signal that flaps never flips them.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use nodemedic_kernel::counter;
 use nodemedic_kernel::device::Classified;
@@ -146,16 +146,22 @@ struct GroupState {
     seen: u64,
 }
 
+/// What the next sample compares with. Refilled in place every sample ([`Previous::fill`]):
+/// its lists are ordered by IRQ or CPU, where three hash maps a sample (one entry per IRQ,
+/// two per CPU) were built, hashed and freed (BENCHMARKS.md, "The sampler's maps").
 #[derive(Debug, Clone, Default)]
 struct Previous {
     at: std::time::Duration,
     /// The CPU of each count column (the `/proc/interrupts` header).
     cpus: Vec<u32>,
-    /// The sample's table, shared with the snapshot (not copied), and IRQ → its row.
+    /// The sample's table, shared with the snapshot (not copied).
     interrupts: Option<std::sync::Arc<nodemedic_kernel::interrupts::Interrupts>>,
-    rows: HashMap<u32, usize>,
-    net_rx: HashMap<u32, u64>,
-    softnet: HashMap<u32, (u64, u64)>,
+    /// (IRQ, its row in `interrupts`), by IRQ.
+    rows: Vec<(u32, usize)>,
+    /// (CPU, NET_RX softirqs), by CPU.
+    net_rx: Vec<(u32, u64)>,
+    /// (CPU, (dropped, time_squeeze)), by CPU.
+    softnet: Vec<(u32, (u64, u64))>,
 }
 
 pub struct CollapseDetector {
@@ -163,6 +169,8 @@ pub struct CollapseDetector {
     hurting: HurtingConfig,
     state: BTreeMap<String, GroupState>,
     previous: Option<Previous>,
+    /// The buffers of the sample before `previous`, for the next sample to refill.
+    spare: Previous,
     classified: Classified,
     observations: u64,
     /// Per-column sums of one group (its growth, its counts since boot), kept from one group
@@ -177,6 +185,7 @@ impl CollapseDetector {
             hurting,
             state: BTreeMap::new(),
             previous: None,
+            spare: Previous::default(),
             classified: Classified::default(),
             observations: 0,
             scratch: Default::default(),
@@ -193,7 +202,8 @@ impl CollapseDetector {
             },
             &mut self.classified,
         );
-        let current = Previous::from_snapshot(snap);
+        let mut current = std::mem::take(&mut self.spare);
+        current.fill(snap);
         let elapsed = self
             .previous
             .as_ref()
@@ -239,7 +249,12 @@ impl CollapseDetector {
         // A device that went away takes its state with it.
         self.state.retain(|_, s| s.seen == observation);
         self.scratch = scratch;
-        self.previous = Some(current);
+        if let Some(mut old) = self.previous.replace(current) {
+            // Its table goes now, as it did when the whole was dropped: a share kept
+            // would make the engine copy the next table rather than widen it in place.
+            old.interrupts = None;
+            self.spare = old;
+        }
         verdicts
     }
 
@@ -337,14 +352,18 @@ impl CollapseDetector {
         }
         if let (Some(dt), Some(p)) = (elapsed, prev) {
             if let Some(cpu) = e.hottest_cpu {
-                if let (Some(now), Some(before)) = (cur.net_rx.get(&cpu), p.net_rx.get(&cpu)) {
-                    e.hottest_net_rx_rate = counter::delta(*before, *now).map(|d| d as f64 / dt);
+                if let (Some(now), Some(before)) =
+                    (of_cpu(&cur.net_rx, cpu), of_cpu(&p.net_rx, cpu))
+                {
+                    e.hottest_net_rx_rate = counter::delta(before, now).map(|d| d as f64 / dt);
                 }
             }
             let mut dropped = None;
             let mut squeezed = None;
             for cpu in g.effective_cpus.iter() {
-                if let (Some(now), Some(before)) = (cur.softnet.get(&cpu), p.softnet.get(&cpu)) {
+                if let (Some(now), Some(before)) =
+                    (of_cpu(&cur.softnet, cpu), of_cpu(&p.softnet, cpu))
+                {
                     // softnet_stat is 32-bit and not widened: wrap-aware here.
                     *dropped.get_or_insert(0) += counter::delta(before.0, now.0).unwrap_or(0);
                     *squeezed.get_or_insert(0) += counter::delta(before.1, now.1).unwrap_or(0);
@@ -373,39 +392,48 @@ fn state_of<'s>(
 impl Previous {
     /// An IRQ's counts, aligned with `cpus`.
     fn row(&self, irq: u32) -> Option<Counts<'_>> {
-        let row = *self.rows.get(&irq)?;
+        let at = self.rows.binary_search_by_key(&irq, |(q, _)| *q).ok()?;
+        let row = self.rows.get(at)?.1;
         let ints = self.interrupts.as_ref()?;
         Some(ints.counts(ints.irqs.get(row)?))
     }
 
-    fn from_snapshot(snap: &Snapshot) -> Self {
-        let mut p = Previous {
-            at: snap.at,
-            ..Default::default()
-        };
+    /// `snap`'s state, into `self`'s buffers.
+    fn fill(&mut self, snap: &Snapshot) {
+        self.at = snap.at;
+        self.cpus.clear();
+        self.rows.clear();
+        self.interrupts = None;
         if let Some(ints) = &snap.interrupts {
-            p.cpus = ints.cpus.clone();
-            p.rows = ints
-                .irqs
-                .iter()
-                .enumerate()
-                .map(|(i, line)| (line.irq, i))
-                .collect();
-            p.interrupts = Some(ints.clone());
+            self.cpus.extend_from_slice(&ints.cpus);
+            self.rows
+                .extend(ints.irqs.iter().enumerate().map(|(i, line)| (line.irq, i)));
+            // The kernel prints IRQs in order: on sorted input this is one pass, in place.
+            self.rows.sort_unstable_by_key(|(irq, _)| *irq);
+            self.interrupts = Some(ints.clone());
         }
+        self.net_rx.clear();
         if let Some(s) = &snap.softirqs {
             if let Some(row) = s.row("NET_RX") {
-                p.net_rx = s.per_cpu(&row.counts).collect();
+                self.net_rx.extend(s.per_cpu(&row.counts));
             }
         }
+        self.net_rx.sort_unstable_by_key(|(cpu, _)| *cpu);
+        self.softnet.clear();
         if let Some(rows) = &snap.softnet {
-            p.softnet = rows
-                .iter()
-                .map(|(cpu, r)| (*cpu, (u64::from(r.dropped), u64::from(r.time_squeeze))))
-                .collect();
+            self.softnet.extend(
+                rows.iter()
+                    .map(|(cpu, r)| (*cpu, (u64::from(r.dropped), u64::from(r.time_squeeze)))),
+            );
         }
-        p
+        self.softnet.sort_unstable_by_key(|(cpu, _)| *cpu);
     }
+}
+
+/// The value of `cpu` in a list ordered by CPU.
+pub(crate) fn of_cpu<T: Copy>(by_cpu: &[(u32, T)], cpu: u32) -> Option<T> {
+    let at = by_cpu.binary_search_by_key(&cpu, |(c, _)| *c).ok()?;
+    by_cpu.get(at).map(|(_, v)| *v)
 }
 
 /// What an operator should read about the verdicts.

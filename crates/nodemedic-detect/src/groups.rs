@@ -108,8 +108,10 @@ pub fn build_groups(
         .into_iter()
         .map(|(key, members)| build_group(snap, key.render(), &members, &base, opts))
         .collect();
-    // The order of the rendered keys (`irq:10` before `irq:9`), as it has always been.
-    groups.sort_by(|a, b| a.key.cmp(&b.key));
+    // The order of the rendered keys (`irq:10` before `irq:9`), as it has always been. The
+    // keys are distinct, so an unstable sort gives the same order, in place: the stable one
+    // took a buffer of half the groups (tens of KiB on a big node) for every sample.
+    groups.sort_unstable_by(|a, b| a.key.cmp(&b.key));
     groups
 }
 

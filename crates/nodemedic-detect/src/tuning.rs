@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::collapse::GroupVerdict;
+use crate::collapse::{of_cpu, GroupVerdict};
 use crate::finding::{Finding, Severity};
 use crate::hysteresis::{ratio, ConfigError, Hysteresis, Latch};
 use nodemedic_kernel::counter;
@@ -100,86 +100,98 @@ pub fn findings(v: &TuningVerdict) -> Vec<Finding> {
     v.findings.iter().map(Finding::from).collect()
 }
 
-/// The counters of one sample the rates come from.
+/// The counters of one sample the rates come from. The per-CPU ones are lists ordered by
+/// CPU, refilled in place every sample ([`Counters::fill`]): on a 256-CPU node a map per
+/// sample was four hash tables of 256 entries built, hashed and freed, and the C library
+/// mapped and unmapped their memory every time (BENCHMARKS.md, "The sampler's maps").
 #[derive(Debug, Clone, Default)]
 struct Counters {
     at: Duration,
-    /// CPU → NET_RX softirqs.
-    net_rx: HashMap<u32, u64>,
-    /// CPU → (dropped, time_squeeze).
-    softnet: HashMap<u32, (u64, u64)>,
+    /// (CPU, NET_RX softirqs), by CPU.
+    net_rx: Vec<(u32, u64)>,
+    /// (CPU, (dropped, time_squeeze)), by CPU.
+    softnet: Vec<(u32, (u64, u64))>,
     /// Interface → (rx_missed_errors, rx_fifo_errors).
     nic: HashMap<String, (Option<u64>, Option<u64>)>,
 }
 
 impl Counters {
-    fn of(snap: &Snapshot) -> Self {
-        let mut c = Counters {
-            at: snap.at,
-            ..Default::default()
-        };
+    /// `snap`'s counters, into `self`'s buffers.
+    fn fill(&mut self, snap: &Snapshot) {
+        self.at = snap.at;
+        self.net_rx.clear();
         if let Some(s) = &snap.softirqs {
             if let Some(row) = s.row("NET_RX") {
-                c.net_rx = s.per_cpu(&row.counts).collect();
+                self.net_rx.extend(s.per_cpu(&row.counts));
             }
         }
+        // The kernel's columns and rows are in CPU order: on sorted input this is one pass.
+        self.net_rx.sort_unstable_by_key(|(cpu, _)| *cpu);
+        self.softnet.clear();
         if let Some(rows) = &snap.softnet {
-            c.softnet = rows
-                .iter()
-                .map(|(cpu, r)| (*cpu, (u64::from(r.dropped), u64::from(r.time_squeeze))))
-                .collect();
+            self.softnet.extend(
+                rows.iter()
+                    .map(|(cpu, r)| (*cpu, (u64::from(r.dropped), u64::from(r.time_squeeze)))),
+            );
         }
+        self.softnet.sort_unstable_by_key(|(cpu, _)| *cpu);
+        self.nic.clear();
         if let Some(t) = &snap.tuning {
-            c.nic = t
-                .nic_stats
-                .iter()
-                .map(|(n, s)| (n.clone(), (s.rx_missed_errors, s.rx_fifo_errors)))
-                .collect();
+            self.nic.extend(
+                t.nic_stats
+                    .iter()
+                    .map(|(n, s)| (n.clone(), (s.rx_missed_errors, s.rx_fifo_errors))),
+            );
         }
-        c
     }
 }
 
-/// Growth between two samples, node-wide and per interface.
+/// Growth between two samples, node-wide and per interface. Refilled in place
+/// ([`Rates::between`]).
 #[derive(Debug, Default)]
 struct Rates {
     seconds: f64,
-    /// CPU → NET_RX softirqs per second.
-    net_rx: BTreeMap<u32, f64>,
+    /// (CPU, NET_RX softirqs per second), by CPU.
+    net_rx: Vec<(u32, f64)>,
     net_rx_total: f64,
-    /// CPU → (dropped, squeezed) since the previous sample, where either grew.
-    softnet: BTreeMap<u32, (u64, u64)>,
+    /// (CPU, (dropped, squeezed)) since the previous sample, where either grew, by CPU.
+    softnet: Vec<(u32, (u64, u64))>,
     /// Interface → (rx_missed growth, rx_fifo growth).
     nic: HashMap<String, (u64, u64)>,
 }
 
 impl Rates {
-    fn between(before: &Counters, now: &Counters) -> Option<Rates> {
-        let seconds = now.at.checked_sub(before.at)?.as_secs_f64();
-        if seconds <= 0.0 {
-            return None;
-        }
-        let mut r = Rates {
-            seconds,
-            ..Default::default()
+    /// The growth from `before` to `now`, into `self`; false (and `self` unchanged) when
+    /// the clock did not move forward.
+    fn between(&mut self, before: &Counters, now: &Counters) -> bool {
+        let Some(seconds) = now.at.checked_sub(before.at).map(|d| d.as_secs_f64()) else {
+            return false;
         };
+        if seconds <= 0.0 {
+            return false;
+        }
+        self.seconds = seconds;
+        self.net_rx.clear();
+        self.net_rx_total = 0.0;
         for (cpu, n) in &now.net_rx {
-            if let Some(d) = before.net_rx.get(cpu).and_then(|b| counter::delta(*b, *n)) {
+            if let Some(d) = of_cpu(&before.net_rx, *cpu).and_then(|b| counter::delta(b, *n)) {
                 let rate = d as f64 / seconds;
-                r.net_rx_total += rate;
-                r.net_rx.insert(*cpu, rate);
+                self.net_rx_total += rate;
+                self.net_rx.push((*cpu, rate));
             }
         }
+        self.softnet.clear();
         for (cpu, (dropped, squeezed)) in &now.softnet {
-            if let Some((bd, bs)) = before.softnet.get(cpu) {
+            if let Some((bd, bs)) = of_cpu(&before.softnet, *cpu) {
                 // softnet_stat is 32-bit and not widened: wrap-aware.
-                let d = counter::delta(*bd, *dropped).unwrap_or(0);
-                let s = counter::delta(*bs, *squeezed).unwrap_or(0);
+                let d = counter::delta(bd, *dropped).unwrap_or(0);
+                let s = counter::delta(bs, *squeezed).unwrap_or(0);
                 if d > 0 || s > 0 {
-                    r.softnet.insert(*cpu, (d, s));
+                    self.softnet.push((*cpu, (d, s)));
                 }
             }
         }
+        self.nic.clear();
         for (name, (missed, fifo)) in &now.nic {
             let Some((bm, bf)) = before.nic.get(name) else {
                 continue;
@@ -188,18 +200,18 @@ impl Rates {
                 (Some(b), Some(n)) => counter::delta(*b, *n).unwrap_or(0),
                 _ => 0,
             };
-            r.nic
+            self.nic
                 .insert(name.clone(), (grow(bm, missed), grow(bf, fifo)));
         }
-        Some(r)
+        true
     }
 
     fn dropped(&self) -> u64 {
-        self.softnet.values().map(|(d, _)| d).sum()
+        self.softnet.iter().map(|(_, (d, _))| d).sum()
     }
 
     fn squeezed(&self) -> u64 {
-        self.softnet.values().map(|(_, s)| s).sum()
+        self.softnet.iter().map(|(_, (_, s))| s).sum()
     }
 
     fn cpus_where(&self, pick: impl Fn(&(u64, u64)) -> bool) -> CpuSet {
@@ -218,6 +230,10 @@ impl Rates {
 pub struct TuningDetector {
     config: TuningConfig,
     previous: Option<Counters>,
+    /// The counters before `previous`, whose buffers the next sample refills.
+    spare: Counters,
+    /// The last growth, refilled every sample.
+    rates: Rates,
     latches: BTreeMap<(TuningRule, String), Latch>,
 }
 
@@ -248,14 +264,18 @@ impl TuningDetector {
     /// device's interrupt rate, hottest CPU and softnet growth), and returns the findings.
     /// Without the tuning data in the snapshot there is nothing to audit.
     pub fn observe(&mut self, snap: &Snapshot, irq: &[GroupVerdict]) -> TuningVerdict {
-        let now = Counters::of(snap);
-        let rates = self
-            .previous
-            .as_ref()
-            .and_then(|before| Rates::between(before, &now));
-        self.previous = Some(now);
+        let mut now = std::mem::take(&mut self.spare);
+        now.fill(snap);
+        let moved = match &self.previous {
+            Some(before) => self.rates.between(before, &now),
+            None => false,
+        };
+        if let Some(old) = self.previous.replace(now) {
+            self.spare = old;
+        }
+        let rates = moved.then_some(&self.rates);
         let mut out = TuningVerdict {
-            interval_seconds: rates.as_ref().map(|r| r.seconds),
+            interval_seconds: rates.map(|r| r.seconds),
             findings: Vec::new(),
         };
         let Some(tuning) = &snap.tuning else {
@@ -266,7 +286,7 @@ impl TuningDetector {
             config: &self.config,
             snap,
             irq,
-            rates: rates.as_ref(),
+            rates,
             latches: &mut self.latches,
             seen: Vec::new(),
             findings: Vec::new(),
@@ -376,7 +396,7 @@ impl Audit<'_> {
         let e = &g.evidence;
         if let (Some(cpu), Some(rate)) = (e.hottest_cpu, e.hottest_net_rx_rate) {
             let share = if r.net_rx_total > 0.0 {
-                r.net_rx.get(&cpu).copied().unwrap_or(0.0) / r.net_rx_total
+                of_cpu(&r.net_rx, cpu).unwrap_or(0.0) / r.net_rx_total
             } else {
                 0.0
             };
@@ -1284,5 +1304,47 @@ mod tests {
             let name = toml::Value::try_from(r).unwrap();
             assert_eq!(name.as_str(), Some(r.as_str()));
         }
+    }
+
+    #[test]
+    fn rates_refilled_in_place_keep_nothing_of_the_last_pair() {
+        let counters = |at, net_rx: &[(u32, u64)], softnet: &[(u32, (u64, u64))]| Counters {
+            at: Duration::from_secs(at),
+            net_rx: net_rx.to_vec(),
+            softnet: softnet.to_vec(),
+            nic: HashMap::new(),
+        };
+        let first = counters(10, &[(0, 100), (2, 50)], &[(0, (1, 1)), (2, (5, 5))]);
+        let second = counters(
+            12,
+            &[(0, 300), (1, 7), (2, 50)],
+            &[(0, (3, 1)), (2, (5, 5))],
+        );
+        let mut r = Rates::default();
+        assert!(r.between(&first, &second));
+        // CPU 1 has no earlier count, so no rate; CPU 2 did not move.
+        assert_eq!(r.net_rx, vec![(0, 100.0), (2, 0.0)]);
+        assert_eq!(r.net_rx_total, 100.0);
+        assert_eq!(r.softnet, vec![(0, (2, 0))]);
+        let third = counters(14, &[(1, 9)], &[]);
+        assert!(r.between(&second, &third));
+        assert_eq!(r.net_rx, vec![(1, 1.0)]);
+        assert_eq!(r.net_rx_total, 1.0);
+        assert!(r.softnet.is_empty());
+        // A clock that did not move forward leaves the last rates as they were.
+        assert!(!r.between(&third, &second));
+        assert_eq!(r.net_rx, vec![(1, 1.0)]);
+    }
+
+    #[test]
+    fn counters_refilled_from_a_bare_snapshot_are_empty() {
+        let absent = Queried::Absent(NO_GET_CHANNELS.to_string());
+        let (s, _) = one_nic(5, absent, 1, &[(0, &[])], 1_000, 0.0);
+        let mut c = Counters::default();
+        c.fill(&s);
+        assert_eq!(c.net_rx.len(), 8);
+        assert_eq!(of_cpu(&c.net_rx, 3), Some(1_000));
+        c.fill(&Snapshot::default());
+        assert!(c.net_rx.is_empty() && c.softnet.is_empty() && c.nic.is_empty());
     }
 }

@@ -163,6 +163,34 @@ fn grown(snap: &Snapshot, secs: u64, irqs: &[u32]) -> Snapshot {
     s
 }
 
+/// The detector refills the buffers of the sample before last: a third sample's rates are
+/// its growth over the second, and it holds a share of the last table only (a share of
+/// an older one would keep it alive, and the engine would copy the next one to widen it).
+#[test]
+fn each_sample_is_compared_with_the_one_before_and_only_the_last_table_is_kept() {
+    let mut d = immediate();
+    let first = irq_snapshot("8cpu-collapsed", Duration::ZERO);
+    let second = grown(&first, 10, &[]);
+    let nic_irq = group(&d.observe(&first), "virtio2").group.irqs[0];
+    let still = d.observe(&second);
+    assert_eq!(group(&still, "virtio2").evidence.irq_rate, Some(0.0));
+    let third = grown(&second, 10, &[nic_irq]);
+    let moved = d.observe(&third);
+    assert_eq!(group(&moved, "virtio2").evidence.irq_rate, Some(5_000.0));
+    let share = |s: &Snapshot| std::sync::Arc::strong_count(s.interrupts.as_ref().unwrap());
+    assert_eq!(share(&first), 1, "the first sample's table");
+    assert_eq!(share(&second), 1, "the second sample's table");
+    assert_eq!(
+        share(&third),
+        2,
+        "the last table: this test's and the detector's"
+    );
+    let fourth = grown(&third, 10, &[]);
+    let quiet = d.observe(&fourth);
+    assert_eq!(group(&quiet, "virtio2").evidence.irq_rate, Some(0.0));
+    assert_eq!(share(&third), 1, "a table two samples old");
+}
+
 #[test]
 fn one_flow_on_a_spread_nic_is_one_irqs_load_on_the_hottest_cpu() {
     // A spread NIC whose traffic is one flow: one queue's IRQ grows, on its one CPU. The
