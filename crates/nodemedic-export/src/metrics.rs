@@ -339,17 +339,22 @@ impl IrqLabels<'_> {
 }
 
 fn irq_labels<'v>(ints: &Interrupts, verdicts: &'v [GroupVerdict]) -> IrqLabels<'v> {
-    let group_by_irq: std::collections::HashMap<u32, &str> = verdicts
-        .iter()
-        .flat_map(|v| {
-            v.group
-                .irqs
-                .iter()
-                .chain(&v.group.other_irqs)
-                .map(move |irq| (*irq, v.group.name.as_str()))
-        })
-        .collect();
-    let group_of = |irq: u32| -> &str { group_by_irq.get(&irq).copied().unwrap_or("") };
+    // Each row's group, placed by the row's IRQ: the kernel prints IRQs in order, so a
+    // binary search finds the row, where a hash map of every IRQ was built each render.
+    let mut groups = vec![""; ints.irqs.len()];
+    let ordered = ints.irqs.is_sorted_by_key(|l| l.irq);
+    for v in verdicts {
+        for irq in v.group.irqs.iter().chain(&v.group.other_irqs) {
+            let row = if ordered {
+                ints.irqs.binary_search_by_key(irq, |l| l.irq).ok()
+            } else {
+                ints.irqs.iter().position(|l| l.irq == *irq)
+            };
+            if let Some(group) = row.and_then(|r| groups.get_mut(r)) {
+                *group = v.group.name.as_str();
+            }
+        }
+    }
     let mut names = Values::with_capacity(ints.irqs.len(), ints.irqs.len() * 24);
     for line in &ints.irqs {
         names.push(|t| {
@@ -361,10 +366,7 @@ fn irq_labels<'v>(ints: &Interrupts, verdicts: &'v [GroupVerdict]) -> IrqLabels<
             }
         });
     }
-    IrqLabels {
-        groups: ints.irqs.iter().map(|l| group_of(l.irq)).collect(),
-        names,
-    }
+    IrqLabels { groups, names }
 }
 
 /// Where each IRQ may go and goes: its lowest delivery CPU and the sizes of its affinities.
