@@ -297,16 +297,15 @@ fn interrupts(e: &mut Encoder, snap: &Snapshot, verdicts: &[GroupVerdict], opts:
         "Architecture interrupts by type (LOC, RES, CAL, TLB, NMI, IPI…) from /proc/interrupts.",
     );
     for arch in &ints.arch {
-        let counts = ints.arch_counts(arch);
-        if opts.per_cpu_arch_interrupts && counts.len() > 1 {
-            for (cpu, count) in ints.cpus.iter().zip(counts) {
+        if opts.per_cpu_arch_interrupts && arch.counts.len() > 1 {
+            for (cpu, count) in ints.cpus.iter().zip(&arch.counts) {
                 e.sample(
                     &[("type", &arch.name), ("cpu", num.format(*cpu))],
                     *count as f64,
                 );
             }
         } else {
-            let total = counts.iter().fold(0u64, |a, c| a.saturating_add(*c));
+            let total = arch.counts.iter().fold(0u64, |a, c| a.saturating_add(*c));
             e.sample(&[("type", &arch.name)], total as f64);
         }
     }

@@ -85,8 +85,12 @@ impl Widener {
                 .map(|c| self.retired.get(c).copied().unwrap_or(0))
                 .collect()
         };
-        let (cpus, rows) = ints.arch_rows_mut();
-        let _gone = self.arch.widen(cpus, rows);
+        let _gone = self.arch.widen(
+            cpus,
+            ints.arch
+                .iter_mut()
+                .map(|l| (l.name.as_str(), l.counts.as_mut_slice())),
+        );
     }
 
     pub fn widen_softirqs(&mut self, s: &mut Softirqs) {

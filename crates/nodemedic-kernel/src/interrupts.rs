@@ -11,9 +11,7 @@ use std::sync::Arc;
 use serde::ser::SerializeStruct;
 use serde::{Serialize, Serializer};
 
-use crate::{
-    leading_counts_into, parse_cpu_header, scan_counts, SkipReason, SkippedLine, TableError,
-};
+use crate::{leading_counts, parse_cpu_header, scan_counts, SkipReason, SkippedLine, TableError};
 
 pub type InterruptsError = TableError;
 
@@ -42,9 +40,6 @@ pub struct Interrupts {
     cols: Vec<u32>,
     /// Those counts, aligned with `cols`; none is zero.
     counts: Vec<u64>,
-    /// The architecture rows' counts, dense, row after row (see [`Interrupts::arch_counts`]):
-    /// a vector per row was twenty allocations of 8 KiB per sample on a 1024-CPU node.
-    arch_cells: Vec<u64>,
 }
 
 /// A numbered row. Its counts are in its table: [`Interrupts::counts`].
@@ -157,40 +152,6 @@ impl Interrupts {
             cpus,
             ..Default::default()
         }
-    }
-
-    /// An architecture row's counts, dense, in header order (fewer than the CPUs where the
-    /// kernel wrote fewer: `ERR`, `MIS`). `line` must be a row of this table.
-    pub fn arch_counts(&self, line: &ArchLine) -> &[u64] {
-        self.arch_cells.get(line.start..line.end).unwrap_or(&[])
-    }
-
-    /// Appends an architecture row (at most one count per CPU of the header is kept).
-    pub fn push_arch(&mut self, name: &str, counts: &[u64], description: &str) {
-        let start = self.arch_cells.len();
-        self.arch_cells
-            .extend(counts.iter().take(self.cpus.len()).copied());
-        self.arch.push(ArchLine {
-            name: name.to_string(),
-            description: description.to_string(),
-            start,
-            end: self.arch_cells.len(),
-        });
-    }
-
-    /// The header and every architecture row's name and counts, to rewrite the counts in
-    /// place (the widener).
-    pub fn arch_rows_mut(&mut self) -> (&[u32], impl Iterator<Item = (&str, &mut [u64])>) {
-        // The rows' counts lie one after the other from the start (the parser and
-        // [`Interrupts::push_arch`] store them so): each row is split off the rest.
-        let mut rest: &mut [u64] = &mut self.arch_cells;
-        let rows = self.arch.iter().map(move |a| {
-            let tail = std::mem::take(&mut rest);
-            let (row, tail) = tail.split_at_mut((a.end - a.start).min(tail.len()));
-            rest = tail;
-            (a.name.as_str(), row)
-        });
-        (&self.cpus, rows)
     }
 
     /// A row's counts. `line` must be a row of this table (another table's reads as
@@ -306,25 +267,6 @@ impl IrqLine {
     }
 }
 
-/// The architecture rows as they always serialized: name, counts, description.
-struct ArchRows<'a>(&'a Interrupts);
-
-impl Serialize for ArchRows<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        #[derive(Serialize)]
-        struct Row<'a> {
-            name: &'a str,
-            counts: &'a [u64],
-            description: &'a str,
-        }
-        s.collect_seq(self.0.arch.iter().map(|a| Row {
-            name: &a.name,
-            counts: self.0.arch_counts(a),
-            description: &a.description,
-        }))
-    }
-}
-
 /// Serialized as it always was: each row with its dense counts and its description.
 impl Serialize for Interrupts {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -349,7 +291,7 @@ impl Serialize for Interrupts {
         let mut st = s.serialize_struct("Interrupts", fields)?;
         st.serialize_field("cpus", &self.cpus)?;
         st.serialize_field("irqs", &Rows(self))?;
-        st.serialize_field("arch", &ArchRows(self))?;
+        st.serialize_field("arch", &self.arch)?;
         st.serialize_field("skipped", &self.skipped)?;
         if self.retired.is_empty() {
             st.skip_field("retired")?;
@@ -426,13 +368,11 @@ impl<'a> DescriptionText<'a> {
     }
 }
 
-/// An architecture row. Its counts are in its table: [`Interrupts::arch_counts`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ArchLine {
     pub name: String,
+    pub counts: Vec<u64>,
     pub description: String,
-    start: usize,
-    end: usize,
 }
 
 pub fn parse(text: &str) -> Result<Interrupts, InterruptsError> {
@@ -605,13 +545,11 @@ fn parse_row<'a>(line: &'a str, table: &mut Interrupts) -> Result<Row<'a>, SkipR
         if label.chars().any(char::is_whitespace) {
             return Err(SkipReason::LabelWithSpaces(label.to_string()));
         }
-        let start = table.arch_cells.len();
-        let used = leading_counts_into(rest, ncpus, &mut table.arch_cells);
+        let (counts, used) = leading_counts(rest, ncpus);
         Ok(Row::Arch(ArchLine {
             name: label.to_string(),
+            counts,
             description: rest[used..].trim().to_string(),
-            start,
-            end: table.arch_cells.len(),
         }))
     }
 }
@@ -682,9 +620,9 @@ mod tests {
         assert_eq!(p.irqs[3].desc.actions, vec!["rtc0", "i8042"]);
         assert_eq!(p.arch.len(), 3);
         assert_eq!(p.arch[1].name, "LOC");
-        assert_eq!(p.arch_counts(&p.arch[1]), vec![7590, 10292]);
+        assert_eq!(p.arch[1].counts, vec![7590, 10292]);
         assert_eq!(p.arch[1].description, "Local timer interrupts");
-        assert_eq!(p.arch_counts(&p.arch[2]), vec![0]);
+        assert_eq!(p.arch[2].counts, vec![0]);
         assert!(p.skipped.is_empty());
     }
 
@@ -737,7 +675,7 @@ mod tests {
         assert_eq!(p.irqs[0].desc.actions, vec!["arch_timer"]);
         assert_eq!(p.irqs[1].desc.actions, vec!["nvme0q1"]);
         assert_eq!(p.arch[0].name, "IPI0");
-        assert_eq!(p.arch_counts(&p.arch[0]), vec![1234567890, 1234567890]);
+        assert_eq!(p.arch[0].counts, vec![1234567890, 1234567890]);
         assert_eq!(p.arch[1].name, "Err");
     }
 
@@ -758,7 +696,7 @@ mod tests {
         let p = parse(text).unwrap();
         assert_eq!(p.counts(&p.irqs[0]).to_vec(), vec![1, 2]);
         assert_eq!(p.irqs[0].desc.chip, "");
-        assert_eq!(p.arch_counts(&p.arch[0]), vec![3]);
+        assert_eq!(p.arch[0].counts, vec![3]);
     }
 
     #[test]
@@ -859,46 +797,10 @@ mod tests {
                 cells += nonzero.len();
             }
             proptest::prop_assert_eq!(p.cells(), cells);
-            let arch: Vec<&[u64]> = rows
-                .iter()
-                .filter(|(irq, _)| irq.is_none())
-                .map(|(_, c)| c.as_slice())
-                .collect();
-            proptest::prop_assert_eq!(p.arch.iter().map(|a| p.arch_counts(a)).collect::<Vec<_>>(), arch);
+            let arch: Vec<&Vec<u64>> =
+                rows.iter().filter(|(irq, _)| irq.is_none()).map(|(_, c)| c).collect();
+            proptest::prop_assert_eq!(p.arch.iter().map(|a| &a.counts).collect::<Vec<_>>(), arch);
         }
-    }
-
-    /// The architecture rows share one vector, between and around numbered rows and rows
-    /// that are skipped, and read back, widen and serialize as rows of their own.
-    #[test]
-    fn arch_rows_share_one_vector() {
-        let text = "      CPU0 CPU1 CPU2\nNMI: 1 2 3 Non-maskable interrupts\n 9: 0 5 0 IO-APIC 9-fasteoi acpi\nBAD LABEL: 4 4 4\nLOC: 7 8 9 Local timer interrupts\nERR: 6\n";
-        let mut p = parse(text).unwrap();
-        let names: Vec<&str> = p.arch.iter().map(|a| a.name.as_str()).collect();
-        assert_eq!(names, ["NMI", "LOC", "ERR"]);
-        assert_eq!(p.skipped.len(), 1);
-        assert_eq!(p.arch_counts(&p.arch[1]), &[7, 8, 9]);
-        assert_eq!(p.arch[1].description, "Local timer interrupts");
-        assert_eq!(p.arch_counts(&p.arch[2]), &[6]);
-        let (cpus, rows) = p.arch_rows_mut();
-        assert_eq!(cpus, &[0, 1, 2]);
-        for (_, counts) in rows {
-            for c in counts {
-                *c += 100;
-            }
-        }
-        assert_eq!(p.arch_counts(&p.arch[0]), &[101, 102, 103]);
-        assert_eq!(p.arch_counts(&p.arch[2]), &[106]);
-        let mut built = Interrupts::with_cpus(vec![0, 1, 2]);
-        built.push_arch("NMI", &[101, 102, 103], "Non-maskable interrupts");
-        built.push_arch("LOC", &[107, 108, 109, 110], "Local timer interrupts");
-        built.push_arch("ERR", &[106], "");
-        assert_eq!((&built.arch, &built.arch_cells), (&p.arch, &p.arch_cells));
-        let json = serde_json::to_value(&p).unwrap();
-        assert_eq!(
-            json["arch"][1],
-            serde_json::json!({"name": "LOC", "counts": [107, 108, 109], "description": "Local timer interrupts"})
-        );
     }
 
     /// `push_irq` and `set_count` keep a table equal to the parse of the same counts.

@@ -241,7 +241,6 @@ fn are_zero_cells(b: &[u8], pos: usize) -> bool {
 /// The counts of a row as a dense vector (one per column, zeros included) and where the rest
 /// begins: the per-CPU rows that count on every CPU (`LOC`, `NET_RX`), where most cells are not
 /// zero.
-#[cfg(test)]
 pub(crate) fn leading_counts(s: &str, max: usize) -> (Vec<u64>, usize) {
     let mut counts = Vec::new();
     let used = leading_counts_into(s, max, &mut counts);
