@@ -415,7 +415,7 @@ impl Previous {
         self.net_rx.clear();
         if let Some(s) = &snap.softirqs {
             if let Some(row) = s.row("NET_RX") {
-                self.net_rx.extend(s.per_cpu(row));
+                self.net_rx.extend(s.per_cpu(&row.counts));
             }
         }
         self.net_rx.sort_unstable_by_key(|(cpu, _)| *cpu);

@@ -122,7 +122,7 @@ impl Counters {
         self.net_rx.clear();
         if let Some(s) = &snap.softirqs {
             if let Some(row) = s.row("NET_RX") {
-                self.net_rx.extend(s.per_cpu(row));
+                self.net_rx.extend(s.per_cpu(&row.counts));
             }
         }
         // The kernel's columns and rows are in CPU order: on sorted input this is one pass.
@@ -1081,7 +1081,7 @@ mod tests {
     ) -> (Snapshot, Vec<GroupVerdict>) {
         use crate::collapse::Evidence;
         use crate::groups::DeviceGroup;
-        use nodemedic_kernel::softirqs::Softirqs;
+        use nodemedic_kernel::softirqs::{SoftirqRow, Softirqs};
         let pci = "0000:00:03.0";
         let nic = NicSettings {
             pci: Some(pci.into()),
@@ -1111,10 +1111,13 @@ mod tests {
                 ..Default::default()
             }),
             netdevs: BTreeMap::from([("eth0".to_string(), pci.to_string())]),
-            softirqs: Some({
-                let mut s = Softirqs::with_cpus((0..8).collect());
-                s.push_row("NET_RX", &counts);
-                s
+            softirqs: Some(Softirqs {
+                cpus: (0..8).collect(),
+                rows: vec![SoftirqRow {
+                    name: "NET_RX".into(),
+                    counts,
+                }],
+                skipped: Vec::new(),
             }),
             tuning: Some(Tuning {
                 settings: Arc::new(settings),

@@ -449,8 +449,8 @@ fn softirqs(e: &mut Encoder, snap: &Snapshot, opts: &MetricsOptions) {
     let mut num = itoa::Buffer::new();
     for ty in &opts.softirq_types {
         if let Some(row) = s.row(ty) {
-            for (cpu, count) in s.per_cpu(row) {
-                e.sample(&[("cpu", num.format(cpu)), ("type", ty)], count as f64);
+            for (cpu, count) in s.cpus.iter().zip(&row.counts) {
+                e.sample(&[("cpu", num.format(*cpu)), ("type", ty)], *count as f64);
             }
         }
     }

@@ -89,13 +89,15 @@ impl Widener {
             cpus,
             ints.arch
                 .iter_mut()
-                .map(|l| (l.name.as_str(), l.counts.as_mut_slice())),
+                .map(|l| (l.name.as_str(), &mut l.counts)),
         );
     }
 
     pub fn widen_softirqs(&mut self, s: &mut Softirqs) {
-        let (cpus, rows) = s.rows_mut();
-        let _gone = self.softirqs.widen(cpus, rows);
+        let _gone = self.softirqs.widen(
+            &s.cpus,
+            s.rows.iter_mut().map(|r| (r.name.as_str(), &mut r.counts)),
+        );
     }
 }
 
@@ -325,7 +327,7 @@ impl<K: Hash + Eq> Table<K> {
     fn widen<'a, Q>(
         &mut self,
         cpus: &[u32],
-        rows: impl Iterator<Item = (&'a Q, &'a mut [u64])>,
+        rows: impl Iterator<Item = (&'a Q, &'a mut Vec<u64>)>,
     ) -> Vec<Vec<(u32, Cell)>>
     where
         K: Borrow<Q>,

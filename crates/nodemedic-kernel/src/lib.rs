@@ -242,23 +242,10 @@ fn are_zero_cells(b: &[u8], pos: usize) -> bool {
 /// begins: the per-CPU rows that count on every CPU (`LOC`, `NET_RX`), where most cells are not
 /// zero.
 pub(crate) fn leading_counts(s: &str, max: usize) -> (Vec<u64>, usize) {
-    let mut counts = Vec::new();
-    let used = leading_counts_into(s, max, &mut counts);
+    let mut counts = vec![0u64; max];
+    let (len, used) = scan_counts(s, max, |col, count| counts[col] = count);
+    counts.truncate(len);
     (counts, used)
-}
-
-/// [`leading_counts`] appended to `out` (the rows of a table held in one vector); returns
-/// where the rest begins.
-pub(crate) fn leading_counts_into(s: &str, max: usize, out: &mut Vec<u64>) -> usize {
-    let start = out.len();
-    out.resize(start + max, 0);
-    let (len, used) = scan_counts(s, max, |col, count| {
-        if let Some(c) = out.get_mut(start + col) {
-            *c = count;
-        }
-    });
-    out.truncate(start + len);
-    used
 }
 
 /// Scans the leading whitespace-separated tokens of `s` that are decimal counts, at most `max`
