@@ -408,29 +408,57 @@ impl Previous {
             self.cpus.extend_from_slice(&ints.cpus);
             self.rows
                 .extend(ints.irqs.iter().enumerate().map(|(i, line)| (line.irq, i)));
-            // The kernel prints IRQs in order: on sorted input this is one pass, in place.
-            self.rows.sort_unstable_by_key(|(irq, _)| *irq);
+            by_key(&mut self.rows);
             self.interrupts = Some(ints.clone());
         }
-        self.net_rx.clear();
-        if let Some(s) = &snap.softirqs {
-            if let Some(row) = s.row("NET_RX") {
-                self.net_rx.extend(s.per_cpu(&row.counts));
-            }
-        }
-        self.net_rx.sort_unstable_by_key(|(cpu, _)| *cpu);
-        self.softnet.clear();
-        if let Some(rows) = &snap.softnet {
-            self.softnet.extend(
-                rows.iter()
-                    .map(|(cpu, r)| (*cpu, (u64::from(r.dropped), u64::from(r.time_squeeze)))),
-            );
-        }
-        self.softnet.sort_unstable_by_key(|(cpu, _)| *cpu);
+        fill_per_cpu(snap, &mut self.net_rx, &mut self.softnet);
     }
 }
 
-/// The value of `cpu` in a list ordered by CPU.
+/// `snap`'s per-CPU NET_RX softirqs and softnet (dropped, time_squeeze) counts, into the
+/// two lists, each ordered by CPU with one entry per CPU (see [`by_key`]). Both detectors
+/// compare these from one sample to the next.
+pub(crate) fn fill_per_cpu(
+    snap: &Snapshot,
+    net_rx: &mut Vec<(u32, u64)>,
+    softnet: &mut Vec<(u32, (u64, u64))>,
+) {
+    net_rx.clear();
+    if let Some(s) = &snap.softirqs {
+        if let Some(row) = s.row("NET_RX") {
+            net_rx.extend(s.per_cpu(&row.counts));
+        }
+    }
+    by_key(net_rx);
+    softnet.clear();
+    if let Some(rows) = &snap.softnet {
+        softnet.extend(
+            rows.iter()
+                .map(|(cpu, r)| (*cpu, (u64::from(r.dropped), u64::from(r.time_squeeze)))),
+        );
+    }
+    by_key(softnet);
+}
+
+/// Orders `entries` by key and keeps one entry per key, the last one given: what a map
+/// collected from the same entries holds, which these lists replace. The kernel writes its
+/// IRQs and CPUs in order and once each, so the check is one pass and nothing moves; only
+/// a damaged file pays for the (stable) sort.
+pub(crate) fn by_key<T: Copy>(entries: &mut Vec<(u32, T)>) {
+    if !entries.is_sorted_by_key(|(k, _)| *k) {
+        entries.sort_by_key(|(k, _)| *k);
+    }
+    // `later` follows `kept`; a repeated key overwrites the kept entry and is dropped.
+    entries.dedup_by(|later, kept| {
+        let same = later.0 == kept.0;
+        if same {
+            *kept = *later;
+        }
+        same
+    });
+}
+
+/// The value of `cpu` in a list ordered by CPU (see [`by_key`]).
 pub(crate) fn of_cpu<T: Copy>(by_cpu: &[(u32, T)], cpu: u32) -> Option<T> {
     let at = by_cpu.binary_search_by_key(&cpu, |(c, _)| *c).ok()?;
     by_cpu.get(at).map(|(_, v)| *v)
@@ -495,4 +523,27 @@ pub fn findings(verdicts: &[GroupVerdict]) -> Vec<Finding> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn by_key_orders_and_keeps_the_last_entry_of_a_key_as_a_map_would() {
+        let entries = [(3, 'a'), (1, 'b'), (3, 'c'), (2, 'd'), (1, 'e')];
+        let mut list = entries.to_vec();
+        by_key(&mut list);
+        let map: std::collections::HashMap<u32, char> = entries.iter().copied().collect();
+        let mut from_map: Vec<(u32, char)> = map.into_iter().collect();
+        from_map.sort_unstable();
+        assert_eq!(list, from_map);
+        assert_eq!(list, vec![(1, 'e'), (2, 'd'), (3, 'c')]);
+        assert_eq!(of_cpu(&list, 3), Some('c'));
+        assert_eq!(of_cpu(&list, 4), None);
+        // In order already (what the kernel writes): unchanged.
+        let mut sorted = vec![(0, 1), (1, 2), (5, 3)];
+        by_key(&mut sorted);
+        assert_eq!(sorted, vec![(0, 1), (1, 2), (5, 3)]);
+    }
 }

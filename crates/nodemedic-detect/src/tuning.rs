@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::collapse::{of_cpu, GroupVerdict};
+use crate::collapse::{fill_per_cpu, of_cpu, GroupVerdict};
 use crate::finding::{Finding, Severity};
 use crate::hysteresis::{ratio, ConfigError, Hysteresis, Latch};
 use nodemedic_kernel::counter;
@@ -119,22 +119,7 @@ impl Counters {
     /// `snap`'s counters, into `self`'s buffers.
     fn fill(&mut self, snap: &Snapshot) {
         self.at = snap.at;
-        self.net_rx.clear();
-        if let Some(s) = &snap.softirqs {
-            if let Some(row) = s.row("NET_RX") {
-                self.net_rx.extend(s.per_cpu(&row.counts));
-            }
-        }
-        // The kernel's columns and rows are in CPU order: on sorted input this is one pass.
-        self.net_rx.sort_unstable_by_key(|(cpu, _)| *cpu);
-        self.softnet.clear();
-        if let Some(rows) = &snap.softnet {
-            self.softnet.extend(
-                rows.iter()
-                    .map(|(cpu, r)| (*cpu, (u64::from(r.dropped), u64::from(r.time_squeeze)))),
-            );
-        }
-        self.softnet.sort_unstable_by_key(|(cpu, _)| *cpu);
+        fill_per_cpu(snap, &mut self.net_rx, &mut self.softnet);
         self.nic.clear();
         if let Some(t) = &snap.tuning {
             self.nic.extend(

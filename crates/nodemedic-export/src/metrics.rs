@@ -340,18 +340,25 @@ impl IrqLabels<'_> {
 
 fn irq_labels<'v>(ints: &Interrupts, verdicts: &'v [GroupVerdict]) -> IrqLabels<'v> {
     // Each row's group, placed by the row's IRQ: the kernel prints IRQs in order, so a
-    // binary search finds the row, where a hash map of every IRQ was built each render.
+    // binary search finds the rows, where a hash map of every IRQ was built each render.
+    // Every row with that IRQ gets the group (a damaged table can repeat one), and a later
+    // group of the same IRQ wins, as with the map.
     let mut groups = vec![""; ints.irqs.len()];
     let ordered = ints.irqs.is_sorted_by_key(|l| l.irq);
     for v in verdicts {
-        for irq in v.group.irqs.iter().chain(&v.group.other_irqs) {
-            let row = if ordered {
-                ints.irqs.binary_search_by_key(irq, |l| l.irq).ok()
+        for &irq in v.group.irqs.iter().chain(&v.group.other_irqs) {
+            let rows = if ordered {
+                let from = ints.irqs.partition_point(|l| l.irq < irq);
+                from..from + ints.irqs[from..].partition_point(|l| l.irq == irq)
             } else {
-                ints.irqs.iter().position(|l| l.irq == *irq)
+                0..ints.irqs.len()
             };
-            if let Some(group) = row.and_then(|r| groups.get_mut(r)) {
-                *group = v.group.name.as_str();
+            for r in rows {
+                if ints.irqs.get(r).is_some_and(|l| l.irq == irq) {
+                    if let Some(group) = groups.get_mut(r) {
+                        *group = v.group.name.as_str();
+                    }
+                }
             }
         }
     }
