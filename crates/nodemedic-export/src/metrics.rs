@@ -658,4 +658,62 @@ mod tests {
         ints.retired = vec![100, 200, 300, 400];
         assert_eq!(device_interrupts_per_cpu(&ints), vec![111, 202, 305]);
     }
+
+    /// Each row's group label, as the map it replaced gave it: every row of an IRQ (a
+    /// damaged table can repeat one), the later group of an IRQ named twice, "" for none;
+    /// in order or not.
+    #[test]
+    fn irq_labels_name_every_row_of_an_irq_and_the_later_group() {
+        use nodemedic_kernel::cpuset::CpuSet;
+        use nodemedic_kernel::interrupts::IrqDescription;
+        use nodemedic_sample::verdict::{DeviceGroup, Evidence, GroupVerdict};
+        let verdict = |name: &str, irqs: Vec<u32>, other_irqs: Vec<u32>| GroupVerdict {
+            group: DeviceGroup {
+                key: format!("dev:{name}"),
+                name: name.to_string(),
+                driver: None,
+                pci: None,
+                netdev: None,
+                numa_node: None,
+                irqs,
+                other_irqs,
+                effective_cpus: CpuSet::default(),
+                eligible_cpus: CpuSet::default(),
+                unknown_affinity: Vec::new(),
+            },
+            collapsed: false,
+            hurting: false,
+            changed: false,
+            collapsed_now: false,
+            hurting_now: false,
+            collapsed_since: None,
+            hurting_since: None,
+            evidence: Evidence::default(),
+        };
+        let verdicts = [
+            verdict("nic", vec![24, 25], vec![9]),
+            verdict("nvme", vec![30], vec![25]),
+        ];
+        for order in [[9u32, 24, 25, 25, 30, 31], [31, 25, 9, 30, 25, 24]] {
+            let mut ints = Interrupts::with_cpus(vec![0]);
+            for irq in order {
+                ints.push_irq(irq, std::sync::Arc::new(IrqDescription::default()), &[1]);
+            }
+            let labels = irq_labels(&ints, &verdicts);
+            let got: Vec<(u32, &str)> = ints
+                .irqs
+                .iter()
+                .zip(labels.iter())
+                .map(|(l, (group, _))| (l.irq, group))
+                .collect();
+            let want = |irq: u32| match irq {
+                9 | 24 => "nic",
+                25 | 30 => "nvme",
+                _ => "",
+            };
+            for (irq, group) in got {
+                assert_eq!(group, want(irq), "IRQ {irq}, rows {order:?}");
+            }
+        }
+    }
 }
