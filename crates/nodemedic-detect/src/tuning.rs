@@ -1124,18 +1124,12 @@ mod tests {
                 eligible_cpus: CpuSet::from_cpus(0..8),
                 unknown_affinity: Vec::new(),
             },
-            collapsed: false,
-            hurting: false,
-            changed: false,
-            collapsed_now: false,
-            hurting_now: false,
-            collapsed_since: None,
-            hurting_since: None,
             evidence: Evidence {
                 hottest_cpu: Some(3),
                 hottest_net_rx_rate: Some(rate),
                 ..Default::default()
             },
+            ..Default::default()
         };
         (snap, vec![group])
     }

@@ -664,31 +664,17 @@ mod tests {
     /// in order or not.
     #[test]
     fn irq_labels_name_every_row_of_an_irq_and_the_later_group() {
-        use nodemedic_kernel::cpuset::CpuSet;
         use nodemedic_kernel::interrupts::IrqDescription;
-        use nodemedic_sample::verdict::{DeviceGroup, Evidence, GroupVerdict};
+        use nodemedic_sample::verdict::{DeviceGroup, GroupVerdict};
         let verdict = |name: &str, irqs: Vec<u32>, other_irqs: Vec<u32>| GroupVerdict {
             group: DeviceGroup {
                 key: format!("dev:{name}"),
                 name: name.to_string(),
-                driver: None,
-                pci: None,
-                netdev: None,
-                numa_node: None,
                 irqs,
                 other_irqs,
-                effective_cpus: CpuSet::default(),
-                eligible_cpus: CpuSet::default(),
-                unknown_affinity: Vec::new(),
+                ..Default::default()
             },
-            collapsed: false,
-            hurting: false,
-            changed: false,
-            collapsed_now: false,
-            hurting_now: false,
-            collapsed_since: None,
-            hurting_since: None,
-            evidence: Evidence::default(),
+            ..Default::default()
         };
         let verdicts = [
             verdict("nic", vec![24, 25], vec![9]),

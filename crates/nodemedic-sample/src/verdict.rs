@@ -16,7 +16,7 @@ use crate::finding::{Finding, FindingKind, Severity};
 // The IRQ collapse detector.
 
 /// A device and its interrupts, with where they are delivered and where they could be.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct DeviceGroup {
     /// Stable identity across samples (`pci:0000:3b:00.0`, `dev:timer`).
     pub key: String,
@@ -105,7 +105,7 @@ impl Evidence {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct GroupVerdict {
     #[serde(flatten)]
     pub group: DeviceGroup,
