@@ -11,10 +11,15 @@ use procfs::FromRead;
 /// procfs root, which may be a fixture or the host's).
 ///
 /// Read by the sampler thread once per sample, not per scrape: `/proc/self/stat` is kept open
-/// and re-read with one `pread` (parsed by procfs), and the fd count is one `stat` of
-/// `/proc/self/fd`. What never changes (boot time, clock ticks, page size) is read once.
+/// and re-read with one `pread` (parsed by procfs), and the fd count is one `fstat` of
+/// `/proc/self/fd`, also kept open. What never changes (boot time, clock ticks, page size) is
+/// read once.
 pub struct SelfStats {
     stat: Option<File>,
+    /// `/proc/self/fd`, open: an `fstat` of it needs no path walk. A `stat` of the path walked
+    /// `/proc`, `self` and `fd` every sample, 7% of the sampler thread's CPU on a 2-CPU node
+    /// (BENCHMARKS.md, "Fewer wakeups").
+    fds: Option<File>,
     buf: Vec<u8>,
 }
 
@@ -28,6 +33,7 @@ impl SelfStats {
     pub fn new() -> Self {
         Self {
             stat: File::open("/proc/self/stat").ok(),
+            fds: File::open("/proc/self/fd").ok(),
             buf: vec![0; 1024],
         }
     }
@@ -42,7 +48,7 @@ impl SelfStats {
             resident_memory_bytes: stat.rss as f64 * fixed.page,
             virtual_memory_bytes: stat.vsize as f64,
             start_time_seconds: fixed.boot + stat.starttime as f64 / fixed.ticks,
-            open_fds: open_fds(),
+            open_fds: open_fds(self.fds.as_ref()),
         })
     }
 }
@@ -67,9 +73,11 @@ fn fixed() -> &'static Fixed {
 }
 
 /// Open fds. The read layer keeps thousands of files open on a large node, and listing
-/// `/proc/self/fd` costs one entry each; since Linux 6.2 the directory's size is the count.
-fn open_fds() -> f64 {
-    if let Ok(m) = std::fs::metadata("/proc/self/fd") {
+/// `/proc/self/fd` costs one entry each; since Linux 6.2 the directory's size is the count
+/// (the open directory `dir` answers an `fstat` the same way). Before 6.2 the size is 0 and the
+/// directory is listed.
+fn open_fds(dir: Option<&File>) -> f64 {
+    if let Some(m) = dir.and_then(|d| d.metadata().ok()) {
         if m.len() > 0 {
             return m.len() as f64;
         }
