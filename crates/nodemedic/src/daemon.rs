@@ -70,17 +70,11 @@ async fn serve(config: Config, faults: Faults, files: FileLimit) -> anyhow::Resu
     let mut outputs = start_outputs(&config, &engine, &samples, &faults, &web.security);
     let interval = config.sample_interval;
     let serving = format!("serving on {}", listening.join(", "));
-    let (sample_requests, sampler_thread) =
-        start_sampler(engine, faults.clone()).context("starting the sampler thread")?;
+    let (sample_thread, sampler_thread) =
+        start_sampler(engine, interval, faults.clone()).context("starting the sampler thread")?;
     let mut sampler = tokio::spawn({
         let f = faults.clone();
-        let task = sample_loop(
-            sample_requests,
-            interval,
-            outputs.endpoint.clone(),
-            samples,
-            serving,
-        );
+        let task = sample_loop(sample_thread, outputs.endpoint.clone(), samples, serving);
         async move { with_fault("sampler", &f, task).await }
     });
     crate::systemd::check_watchdog(interval);
@@ -341,33 +335,70 @@ async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
-/// The engine on a thread of its own: every sample allocates on the same thread, so its
-/// memory is reused from one sample to the next (tokio's blocking pool would move samples
-/// between threads, and glibc keeps a heap per thread: on a 1024-CPU tree that cost 12 MiB
-/// of RSS, BENCHMARKS.md "Scale"). Requests carry the reply channel.
 /// A sample, and the daemon's own resource use read right after it.
 type Sampled = (Sample, Option<nodemedic_export::ProcessStats>);
-type SampleRequests = tokio::sync::mpsc::Sender<tokio::sync::oneshot::Sender<Sampled>>;
 
+/// The runtime's end of the sampler thread: the samples, and a handle whose drop stops the
+/// thread between samples (it sleeps on it).
+struct Sampler {
+    samples: tokio::sync::mpsc::Receiver<Sampled>,
+    _stop: std::sync::mpsc::Sender<()>,
+}
+
+/// How late a sample may start before the next one is due an interval after it, not an
+/// interval after the one it missed (tokio's `MissedTickBehavior::Delay`, which the sample
+/// loop used, allows the same 5 ms).
+const LATE: Duration = Duration::from_millis(5);
+
+/// The engine on a thread of its own, which keeps the interval itself: every sample allocates
+/// on the same thread, so its memory is reused from one sample to the next (tokio's blocking
+/// pool would move samples between threads, and glibc keeps a heap per thread: on a 1024-CPU
+/// tree that cost 12 MiB of RSS, BENCHMARKS.md "Scale"). The thread sleeps until the next
+/// sample is due and hands the sample to the runtime, which wakes once per sample. When the
+/// runtime asked for each sample on its own timer, a sample cost four wakeups of a thread
+/// instead of two (the timer, which tokio's wheel fires twice, the request, the reply):
+/// BENCHMARKS.md, "Fewer wakeups".
 fn start_sampler(
     engine: Engine,
+    interval: Duration,
     faults: Faults,
-) -> std::io::Result<(SampleRequests, std::thread::JoinHandle<()>)> {
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<tokio::sync::oneshot::Sender<Sampled>>(1);
+) -> std::io::Result<(Sampler, std::thread::JoinHandle<()>)> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Sampled>(1);
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
     let mut engine = engine;
     // The process_* metrics are read here, once per sample, not on each scrape.
     let mut self_stats = nodemedic_collect::SelfStats::new();
     let thread = std::thread::Builder::new()
         .name("nodemedic-sampler".into())
         .spawn(move || {
-            while let Some(reply) = rx.blocking_recv() {
+            let mut due = Instant::now();
+            loop {
+                // Nothing is ever sent: the wait ends at the deadline, or at once when the
+                // runtime's end is dropped (shutdown).
+                let wait = due.saturating_duration_since(Instant::now());
+                if let Err(std::sync::mpsc::RecvTimeoutError::Disconnected) =
+                    stop_rx.recv_timeout(wait)
+                {
+                    return;
+                }
+                let started = Instant::now();
+                due = if started > due + LATE {
+                    started + interval
+                } else {
+                    due + interval
+                };
                 // The engine contains its collectors' and detectors' panics; one that escapes
                 // it (a bug) costs this sample, not the thread.
                 let sample = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     engine.sample()
                 })) {
                     Ok(s) => s,
-                    Err(_) => continue,
+                    Err(_) => {
+                        tracing::error!(
+                            "sampling failed unexpectedly (a bug); retrying next interval"
+                        );
+                        continue;
+                    }
                 };
                 if faults
                     .hang_sampler_after
@@ -378,36 +409,32 @@ fn start_sampler(
                         std::thread::sleep(Duration::from_secs(3600));
                     }
                 }
-                let _ = reply.send((sample, self_stats.read()));
+                // Waits while the runtime still handles the last sample; fails once it is gone.
+                if tx.blocking_send((sample, self_stats.read())).is_err() {
+                    return;
+                }
             }
         })?;
-    Ok((tx, thread))
+    Ok((
+        Sampler {
+            samples: rx,
+            _stop: stop_tx,
+        },
+        thread,
+    ))
 }
 
-/// Samples on the interval and hands each sample to the remediator and the Kubernetes reporter
+/// Hands each sample of the sampler thread to the remediator and the Kubernetes reporter
 /// (`outputs`) and to the endpoint. After the first sample, systemd is told the service is ready
 /// (`READY=1`, with `serving`), as `/readyz` and `/metrics` are: before it, a scrape would get
 /// no series and an `absent()` alert would fire.
 async fn sample_loop(
-    sampler: SampleRequests,
-    interval: Duration,
+    mut sampler: Sampler,
     endpoint: Arc<Endpoint>,
     outputs: tokio::sync::watch::Sender<Option<Arc<Sample>>>,
     serving: String,
 ) {
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticker.tick().await;
-        let (reply, sample) = tokio::sync::oneshot::channel();
-        if sampler.send(reply).await.is_err() {
-            tracing::error!("the sampler thread is gone (a bug)");
-            return;
-        }
-        let Ok((sample, process)) = sample.await else {
-            tracing::error!("sampling failed unexpectedly (a bug); retrying next interval");
-            continue;
-        };
+    while let Some((sample, process)) = sampler.samples.recv().await {
         log_changes(&sample);
         crate::systemd::sampled(&format!(
             "{} samples; {} findings",
@@ -421,6 +448,7 @@ async fn sample_loop(
             crate::systemd::ready(&serving);
         }
     }
+    tracing::error!("the sampler thread is gone (a bug)");
 }
 
 /// One structured log line per verdict change, so the journal tells the story on its own.
