@@ -358,6 +358,18 @@ const LATE: Duration = Duration::from_millis(5);
 /// runtime asked for each sample on its own timer, a sample cost four wakeups of a thread
 /// instead of two (the timer, which tokio's wheel fires twice, the request, the reply):
 /// BENCHMARKS.md, "Fewer wakeups".
+/// When the sample after one due at `due` and started at `started` is due: an interval after
+/// `due`, so that samples keep their cadence, unless this one started more than [`LATE`] late
+/// (a slow sample, a suspended VM), when it is an interval after `started`: late samples are
+/// not made up for with a burst.
+fn next_due(due: Instant, started: Instant, interval: Duration) -> Instant {
+    if started > due + LATE {
+        started + interval
+    } else {
+        due + interval
+    }
+}
+
 fn start_sampler(
     engine: Engine,
     interval: Duration,
@@ -381,12 +393,7 @@ fn start_sampler(
                 {
                     return;
                 }
-                let started = Instant::now();
-                due = if started > due + LATE {
-                    started + interval
-                } else {
-                    due + interval
-                };
+                due = next_due(due, Instant::now(), interval);
                 // The engine contains its collectors' and detectors' panics; one that escapes
                 // it (a bug) costs this sample, not the thread.
                 let sample = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -466,5 +473,25 @@ fn log_changes(sample: &Sample) {
             hottest_share = ?v.evidence.hottest_share,
             "IRQ verdict changed"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_keep_their_cadence_and_a_late_one_moves_it_without_a_burst() {
+        let t0 = Instant::now();
+        let second = Duration::from_secs(1);
+        // On time, or a little late (a wakeup's jitter): the cadence holds.
+        assert_eq!(next_due(t0, t0, second), t0 + second);
+        assert_eq!(
+            next_due(t0, t0 + Duration::from_millis(4), second),
+            t0 + second
+        );
+        // Three seconds late: the next sample is a second after this one, not at once.
+        let late = t0 + Duration::from_secs(3);
+        assert_eq!(next_due(t0, late, second), late + second);
     }
 }
