@@ -5,13 +5,13 @@ use std::os::unix::fs::FileExt;
 use std::sync::OnceLock;
 
 use nodemedic_sample::snapshot::ProcessStats;
-use procfs::FromRead;
 
 /// Reads this process's CPU time and memory from the real `/proc/self` (not the configured
 /// procfs root, which may be a fixture or the host's).
 ///
 /// Read by the sampler thread once per sample, not per scrape: `/proc/self/stat` is kept open
-/// and re-read with one `pread` (parsed by procfs), and the fd count is one `fstat` of
+/// and re-read with one `pread` (parsed by [`nodemedic_kernel::pid_stat`], which allocates
+/// nothing), and the fd count is one `fstat` of
 /// `/proc/self/fd`, also kept open. What never changes (boot time, clock ticks, page size) is
 /// read once.
 pub struct SelfStats {
@@ -41,7 +41,8 @@ impl SelfStats {
     /// `None` if `/proc` is unavailable or the file did not parse.
     pub fn read(&mut self) -> Option<ProcessStats> {
         let n = self.stat.as_ref()?.read_at(&mut self.buf, 0).ok()?;
-        let stat = procfs::process::Stat::from_read(&self.buf[..n]).ok()?;
+        let text = std::str::from_utf8(self.buf.get(..n)?).ok()?;
+        let stat = nodemedic_kernel::pid_stat::parse(text).ok()?;
         let fixed = fixed();
         Some(ProcessStats {
             cpu_seconds: (stat.utime + stat.stime) as f64 / fixed.ticks,
@@ -91,6 +92,29 @@ fn open_fds(dir: Option<&File>) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// procfs, which parses every field of the line, is the oracle for the five read here.
+    #[test]
+    fn reads_what_procfs_reads() {
+        use procfs::FromRead;
+        let line = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+        let ours = nodemedic_kernel::pid_stat::parse(&line).expect("our parse");
+        let theirs = procfs::process::Stat::from_read(line.as_bytes()).expect("procfs's parse");
+        assert_eq!(
+            (ours.utime, ours.stime, ours.starttime, ours.vsize, ours.rss),
+            (
+                theirs.utime,
+                theirs.stime,
+                theirs.starttime,
+                theirs.vsize,
+                theirs.rss
+            )
+        );
+        assert!(
+            ours.vsize > 0 && ours.rss > 0 && ours.starttime > 0,
+            "{ours:?}"
+        );
+    }
 
     #[test]
     fn reads_this_process_and_sees_its_cpu_time_grow() {

@@ -14,6 +14,7 @@ pub mod device;
 pub mod interrupts;
 pub mod irqbalance;
 pub mod mounts;
+pub mod pid_stat;
 pub mod psi;
 pub mod softirqs;
 pub mod softnet;

@@ -4,7 +4,8 @@
 //! parser or here, is a bug.
 
 use nodemedic_kernel::{
-    cgroup, cpuset::CpuSet, device, interrupts, irqbalance, mounts, psi, softirqs, softnet, tuning,
+    cgroup, cpuset::CpuSet, device, interrupts, irqbalance, mounts, pid_stat, psi, softirqs,
+    softnet, tuning,
 };
 
 pub fn interrupts(data: &[u8]) {
@@ -42,6 +43,17 @@ pub fn softnet(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     let p = softnet::parse(&text);
     let _ = softnet::assign_cpus(&p.rows, &[0, 1, 2, 3]);
+}
+
+pub fn pid_stat(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    if let Ok(stat) = pid_stat::parse(&text) {
+        // The fields come after the last ')': text before it, the command, cannot change them.
+        if let Some(end) = text.rfind(')') {
+            let renamed = format!("1 (x){}", &text[end + 1..]);
+            assert_eq!(pid_stat::parse(&renamed), Ok(stat));
+        }
+    }
 }
 
 pub fn cpuset(data: &[u8]) {
@@ -323,4 +335,5 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("tuning_choice", tuning_choice),
     ("tuning_queue", tuning_queue),
     ("cpuinfo", cpuinfo),
+    ("pid_stat", pid_stat),
 ];
