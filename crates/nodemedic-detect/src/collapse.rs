@@ -176,6 +176,9 @@ pub struct CollapseDetector {
     /// Per-column sums of one group (its growth, its counts since boot), kept from one group
     /// to the next and one sample to the next rather than allocated for each.
     scratch: (Vec<u64>, Vec<u64>),
+    /// The list of a past sample's verdicts, emptied, that its holder gave back
+    /// ([`CollapseDetector::recycle`]), for the next sample's verdicts.
+    spare_verdicts: Vec<GroupVerdict>,
 }
 
 impl CollapseDetector {
@@ -189,6 +192,17 @@ impl CollapseDetector {
             classified: Classified::default(),
             observations: 0,
             scratch: Default::default(),
+            spare_verdicts: Vec::new(),
+        }
+    }
+
+    /// Takes back the verdicts of a past sample that nothing else holds: the next sample's
+    /// verdicts go into their list, where a new one would be allocated (and, under musl's
+    /// allocator, a page mapped) every sample and freed on the thread that dropped the sample.
+    pub fn recycle(&mut self, mut verdicts: Vec<GroupVerdict>) {
+        verdicts.clear();
+        if verdicts.capacity() > self.spare_verdicts.capacity() {
+            self.spare_verdicts = verdicts;
         }
     }
 
@@ -209,7 +223,8 @@ impl CollapseDetector {
             .as_ref()
             .map(|p| snap.at.saturating_sub(p.at).as_secs_f64())
             .filter(|dt| *dt > 0.0);
-        let mut verdicts = Vec::with_capacity(groups.len());
+        let mut verdicts = std::mem::take(&mut self.spare_verdicts);
+        verdicts.reserve(groups.len());
         self.observations += 1;
         let observation = self.observations;
         let mut scratch = std::mem::take(&mut self.scratch);

@@ -101,15 +101,21 @@ fn measure(case: &str, paths: Paths) -> Row {
     };
     let mut last = None;
     for _ in 0..WARM_UP {
+        if let Some(old) = last.take() {
+            engine.recycle(old);
+        }
         last = Some(engine.sample_at(tick()));
         let _ = self_stats.read();
     }
     let mut per_sample = Vec::with_capacity(SAMPLES);
     let mut process = None;
     for _ in 0..SAMPLES {
-        // The previous sample is dropped first, as the daemon replaces it once published:
-        // its frees are not this sample's, and it does not sit under the next one.
-        drop(last.take());
+        // The previous sample is given back first, as the daemon gives back the one it
+        // replaced once published: its frees are not this sample's, and its lists are
+        // filled again.
+        if let Some(old) = last.take() {
+            engine.recycle(old);
+        }
         let region = Region::new(GLOBAL);
         let sample = engine.sample_at(tick());
         process = self_stats.read();

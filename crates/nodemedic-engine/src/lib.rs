@@ -133,6 +133,9 @@ pub struct Engine {
     /// Each collector's failure reason in the previous sample, so that a collector that keeps
     /// failing is logged when its state changes, not every sample.
     failing: HashMap<CollectorName, String>,
+    /// Lists of a past sample given back by its holder ([`Engine::recycle`]), emptied, for the
+    /// next sample to fill: its collectors' states and its findings.
+    spare: (Vec<CollectorStatus>, Vec<Finding>),
 }
 
 impl Engine {
@@ -163,7 +166,24 @@ impl Engine {
             samples: 0,
             widener: Widener::default(),
             failing: HashMap::new(),
+            spare: Default::default(),
         }
+    }
+
+    /// Gives back a sample that nothing else holds any more (the daemon's last one, once it
+    /// is replaced): the next sample fills its lists (verdicts, collector states, findings)
+    /// instead of allocating new ones. Optional; a sample not given back is simply dropped.
+    pub fn recycle(&mut self, old: Sample) {
+        let Sample {
+            mut collectors,
+            verdicts,
+            mut findings,
+            ..
+        } = old;
+        self.detector.recycle(verdicts);
+        collectors.clear();
+        findings.clear();
+        self.spare = (collectors, findings);
     }
 
     pub fn paths(&self) -> &Paths {
@@ -207,14 +227,15 @@ impl Engine {
         if let Some(s) = &mut snapshot.softirqs {
             self.widener.widen_softirqs(s);
         }
-        let mut collectors: Vec<CollectorStatus> = runs.iter().map(CollectorRun::status).collect();
+        let (mut collectors, mut findings) = std::mem::take(&mut self.spare);
+        collectors.extend(runs.iter().map(CollectorRun::status));
         self.log_state_changes(&runs);
         collectors.extend(self.disabled.iter().cloned());
         let mut failed = Vec::new();
         let verdicts = guarded("irq_collapse", &mut failed, || {
             self.detector.observe(&snapshot)
         });
-        let mut findings = collapse_findings(&verdicts);
+        findings.extend(collapse_findings(&verdicts));
         let commit = guarded("disk_commit", &mut failed, || {
             self.commit_detector.observe(&snapshot)
         });

@@ -45,12 +45,18 @@ fn steady_samples_and_renders_allocate_within_their_bounds() {
     let mut last = None;
     for _ in 0..13 {
         at += Duration::from_secs(5);
+        if let Some(old) = last.take() {
+            engine.recycle(old);
+        }
         last = Some(engine.sample_at(at));
     }
     let samples = 12;
     let mut calls = 0;
     for _ in 0..samples {
-        drop(last.take());
+        // As the daemon does with the sample it replaced.
+        if let Some(old) = last.take() {
+            engine.recycle(old);
+        }
         at += Duration::from_secs(5);
         let region = Region::new(GLOBAL);
         let sample = engine.sample_at(at);

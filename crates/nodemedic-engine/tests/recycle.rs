@@ -1,0 +1,70 @@
+//! A sample given back to the engine ([`Engine::recycle`], as the daemon does with the sample
+//! it replaced) has its lists filled again by the next sample, and changes nothing in it.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use nodemedic_collect::Paths;
+use nodemedic_engine::{Engine, EngineConfig};
+use nodemedic_sample::Sample;
+
+fn engine() -> Engine {
+    let mut config = EngineConfig {
+        paths: Paths::under(nodemedic_testkit::fixture("256cpu-collapsed")),
+        ..Default::default()
+    };
+    config.collapse.raise_after = 1;
+    Engine::new(config)
+}
+
+/// What a sample says, without what is timed: the collectors' durations, and the wall-clock
+/// time a verdict was raised at (the two engines sample at different moments), of which only
+/// whether it is set is kept.
+fn said(s: &Sample) -> serde_json::Value {
+    let mut verdicts = serde_json::to_value(&s.verdicts).unwrap();
+    for v in verdicts.as_array_mut().unwrap() {
+        for since in ["collapsed_since", "hurting_since"] {
+            v[since] = serde_json::Value::Bool(!v[since].is_null());
+        }
+    }
+    let collectors: Vec<(String, String)> = s
+        .collectors
+        .iter()
+        .map(|c| (c.name.to_string(), format!("{:?}", c.state)))
+        .collect();
+    serde_json::json!({
+        "verdicts": verdicts,
+        "findings": serde_json::to_value(&s.findings).unwrap(),
+        "collectors": collectors,
+    })
+}
+
+#[test]
+fn a_recycled_samples_lists_are_filled_again_with_the_same_verdicts() {
+    let (mut recycling, mut plain) = (engine(), engine());
+    let mut last = recycling.sample_at(Duration::from_secs(100));
+    plain.sample_at(Duration::from_secs(100));
+    for t in 101..104 {
+        let at = Duration::from_secs(t);
+        let lists = (
+            last.verdicts.as_ptr(),
+            last.collectors.as_ptr(),
+            last.findings.as_ptr(),
+        );
+        assert!(!last.verdicts.is_empty() && !last.findings.is_empty());
+        recycling.recycle(last);
+        let next = recycling.sample_at(at);
+        assert_eq!(said(&next), said(&plain.sample_at(at)), "sample at {t} s");
+        assert_eq!(
+            (
+                next.verdicts.as_ptr(),
+                next.collectors.as_ptr(),
+                next.findings.as_ptr()
+            ),
+            lists,
+            "the next sample's lists are the given-back sample's"
+        );
+        last = next;
+    }
+}
