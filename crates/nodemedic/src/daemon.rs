@@ -338,10 +338,12 @@ async fn shutdown_signal() {
 /// A sample, and the daemon's own resource use read right after it.
 type Sampled = (Sample, Option<nodemedic_export::ProcessStats>);
 
-/// The runtime's end of the sampler thread: the samples, and a handle whose drop stops the
-/// thread between samples (it sleeps on it).
+/// The runtime's end of the sampler thread: the samples; the way back for a sample nothing
+/// holds any more, whose lists the engine fills again ([`Engine::recycle`]); and a handle
+/// whose drop stops the thread between samples (it sleeps on it).
 struct Sampler {
     samples: tokio::sync::mpsc::Receiver<Sampled>,
+    recycled: std::sync::mpsc::Sender<Sample>,
     _stop: std::sync::mpsc::Sender<()>,
 }
 
@@ -377,6 +379,7 @@ fn start_sampler(
 ) -> std::io::Result<(Sampler, std::thread::JoinHandle<()>)> {
     let (tx, rx) = tokio::sync::mpsc::channel::<Sampled>(1);
     let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let (recycled_tx, recycled) = std::sync::mpsc::channel::<Sample>();
     let mut engine = engine;
     // The process_* metrics are read here, once per sample, not on each scrape.
     let mut self_stats = nodemedic_collect::SelfStats::new();
@@ -394,6 +397,10 @@ fn start_sampler(
                     return;
                 }
                 due = next_due(due, Instant::now(), interval);
+                // Read without waiting: a sample given back does not wake this thread.
+                while let Ok(old) = recycled.try_recv() {
+                    engine.recycle(old);
+                }
                 // The engine contains its collectors' and detectors' panics; one that escapes
                 // it (a bug) costs this sample, not the thread.
                 let sample = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -425,6 +432,7 @@ fn start_sampler(
     Ok((
         Sampler {
             samples: rx,
+            recycled: recycled_tx,
             _stop: stop_tx,
         },
         thread,
@@ -449,10 +457,15 @@ async fn sample_loop(
             sample.findings.len()
         ));
         let sample = Arc::new(sample);
-        outputs.send_replace(Some(sample.clone()));
+        let previous = outputs.send_replace(Some(sample.clone()));
         if endpoint.publish(sample, process) {
             tracing::info!(took = ?endpoint.uptime(), "first sample in: ready");
             crate::systemd::ready(&serving);
+        }
+        // The endpoint has let go of the previous sample too; if the remediator and the
+        // Kubernetes task have as well, it goes back to the sampler thread to be refilled.
+        if let Some(old) = previous.and_then(|s| Arc::try_unwrap(s).ok()) {
+            let _ = sampler.recycled.send(old);
         }
     }
     tracing::error!("the sampler thread is gone (a bug)");
