@@ -14,7 +14,7 @@ use nodemedic_kernel::interrupts::Counts;
 use nodemedic_sample::Snapshot;
 use serde::{Deserialize, Serialize};
 
-use crate::groups::{build_groups, DeviceGroup, GroupingOptions};
+use crate::groups::{build_groups_into, DeviceGroup, GroupingOptions};
 use crate::hysteresis::{ratio, ConfigError, Hysteresis, Latch};
 use crate::{Finding, Severity};
 
@@ -179,6 +179,9 @@ pub struct CollapseDetector {
     /// The list of a past sample's verdicts, emptied, that its holder gave back
     /// ([`CollapseDetector::recycle`]), for the next sample's verdicts.
     spare_verdicts: Vec<GroupVerdict>,
+    /// The list the device groups are built into, empty between samples (each group moves
+    /// into its verdict), kept for its capacity.
+    groups: Vec<DeviceGroup>,
 }
 
 impl CollapseDetector {
@@ -193,6 +196,7 @@ impl CollapseDetector {
             observations: 0,
             scratch: Default::default(),
             spare_verdicts: Vec::new(),
+            groups: Vec::new(),
         }
     }
 
@@ -208,13 +212,15 @@ impl CollapseDetector {
 
     /// Feeds one snapshot and returns the verdict of every device group in it.
     pub fn observe(&mut self, snap: &Snapshot) -> Vec<GroupVerdict> {
-        let groups = build_groups(
+        let mut groups = std::mem::take(&mut self.groups);
+        build_groups_into(
             snap,
             GroupingOptions {
                 numa_local: self.collapse.numa_local,
                 queue_irqs_only: self.collapse.queue_irqs_only,
             },
             &mut self.classified,
+            &mut groups,
         );
         let mut current = std::mem::take(&mut self.spare);
         current.fill(snap);
@@ -228,7 +234,7 @@ impl CollapseDetector {
         self.observations += 1;
         let observation = self.observations;
         let mut scratch = std::mem::take(&mut self.scratch);
-        for group in groups {
+        for group in groups.drain(..) {
             let evidence = self.evidence(&group, &current, elapsed, &mut scratch);
             let collapsed_now = self.collapsed_now(&group, &evidence);
             let hurting_now = collapsed_now && self.hurting_now(&evidence);
@@ -264,6 +270,7 @@ impl CollapseDetector {
         // A device that went away takes its state with it.
         self.state.retain(|_, s| s.seen == observation);
         self.scratch = scratch;
+        self.groups = groups;
         if let Some(mut old) = self.previous.replace(current) {
             // Its table goes now, as it did when the whole was dropped: a share kept
             // would make the engine copy the next table rather than widen it in place.

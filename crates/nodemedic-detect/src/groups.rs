@@ -1,7 +1,5 @@
 //! Grouping interrupts by the device that owns them.
 
-use std::collections::BTreeMap;
-
 use nodemedic_kernel::device::{Classified, IrqDevice, IrqRole};
 use nodemedic_kernel::interrupts::IrqLine;
 use nodemedic_kernel::CpuSet;
@@ -16,6 +14,9 @@ pub struct GroupingOptions {
 }
 
 struct Member<'a> {
+    /// Its group's key, and its row in the table: members are sorted by both.
+    key: GroupKey<'a>,
+    row: usize,
     irq: u32,
     line: &'a IrqLine,
     dev: &'a IrqDevice,
@@ -77,14 +78,32 @@ pub fn build_groups(
     opts: GroupingOptions,
     classified: &mut Classified,
 ) -> Vec<DeviceGroup> {
+    let mut groups = Vec::new();
+    build_groups_into(snap, opts, classified, &mut groups);
+    groups
+}
+
+/// [`build_groups`] into `groups` (emptied first), a list the caller keeps from one sample
+/// to the next: on a big node it is tens of KiB, which musl's allocator mapped and unmapped
+/// every sample.
+pub fn build_groups_into(
+    snap: &Snapshot,
+    opts: GroupingOptions,
+    classified: &mut Classified,
+    groups: &mut Vec<DeviceGroup>,
+) {
+    groups.clear();
     let Some(ints) = &snap.interrupts else {
-        return Vec::new();
+        return;
     };
     classified.update(&ints.irqs);
     let classified = &*classified;
-    let mut by_key: BTreeMap<GroupKey<'_>, Vec<Member<'_>>> = BTreeMap::new();
-    for (i, line) in ints.irqs.iter().enumerate() {
-        let Some(dev) = classified.get(i, line.irq) else {
+    // Every IRQ that belongs to a device, with its group's key, sorted by key and row: each
+    // group's members are one run, in the table's order. One list, where a map of a list per
+    // group grew each list a push at a time (on a big node, three maps of pages a sample).
+    let mut members: Vec<Member<'_>> = Vec::with_capacity(ints.irqs.len());
+    for (row, line) in ints.irqs.iter().enumerate() {
+        let Some(dev) = classified.get(row, line.irq) else {
             continue;
         };
         let pci = dev.pci.as_deref().or_else(|| {
@@ -96,23 +115,25 @@ pub fn build_groups(
             (None, Some(instance)) => GroupKey::Dev(instance),
             (None, None) => GroupKey::Irq(line.irq),
         };
-        by_key.entry(key).or_default().push(Member {
+        members.push(Member {
+            key,
+            row,
             irq: line.irq,
             line,
             dev,
             pci,
         });
     }
+    // Rows are distinct, so the order is total and an unstable sort (no buffer) is stable.
+    members.sort_unstable_by(|a, b| a.key.cmp(&b.key).then(a.row.cmp(&b.row)));
     let base = base_eligible(snap);
-    let mut groups: Vec<DeviceGroup> = by_key
-        .into_iter()
-        .map(|(key, members)| build_group(snap, key.render(), &members, &base, opts))
-        .collect();
+    for same in members.chunk_by(|a, b| a.key == b.key) {
+        groups.push(build_group(snap, same[0].key.render(), same, &base, opts));
+    }
     // The order of the rendered keys (`irq:10` before `irq:9`), as it has always been. The
     // keys are distinct, so an unstable sort gives the same order, in place: the stable one
     // took a buffer of half the groups (tens of KiB on a big node) for every sample.
     groups.sort_unstable_by(|a, b| a.key.cmp(&b.key));
-    groups
 }
 
 /// Online CPUs minus isolated, `nohz_full` and irqbalance-banned ones.
