@@ -68,3 +68,42 @@ fn a_recycled_samples_lists_are_filled_again_with_the_same_verdicts() {
         last = next;
     }
 }
+
+/// The endpoint keeps the lists a rendering builds (the IRQs' labels) from one scrape to the
+/// next: a rendering with lists a larger or a smaller node left behind is the same text as
+/// one with new lists.
+#[test]
+fn a_rendering_with_kept_lists_is_the_same_as_with_new_ones() {
+    use nodemedic_export::endpoint::render_sample_into;
+    use nodemedic_export::{Format, MetricsOptions, RenderScratch};
+    use nodemedic_sample::remedy::RemedyState;
+
+    let sample_of = |tree: &str| {
+        let mut engine = Engine::new(EngineConfig {
+            paths: Paths::under(nodemedic_testkit::fixture(tree)),
+            ..Default::default()
+        });
+        engine.sample_at(Duration::from_secs(100));
+        engine.sample_at(Duration::from_secs(101))
+    };
+    let (big, small) = (sample_of("256cpu-collapsed"), sample_of("8cpu-collapsed"));
+    let remedy = RemedyState::default();
+    let opts = MetricsOptions::default();
+    let render = |s: &Sample, scratch: &mut RenderScratch| {
+        render_sample_into(
+            Some(s),
+            None,
+            &remedy,
+            &opts,
+            Format::Text,
+            Vec::new(),
+            scratch,
+        )
+    };
+    let mut kept = RenderScratch::default();
+    for s in [&big, &small, &big, &small] {
+        let text = render(s, &mut kept);
+        assert!(text.contains("nodemedic_irq_interrupts_total{"), "{text}");
+        assert_eq!(text, render(s, &mut RenderScratch::default()));
+    }
+}

@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use nodemedic_webkit::server::{web_stats, SharedWebStats, WebStats};
 use nodemedic_webkit::{WebConfigStatus, WebConfigWatch};
 
-use crate::metrics::render_with_tuning_into;
+use crate::metrics::{render_with_tuning_into, RenderScratch};
 use crate::report::{shown_groups, GroupReport, PressureReport, TuningReport};
 use crate::{ExportInput, Format, MetricsOptions, ProcessStats};
 
@@ -149,6 +149,8 @@ struct RenderCache {
     /// A buffer for the next text, and one for the next gzip member.
     spare_text: Mutex<Vec<u8>>,
     spare_gzip: Mutex<Vec<u8>>,
+    /// The lists a rendering builds besides its text (the IRQs' labels).
+    scratch: Mutex<RenderScratch>,
 }
 
 impl RenderCache {
@@ -378,6 +380,13 @@ fn render_body(
     buf: Vec<u8>,
 ) -> String {
     let remedy = shared.remedy.borrow();
+    // The kept lists, unless another rendering has them now (then this one's are new).
+    let mut kept = shared.render.scratch.try_lock();
+    let mut own = RenderScratch::default();
+    let scratch = match kept.as_deref_mut() {
+        Ok(s) => s,
+        Err(_) => &mut own,
+    };
     render_sample_into(
         sample,
         process,
@@ -385,6 +394,7 @@ fn render_body(
         &shared.config.metrics,
         format,
         buf,
+        scratch,
     )
 }
 
@@ -398,11 +408,20 @@ pub fn render_sample(
     metrics: &MetricsOptions,
     format: Format,
 ) -> String {
-    render_sample_into(sample, process, remedy, metrics, format, Vec::new())
+    render_sample_into(
+        sample,
+        process,
+        remedy,
+        metrics,
+        format,
+        Vec::new(),
+        &mut RenderScratch::default(),
+    )
 }
 
-/// [`render_sample`] written into `buf` (emptied first), a buffer of a past rendering: no
-/// allocation for the text once it is as large.
+/// [`render_sample`] written into `buf` (emptied first), a buffer of a past rendering, with
+/// the lists of a past rendering in `scratch`: no allocation for either once they are as
+/// large.
 pub fn render_sample_into(
     sample: Option<&Sample>,
     process: Option<ProcessStats>,
@@ -410,6 +429,7 @@ pub fn render_sample_into(
     metrics: &MetricsOptions,
     format: Format,
     buf: Vec<u8>,
+    scratch: &mut RenderScratch,
 ) -> String {
     let input = ExportInput {
         snapshot: sample.map(|s| &s.snapshot),
@@ -426,6 +446,7 @@ pub fn render_sample_into(
         metrics,
         format,
         buf,
+        scratch,
     )
     .0
 }
@@ -637,7 +658,15 @@ mod tests {
         let metrics = MetricsOptions::default();
         let mut dirty = spare;
         dirty.extend_from_slice(b"left over");
-        let text = render_sample_into(None, None, &remedy, &metrics, Format::Text, dirty);
+        let text = render_sample_into(
+            None,
+            None,
+            &remedy,
+            &metrics,
+            Format::Text,
+            dirty,
+            &mut Default::default(),
+        );
         assert!(text.capacity() >= 300_000, "rendered into the spare buffer");
         assert_eq!(
             text,

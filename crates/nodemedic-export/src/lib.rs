@@ -21,4 +21,6 @@ mod tuning;
 pub use build_info::{BuildInfo, BUILD_INFO};
 pub use encoder::{Encoder, Format, Kind};
 pub use endpoint::{Endpoint, EndpointConfig};
-pub use metrics::{render, render_with_tuning, ExportInput, MetricsOptions, ProcessStats};
+pub use metrics::{
+    render, render_with_tuning, ExportInput, MetricsOptions, ProcessStats, RenderScratch,
+};

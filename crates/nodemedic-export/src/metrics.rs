@@ -67,23 +67,32 @@ pub fn render_with_tuning(
     opts: &MetricsOptions,
     format: Format,
 ) -> (String, usize) {
-    render_with_tuning_into(input, tuning, opts, format, Vec::new())
+    render_with_tuning_into(
+        input,
+        tuning,
+        opts,
+        format,
+        Vec::new(),
+        &mut RenderScratch::default(),
+    )
 }
 
-/// [`render_with_tuning`] written into `buf` (emptied first), a buffer of a past rendering.
+/// [`render_with_tuning`] written into `buf` (emptied first), a buffer of a past rendering,
+/// with the lists of a past rendering in `scratch`.
 pub fn render_with_tuning_into(
     input: &ExportInput<'_>,
     tuning: Option<&TuningVerdict>,
     opts: &MetricsOptions,
     format: Format,
     buf: Vec<u8>,
+    scratch: &mut RenderScratch,
 ) -> (String, usize) {
     let mut e = Encoder::with_buffer(format, buf, expected_bytes(input.snapshot, opts));
     self_metrics(&mut e, input);
     if let Some(snap) = input.snapshot {
         node_facts(&mut e, snap, input.remediation);
         topology(&mut e, snap);
-        interrupts(&mut e, snap, input.verdicts, opts);
+        interrupts(&mut e, snap, input.verdicts, opts, scratch);
         softirqs(&mut e, snap, opts);
         softnet(&mut e, snap);
         disk_commit(&mut e, snap);
@@ -127,11 +136,12 @@ struct Values {
 }
 
 impl Values {
-    fn with_capacity(values: usize, bytes: usize) -> Self {
-        Self {
-            text: String::with_capacity(bytes),
-            ends: Vec::with_capacity(values),
-        }
+    /// Empties the list for `values` values of about `bytes` bytes in all, keeping its memory.
+    fn refill(&mut self, values: usize, bytes: usize) {
+        self.text.clear();
+        self.ends.clear();
+        self.text.reserve(bytes);
+        self.ends.reserve(values);
     }
 
     /// Appends the value `write` writes.
@@ -257,11 +267,17 @@ fn topology(e: &mut Encoder, snap: &Snapshot) {
     }
 }
 
-fn interrupts(e: &mut Encoder, snap: &Snapshot, verdicts: &[GroupVerdict], opts: &MetricsOptions) {
+fn interrupts(
+    e: &mut Encoder,
+    snap: &Snapshot,
+    verdicts: &[GroupVerdict],
+    opts: &MetricsOptions,
+    scratch: &mut RenderScratch,
+) {
     let Some(ints) = &snap.interrupts else {
         return;
     };
-    let labels = irq_labels(ints, verdicts);
+    let labels = irq_labels(ints, verdicts, scratch);
     e.family(
         "nodemedic_irq_interrupts",
         Kind::Counter,
@@ -325,27 +341,53 @@ fn interrupts(e: &mut Encoder, snap: &Snapshot, verdicts: &[GroupVerdict], opts:
     }
 }
 
+/// Lists a rendering builds besides its text, kept by whoever renders again (the endpoint,
+/// between scrapes) so that a rendering allocates them once: on a 256-CPU node they are 50
+/// KiB, which musl's allocator mapped and unmapped every scrape. `Default` for a one-off.
+#[derive(Default)]
+pub struct RenderScratch {
+    /// Each IRQ row's device group, as an index into the verdicts ([`NO_GROUP`]: none).
+    groups: Vec<u32>,
+    /// Each IRQ row's handlers, comma-separated.
+    names: Values,
+}
+
+const NO_GROUP: u32 = u32::MAX;
+
 /// Each IRQ's labels besides its number, aligned with `ints.irqs`: its device group (empty
 /// when in none) and its handlers.
-struct IrqLabels<'v> {
-    groups: Vec<&'v str>,
-    names: Values,
+struct IrqLabels<'a> {
+    groups: &'a [u32],
+    names: &'a Values,
+    verdicts: &'a [GroupVerdict],
 }
 
 impl IrqLabels<'_> {
     fn iter(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
-        self.groups.iter().copied().zip(self.names.iter())
+        let group = |g: &u32| {
+            self.verdicts
+                .get(*g as usize)
+                .map_or("", |v| v.group.name.as_str())
+        };
+        self.groups.iter().map(group).zip(self.names.iter())
     }
 }
 
-fn irq_labels<'v>(ints: &Interrupts, verdicts: &'v [GroupVerdict]) -> IrqLabels<'v> {
+fn irq_labels<'a>(
+    ints: &Interrupts,
+    verdicts: &'a [GroupVerdict],
+    scratch: &'a mut RenderScratch,
+) -> IrqLabels<'a> {
     // Each row's group, placed by the row's IRQ: the kernel prints IRQs in order, so a
     // binary search finds the rows, where a hash map of every IRQ was built each render.
     // Every row with that IRQ gets the group (a damaged table can repeat one), and a later
     // group of the same IRQ wins, as with the map.
-    let mut groups = vec![""; ints.irqs.len()];
+    let groups = &mut scratch.groups;
+    groups.clear();
+    groups.resize(ints.irqs.len(), NO_GROUP);
     let ordered = ints.irqs.is_sorted_by_key(|l| l.irq);
-    for v in verdicts {
+    for (index, v) in verdicts.iter().enumerate() {
+        let index = u32::try_from(index).unwrap_or(NO_GROUP);
         for &irq in v.group.irqs.iter().chain(&v.group.other_irqs) {
             let rows = if ordered {
                 let from = ints.irqs.partition_point(|l| l.irq < irq);
@@ -356,13 +398,14 @@ fn irq_labels<'v>(ints: &Interrupts, verdicts: &'v [GroupVerdict]) -> IrqLabels<
             for r in rows {
                 if ints.irqs.get(r).is_some_and(|l| l.irq == irq) {
                     if let Some(group) = groups.get_mut(r) {
-                        *group = v.group.name.as_str();
+                        *group = index;
                     }
                 }
             }
         }
     }
-    let mut names = Values::with_capacity(ints.irqs.len(), ints.irqs.len() * 24);
+    let names = &mut scratch.names;
+    names.refill(ints.irqs.len(), ints.irqs.len() * 24);
     for line in &ints.irqs {
         names.push(|t| {
             for (i, action) in line.desc.actions.iter().enumerate() {
@@ -373,7 +416,11 @@ fn irq_labels<'v>(ints: &Interrupts, verdicts: &'v [GroupVerdict]) -> IrqLabels<
             }
         });
     }
-    IrqLabels { groups, names }
+    IrqLabels {
+        groups,
+        names,
+        verdicts,
+    }
 }
 
 /// Where each IRQ may go and goes: its lowest delivery CPU and the sizes of its affinities.
@@ -685,7 +732,8 @@ mod tests {
             for irq in order {
                 ints.push_irq(irq, std::sync::Arc::new(IrqDescription::default()), &[1]);
             }
-            let labels = irq_labels(&ints, &verdicts);
+            let mut scratch = RenderScratch::default();
+            let labels = irq_labels(&ints, &verdicts, &mut scratch);
             let got: Vec<(u32, &str)> = ints
                 .irqs
                 .iter()
