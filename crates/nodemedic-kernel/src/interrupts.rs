@@ -146,6 +146,26 @@ impl IrqLine {
 }
 
 impl Interrupts {
+    /// Empties the table, keeping the storage of its lists.
+    fn clear(&mut self) {
+        let Interrupts {
+            cpus,
+            irqs,
+            arch,
+            skipped,
+            retired,
+            cols,
+            counts,
+        } = self;
+        cpus.clear();
+        irqs.clear();
+        arch.clear();
+        skipped.clear();
+        retired.clear();
+        cols.clear();
+        counts.clear();
+    }
+
     /// A table of `cpus` with no rows yet (see [`Interrupts::push_irq`]).
     pub fn with_cpus(cpus: Vec<u32>) -> Self {
         Interrupts {
@@ -409,8 +429,17 @@ impl<'k> Parser<'k> {
     /// allocated once for them rather than grown by doubling (see also
     /// [`Parser::reserve_cells`]).
     pub fn reusing(known: &'k [(u32, Arc<IrqDescription>)]) -> Self {
+        Self::reusing_in(known, Interrupts::default())
+    }
+
+    /// [`Parser::reusing`], writing the table into `spare`'s storage: a past table that
+    /// nothing holds any more, emptied first. Its lists (rows, columns, counts; on a big node
+    /// tens of KiB each) are filled again rather than allocated. The table is the same.
+    pub fn reusing_in(known: &'k [(u32, Arc<IrqDescription>)], mut spare: Interrupts) -> Self {
+        spare.clear();
         let mut p = Parser {
             known,
+            out: spare,
             ..Default::default()
         };
         p.out.irqs.reserve_exact(known.len());
@@ -734,8 +763,9 @@ mod tests {
         #![proptest_config(proptest::test_runner::Config::with_cases(256))]
 
         /// The sparse rows mean what the dense ones did: every cell's count, the row's
-        /// length, its total and its non-zero columns are those written, through `parse` and
-        /// through a parser reusing the previous table's descriptions and size alike.
+        /// length, its total and its non-zero columns are those written, through `parse`,
+        /// through a parser reusing the previous table's descriptions and size alike, and
+        /// through one writing into a past table's storage.
         #[test]
         fn sparse_rows_read_as_the_dense_counts_written(
             ids in proptest::collection::btree_set(0u32..64, 1..10),
@@ -773,6 +803,20 @@ mod tests {
                 again.line(line, true);
             }
             proptest::prop_assert_eq!(&again.finish().unwrap(), &p);
+            // And into the storage of another table, widened (`retired` filled) as the
+            // engine leaves it: nothing of it remains.
+            let mut spare = parse(&table_text(
+                &[0, 1, 2],
+                &[(Some(99), vec![5, 0, 7]), (None, vec![1, 2, 3])],
+                false,
+            ))
+            .unwrap();
+            spare.retired = vec![4, 5, 6];
+            let mut into = Parser::reusing_in(&known, spare);
+            for line in text.lines() {
+                into.line(line, true);
+            }
+            proptest::prop_assert_eq!(&into.finish().unwrap(), &p);
             let written: Vec<&(Option<u32>, Vec<u64>)> =
                 rows.iter().filter(|(irq, _)| irq.is_some()).collect();
             proptest::prop_assert_eq!(p.irqs.len(), written.len());
