@@ -114,6 +114,9 @@ pub trait Collector: Send + Sync {
     /// Stable name, used in metrics labels, config and status.
     fn name(&self) -> CollectorName;
     fn collect(&self, ctx: &Ctx<'_>, snapshot: &mut Snapshot) -> Result<Collected, CollectError>;
+    /// Takes back what it put in a past `snapshot` that nothing else holds any more, to fill
+    /// again in the next sample rather than allocate (the interrupts table). Optional.
+    fn recycle(&self, _snapshot: &mut Snapshot) {}
 }
 
 /// How often rarely-changing sources are re-read when nothing else is said.
@@ -223,6 +226,14 @@ impl CollectorSet {
     /// A panicking collector (a bug) is caught and reported as failed.
     ///
     /// `at` is the sample's monotonic time; it also decides whether this sample is a rescan.
+    /// Gives a past snapshot that nothing else holds to every collector, for its storage
+    /// ([`Collector::recycle`]).
+    pub fn recycle(&self, mut snapshot: Snapshot) {
+        for c in &self.collectors {
+            c.recycle(&mut snapshot);
+        }
+    }
+
     pub fn sample(&mut self, paths: &Paths, at: Duration) -> (Snapshot, Vec<CollectorRun>) {
         let rescan = self
             .last_rescan

@@ -1,5 +1,6 @@
 //! A sample given back to the engine ([`Engine::recycle`], as the daemon does with the sample
-//! it replaced) has its lists filled again by the next sample, and changes nothing in it.
+//! it replaced) has its lists (the interrupts table's rows among them) filled again by the
+//! next sample, and changes nothing in it.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -40,32 +41,39 @@ fn said(s: &Sample) -> serde_json::Value {
     })
 }
 
+/// As the daemon does: a sample is given back once the next one has replaced it, so the
+/// detector's share of its interrupts table is gone (it keeps the last table only).
 #[test]
 fn a_recycled_samples_lists_are_filled_again_with_the_same_verdicts() {
     let (mut recycling, mut plain) = (engine(), engine());
-    let mut last = recycling.sample_at(Duration::from_secs(100));
+    let mut older = recycling.sample_at(Duration::from_secs(100));
+    let mut last = recycling.sample_at(Duration::from_secs(101));
     plain.sample_at(Duration::from_secs(100));
-    for t in 101..104 {
+    plain.sample_at(Duration::from_secs(101));
+    let rows = |s: &Sample| s.snapshot.interrupts.as_ref().unwrap().irqs.as_ptr();
+    for t in 102..106 {
         let at = Duration::from_secs(t);
         let lists = (
-            last.verdicts.as_ptr(),
-            last.collectors.as_ptr(),
-            last.findings.as_ptr(),
+            older.verdicts.as_ptr(),
+            older.collectors.as_ptr(),
+            older.findings.as_ptr(),
+            rows(&older),
         );
-        assert!(!last.verdicts.is_empty() && !last.findings.is_empty());
-        recycling.recycle(last);
+        assert!(!older.verdicts.is_empty() && !older.findings.is_empty());
+        recycling.recycle(older);
         let next = recycling.sample_at(at);
         assert_eq!(said(&next), said(&plain.sample_at(at)), "sample at {t} s");
         assert_eq!(
             (
                 next.verdicts.as_ptr(),
                 next.collectors.as_ptr(),
-                next.findings.as_ptr()
+                next.findings.as_ptr(),
+                rows(&next),
             ),
             lists,
             "the next sample's lists are the given-back sample's"
         );
-        last = next;
+        (older, last) = (last, next);
     }
 }
 

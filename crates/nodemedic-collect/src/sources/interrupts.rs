@@ -22,6 +22,8 @@ pub struct InterruptsCollector {
 struct Known {
     descriptions: Vec<(u32, Arc<IrqDescription>)>,
     cells: usize,
+    /// A past table given back ([`Collector::recycle`]), whose storage the next parse fills.
+    spare: Option<interrupts::Interrupts>,
 }
 
 impl Collector for InterruptsCollector {
@@ -33,7 +35,8 @@ impl Collector for InterruptsCollector {
         let path = ctx.paths.procfs.join("interrupts");
         let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
         let known = &mut *known;
-        let mut parser = interrupts::Parser::reusing(&known.descriptions);
+        let spare = known.spare.take().unwrap_or_default();
+        let mut parser = interrupts::Parser::reusing_in(&known.descriptions, spare);
         parser.reserve_cells(known.cells);
         ctx.reader
             .read_lines(&path, |line, complete| parser.line(line, complete))?;
@@ -46,5 +49,12 @@ impl Collector for InterruptsCollector {
             warnings,
             ..Default::default()
         })
+    }
+
+    fn recycle(&self, snap: &mut Snapshot) {
+        if let Some(table) = snap.interrupts.take().and_then(|t| Arc::try_unwrap(t).ok()) {
+            let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+            known.spare = Some(table);
+        }
     }
 }
