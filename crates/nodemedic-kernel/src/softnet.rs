@@ -33,18 +33,24 @@ pub struct SoftnetRow {
 const MIN_COLUMNS: usize = 10;
 
 pub fn parse(text: &str) -> Softnet {
+    let mut out = Softnet::default();
+    parse_into(text, &mut out);
+    out
+}
+
+/// [`parse`] into `out`, emptied first: a caller that parses every sample keeps the rows'
+/// storage (one row per CPU) rather than allocating it each time.
+pub fn parse_into(text: &str, out: &mut Softnet) {
     let body = body(text);
-    let mut out = Softnet {
-        rows: Vec::with_capacity(body.lines.len()),
-        skipped: body.skipped,
-    };
+    out.rows.clear();
+    out.rows.reserve(body.lines.len());
+    out.skipped = body.skipped;
     for (n, line) in body.lines {
         match parse_row(line) {
             Ok(row) => out.rows.push(row),
             Err(reason) => out.skipped.push(SkippedLine { line: n, reason }),
         }
     }
-    out
 }
 
 /// Columns read; a newer kernel's further columns are checked as hex and otherwise ignored.
@@ -85,7 +91,20 @@ fn parse_row(line: &str) -> Result<SoftnetRow, SkipReason> {
 /// order (older kernels print rows for online CPUs only). Rows that cannot be placed are
 /// dropped and counted in the returned number.
 pub fn assign_cpus(rows: &[SoftnetRow], online: &[u32]) -> (Vec<(u32, SoftnetRow)>, usize) {
-    let mut placed = Vec::with_capacity(rows.len());
+    let mut placed = Vec::new();
+    let unplaced = assign_cpus_into(rows, online, &mut placed);
+    (placed, unplaced)
+}
+
+/// [`assign_cpus`] into `placed`, emptied first (a past sample's list); returns the number of
+/// rows not placed.
+pub fn assign_cpus_into(
+    rows: &[SoftnetRow],
+    online: &[u32],
+    placed: &mut Vec<(u32, SoftnetRow)>,
+) -> usize {
+    placed.clear();
+    placed.reserve(rows.len());
     let mut unplaced = 0;
     for (i, row) in rows.iter().enumerate() {
         match row.cpu.or_else(|| online.get(i).copied()) {
@@ -93,7 +112,7 @@ pub fn assign_cpus(rows: &[SoftnetRow], online: &[u32]) -> (Vec<(u32, SoftnetRow
             None => unplaced += 1,
         }
     }
-    (placed, unplaced)
+    unplaced
 }
 
 #[cfg(test)]

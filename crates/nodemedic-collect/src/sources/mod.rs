@@ -76,7 +76,7 @@ pub fn all() -> Vec<Box<dyn Collector>> {
         Box::new(IrqAffinityCollector::default()),
         Box::new(PciDevicesCollector::default()),
         Box::new(SoftirqsCollector),
-        Box::new(SoftnetCollector),
+        Box::new(SoftnetCollector::default()),
         Box::new(IrqbalanceConfigCollector::default()),
         Box::new(PressureCollector::default()),
     ]

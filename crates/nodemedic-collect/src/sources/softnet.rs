@@ -1,3 +1,5 @@
+use std::sync::Mutex;
+
 use nodemedic_kernel::softnet;
 use nodemedic_sample::Snapshot;
 
@@ -5,7 +7,18 @@ use super::skipped_warnings;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 
 /// `/proc/net/softnet_stat`.
-pub struct SoftnetCollector;
+#[derive(Default)]
+pub struct SoftnetCollector {
+    kept: Mutex<Kept>,
+}
+
+/// Lists kept from one sample to the next, each a row per CPU: the parsed file, and the rows
+/// placed on their CPUs that a past snapshot gave back ([`Collector::recycle`]).
+#[derive(Default)]
+struct Kept {
+    parsed: softnet::Softnet,
+    placed: Vec<(u32, softnet::SoftnetRow)>,
+}
 
 impl Collector for SoftnetCollector {
     fn name(&self) -> crate::CollectorName {
@@ -14,9 +27,12 @@ impl Collector for SoftnetCollector {
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
         let path = ctx.paths.procfs.join("net/softnet_stat");
-        let (parsed, blank) = ctx
-            .reader
-            .read_with(&path, |text| (softnet::parse(text), text.trim().is_empty()))?;
+        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        let Kept { parsed, placed } = &mut *kept;
+        let blank = ctx.reader.read_with(&path, |text| {
+            softnet::parse_into(text, parsed);
+            text.trim().is_empty()
+        })?;
         let mut warnings = skipped_warnings(&path, &parsed.skipped);
         // The kernel writes one row per possible CPU: no rows at all is a broken read.
         if parsed.rows.is_empty() {
@@ -39,7 +55,8 @@ impl Collector for SoftnetCollector {
                 (0..parsed.rows.len() as u32).collect()
             }
         };
-        let (placed, unplaced) = softnet::assign_cpus(&parsed.rows, &online);
+        let mut placed = std::mem::take(placed);
+        let unplaced = softnet::assign_cpus_into(&parsed.rows, &online, &mut placed);
         if unplaced > 0 {
             warnings.push(format!(
                 "{}: {unplaced} row(s) more than online CPUs, not attributed",
@@ -51,5 +68,14 @@ impl Collector for SoftnetCollector {
             warnings,
             ..Default::default()
         })
+    }
+
+    fn recycle(&self, snap: &mut Snapshot) {
+        if let Some(placed) = snap.softnet.take() {
+            let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+            if placed.capacity() > kept.placed.capacity() {
+                kept.placed = placed;
+            }
+        }
     }
 }
