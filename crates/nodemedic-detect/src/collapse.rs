@@ -14,7 +14,7 @@ use nodemedic_kernel::interrupts::Counts;
 use nodemedic_sample::Snapshot;
 use serde::{Deserialize, Serialize};
 
-use crate::groups::{build_groups_into, DeviceGroup, GroupingOptions};
+use crate::groups::{build_groups_into, DeviceGroup, GroupScratch, GroupingOptions};
 use crate::hysteresis::{ratio, ConfigError, Hysteresis, Latch};
 use crate::{Finding, Severity};
 
@@ -182,6 +182,7 @@ pub struct CollapseDetector {
     /// The list the device groups are built into, empty between samples (each group moves
     /// into its verdict), kept for its capacity.
     groups: Vec<DeviceGroup>,
+    group_scratch: GroupScratch,
 }
 
 impl CollapseDetector {
@@ -197,6 +198,7 @@ impl CollapseDetector {
             scratch: Default::default(),
             spare_verdicts: Vec::new(),
             groups: Vec::new(),
+            group_scratch: GroupScratch::default(),
         }
     }
 
@@ -221,6 +223,7 @@ impl CollapseDetector {
             },
             &mut self.classified,
             &mut groups,
+            &mut self.group_scratch,
         );
         let mut current = std::mem::take(&mut self.spare);
         current.fill(snap);

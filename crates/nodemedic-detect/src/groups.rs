@@ -79,18 +79,34 @@ pub fn build_groups(
     classified: &mut Classified,
 ) -> Vec<DeviceGroup> {
     let mut groups = Vec::new();
-    build_groups_into(snap, opts, classified, &mut groups);
+    build_groups_into(
+        snap,
+        opts,
+        classified,
+        &mut groups,
+        &mut GroupScratch::default(),
+    );
     groups
 }
 
+/// The storage [`build_groups_into`] sorts the IRQs in, kept by its caller from one sample
+/// to the next (a row per IRQ: tens of KiB on a big node, which musl's allocator mapped and
+/// unmapped every sample).
+#[derive(Default)]
+pub struct GroupScratch {
+    /// Always empty between calls: only its capacity is kept. `'static` is the lifetime of
+    /// no member; an empty list of them is a list of any lifetime's.
+    members: Vec<Member<'static>>,
+}
+
 /// [`build_groups`] into `groups` (emptied first), a list the caller keeps from one sample
-/// to the next: on a big node it is tens of KiB, which musl's allocator mapped and unmapped
-/// every sample.
+/// to the next, as it keeps `scratch`: on a big node each is tens of KiB.
 pub fn build_groups_into(
     snap: &Snapshot,
     opts: GroupingOptions,
     classified: &mut Classified,
     groups: &mut Vec<DeviceGroup>,
+    scratch: &mut GroupScratch,
 ) {
     groups.clear();
     let Some(ints) = &snap.interrupts else {
@@ -101,7 +117,8 @@ pub fn build_groups_into(
     // Every IRQ that belongs to a device, with its group's key, sorted by key and row: each
     // group's members are one run, in the table's order. One list, where a map of a list per
     // group grew each list a push at a time (on a big node, three maps of pages a sample).
-    let mut members: Vec<Member<'_>> = Vec::with_capacity(ints.irqs.len());
+    let mut members: Vec<Member<'_>> = std::mem::take(&mut scratch.members);
+    members.reserve(ints.irqs.len());
     for (row, line) in ints.irqs.iter().enumerate() {
         let Some(dev) = classified.get(row, line.irq) else {
             continue;
@@ -130,6 +147,13 @@ pub fn build_groups_into(
     for same in members.chunk_by(|a, b| a.key == b.key) {
         groups.push(build_group(snap, same[0].key.render(), same, &base, opts));
     }
+    // Back into the scratch, empty: collecting a vector's own items into one of the same
+    // layout reuses its allocation (std's in-place collect; a test checks it does).
+    members.clear();
+    // (`filter` would keep the borrowing type; the point is the change to `'static`.)
+    #[allow(clippy::unnecessary_filter_map)]
+    let empty = members.into_iter().filter_map(|_| None).collect();
+    scratch.members = empty;
     // The order of the rendered keys (`irq:10` before `irq:9`), as it has always been. The
     // keys are distinct, so an unstable sort gives the same order, in place: the stable one
     // took a buffer of half the groups (tens of KiB on a big node) for every sample.
@@ -280,6 +304,41 @@ mod tests {
             .into_iter()
             .map(|g| (g.key, [g.irqs, g.other_irqs].concat()))
             .collect()
+    }
+
+    /// The kept scratch gives the same groups as a new one, and its storage is reused from
+    /// one call to the next (std's in-place collect, which it relies on, does so).
+    #[test]
+    fn the_kept_scratch_gives_the_same_groups_in_the_same_storage() {
+        let mut ints = Interrupts::with_cpus(vec![0, 1]);
+        for irq in 24..40 {
+            let handler = format!("mlx5_comp{irq}@pci:0000:3b:00.0");
+            let desc = row(irq, "PCI-MSIX-0000:3b:00.0", &[handler.as_str()]).1;
+            ints.push_irq(irq, desc, &[1, 0]);
+        }
+        let snap = Snapshot {
+            interrupts: Some(Arc::new(ints)),
+            ..Default::default()
+        };
+        let opts = GroupingOptions {
+            numa_local: false,
+            queue_irqs_only: true,
+        };
+        let (mut c, mut groups, mut scratch) = Default::default();
+        build_groups_into(&snap, opts, &mut c, &mut groups, &mut scratch);
+        let storage = (scratch.members.as_ptr(), scratch.members.capacity());
+        assert!(scratch.members.is_empty() && storage.1 >= 16, "{storage:?}");
+        assert_eq!(
+            groups,
+            build_groups(&snap, opts, &mut Classified::default())
+        );
+        build_groups_into(&snap, opts, &mut c, &mut groups, &mut scratch);
+        assert_eq!(
+            (scratch.members.as_ptr(), scratch.members.capacity()),
+            storage
+        );
+        assert_eq!(groups.len(), 1);
+        assert_eq!(groups[0].irqs, (24..40).collect::<Vec<u32>>());
     }
 
     /// Rows are classified once and reused; a row whose handler changes (a driver rebound)
