@@ -362,11 +362,20 @@ pub struct TuningFinding {
 
 impl From<&TuningFinding> for Finding {
     fn from(t: &TuningFinding) -> Self {
+        // Sized at once: `format!` grew the message by doubling, a reallocation (and under
+        // musl's allocator a map and an unmap of pages) per step, for every finding in
+        // every sample.
+        let mut message = String::with_capacity(
+            t.evidence.len() + " Cost: ".len() + t.cost.len() + " Fix: ".len() + t.fix.len(),
+        );
+        for part in [&t.evidence, " Cost: ", &t.cost, " Fix: ", &t.fix] {
+            message.push_str(part);
+        }
         Finding {
             kind: FindingKind::Tuning(t.rule),
             severity: t.severity,
             subject: t.subject.clone(),
-            message: format!("{} Cost: {} Fix: {}", t.evidence, t.cost, t.fix),
+            message,
         }
     }
 }
