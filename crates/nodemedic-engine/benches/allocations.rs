@@ -5,15 +5,17 @@
 //! wrapper over the C library's allocator. It counts every `alloc` and `realloc` call and
 //! their bytes, on every thread. Per case:
 //!
-//! - **a sample**: `Engine::sample_at` with the daemon's default configuration (cgroups every
+//! - **a sample**: `Engine::sample_at`, the sample before given back first (`Engine::recycle`,
+//!   as the daemon gives back the one a new sample replaced), with the daemon's default configuration (cgroups every
 //!   15 s with services, a rescan every 60 s, the tuning audit, probes and disk probe off, as
 //!   on a node where they do not attach), plus the `process_*` stats the sampler thread reads
 //!   after it (`SelfStats::read`). Samples are 5 s apart in the engine's clock, as the
 //!   daemon's `sample_interval`; 13 warm-up samples first (the first rescan, the first cgroup
 //!   walk, every cache filled), then 24 measured ones: 2 minutes of the daemon, with 2
 //!   rescans and 8 cgroup reads in them. Mean, min and max per sample.
-//! - **a render**: `nodemedic_export::endpoint::render_sample` of the last sample (what the
-//!   endpoint renders once per sample for the first scrape of it), plain text; then the same
+//! - **a render**: `nodemedic_export::endpoint::render_sample_into` of the last sample (what
+//!   the endpoint renders once per sample for the first scrape of it), with the lists of the
+//!   last rendering (`RenderScratch`) kept as the endpoint keeps them, plain text; then the same
 //!   plus `endpoint::Gzip::compress` of it (its compressor kept between renders, as the
 //!   endpoint keeps it), as a scrape that accepts gzip (Prometheus) costs.
 //!
@@ -34,8 +36,8 @@ use std::time::Duration;
 use nodemedic_collect::sources::CgroupSelection;
 use nodemedic_collect::{Paths, SelfStats};
 use nodemedic_engine::{Engine, EngineConfig};
-use nodemedic_export::endpoint::{render_sample, Gzip};
-use nodemedic_export::{Format, MetricsOptions};
+use nodemedic_export::endpoint::{render_sample_into, Gzip};
+use nodemedic_export::{Format, MetricsOptions, RenderScratch};
 use nodemedic_sample::remedy::{Mode, RemedyState};
 use stats_alloc::{Region, Stats, StatsAlloc, INSTRUMENTED_SYSTEM};
 
@@ -99,28 +101,28 @@ fn measure(case: &str, paths: Paths) -> Row {
         clock += Duration::from_secs(5);
         clock
     };
-    let mut last = None;
+    // The daemon holds the last sample (published) and gives back the one before it, which
+    // the next sample replaced: its frees are not this sample's, and its lists (the
+    // interrupts table among them: the detector holds only the last table) are filled again.
+    let (mut older, mut last) = (None, None);
     for _ in 0..WARM_UP {
-        if let Some(old) = last.take() {
+        if let Some(old) = older.take() {
             engine.recycle(old);
         }
-        last = Some(engine.sample_at(tick()));
+        older = last.replace(engine.sample_at(tick()));
         let _ = self_stats.read();
     }
     let mut per_sample = Vec::with_capacity(SAMPLES);
     let mut process = None;
     for _ in 0..SAMPLES {
-        // The previous sample is given back first, as the daemon gives back the one it
-        // replaced once published: its frees are not this sample's, and its lists are
-        // filled again.
-        if let Some(old) = last.take() {
+        if let Some(old) = older.take() {
             engine.recycle(old);
         }
         let region = Region::new(GLOBAL);
         let sample = engine.sample_at(tick());
         process = self_stats.read();
         per_sample.push(Count::from(region.change()));
-        last = Some(sample);
+        older = last.replace(sample);
     }
     let sample = last.expect("a sample");
     let remedy = RemedyState {
@@ -131,16 +133,29 @@ fn measure(case: &str, paths: Paths) -> Row {
     let mut text = Count::default();
     let mut gz = Count::default();
     let (mut text_len, mut gzip_len) = (0, 0);
-    // The endpoint's compressor, kept from one rendering to the next as the endpoint keeps it.
+    // The endpoint's compressor and the lists of its renderings (the IRQs' labels), kept
+    // from one rendering to the next as the endpoint keeps them. The text is new each time.
     let gzip = Gzip::default();
+    let mut scratch = RenderScratch::default();
+    let mut render = || {
+        render_sample_into(
+            Some(&sample),
+            process,
+            &remedy,
+            &metrics,
+            Format::Text,
+            Vec::new(),
+            &mut scratch,
+        )
+    };
     for _ in 0..RENDERS {
         let region = Region::new(GLOBAL);
-        let body = render_sample(Some(&sample), process, &remedy, &metrics, Format::Text);
+        let body = render();
         text = Count::from(region.change());
         text_len = body.len();
         drop(body);
         let region = Region::new(GLOBAL);
-        let body = render_sample(Some(&sample), process, &remedy, &metrics, Format::Text);
+        let body = render();
         let z = gzip.compress(body.as_bytes()).expect("gzip");
         gz = Count::from(region.change());
         gzip_len = z.len();

@@ -42,19 +42,19 @@ fn steady_samples_and_renders_allocate_within_their_bounds() {
         ..Default::default()
     });
     let mut at = Duration::from_secs(1);
-    let mut last = None;
+    // As the daemon does: it holds the last sample and gives back the one before it.
+    let (mut older, mut last) = (None, None);
     for _ in 0..13 {
         at += Duration::from_secs(5);
-        if let Some(old) = last.take() {
+        if let Some(old) = older.take() {
             engine.recycle(old);
         }
-        last = Some(engine.sample_at(at));
+        older = last.replace(engine.sample_at(at));
     }
     let samples = 12;
     let mut calls = 0;
     for _ in 0..samples {
-        // As the daemon does with the sample it replaced.
-        if let Some(old) = last.take() {
+        if let Some(old) = older.take() {
             engine.recycle(old);
         }
         at += Duration::from_secs(5);
@@ -62,7 +62,7 @@ fn steady_samples_and_renders_allocate_within_their_bounds() {
         let sample = engine.sample_at(at);
         let change = region.change();
         calls += change.allocations + change.reallocations;
-        last = Some(sample);
+        older = last.replace(sample);
     }
     let per_sample = calls / samples;
     let sample = last.unwrap();
