@@ -18,7 +18,7 @@ pub struct SelfStats {
     stat: Option<File>,
     /// `/proc/self/fd`, open: an `fstat` of it needs no path walk. A `stat` of the path walked
     /// `/proc`, `self` and `fd` every sample, 7% of the sampler thread's CPU on a 2-CPU node
-    /// (BENCHMARKS.md, "Fewer wakeups").
+    /// (BENCHMARKS.md, "Fewer wakeups, kept lists").
     fds: Option<File>,
     buf: Vec<u8>,
 }

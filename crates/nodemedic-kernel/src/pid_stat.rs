@@ -4,7 +4,8 @@
 //! parentheses: the last `)` ends it), then the state and 49 numbers, space-separated.
 //! procfs parses every field, and allocates a buffer and a `String` for each parse; the daemon
 //! reads its own file every sample, and under musl's allocator that buffer mapped and unmapped
-//! a page each time (BENCHMARKS.md, "Fewer wakeups"). This reads the five it exports.
+//! a page each time (BENCHMARKS.md, "Fewer wakeups, kept lists"). This reads the five it
+//! exports.
 
 /// The fields of `/proc/PID/stat` the `process_*` metrics are made from, in the kernel's units.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

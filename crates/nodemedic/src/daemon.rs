@@ -352,14 +352,6 @@ struct Sampler {
 /// loop used, allows the same 5 ms).
 const LATE: Duration = Duration::from_millis(5);
 
-/// The engine on a thread of its own, which keeps the interval itself: every sample allocates
-/// on the same thread, so its memory is reused from one sample to the next (tokio's blocking
-/// pool would move samples between threads, and glibc keeps a heap per thread: on a 1024-CPU
-/// tree that cost 12 MiB of RSS, BENCHMARKS.md "Scale"). The thread sleeps until the next
-/// sample is due and hands the sample to the runtime, which wakes once per sample. When the
-/// runtime asked for each sample on its own timer, a sample cost four wakeups of a thread
-/// instead of two (the timer, which tokio's wheel fires twice, the request, the reply):
-/// BENCHMARKS.md, "Fewer wakeups".
 /// When the sample after one due at `due` and started at `started` is due: an interval after
 /// `due`, so that samples keep their cadence, unless this one started more than [`LATE`] late
 /// (a slow sample, a suspended VM), when it is an interval after `started`: late samples are
@@ -372,6 +364,14 @@ fn next_due(due: Instant, started: Instant, interval: Duration) -> Instant {
     }
 }
 
+/// The engine on a thread of its own, which keeps the interval itself: every sample allocates
+/// on the same thread, so its memory is reused from one sample to the next (tokio's blocking
+/// pool would move samples between threads, and glibc keeps a heap per thread: on a 1024-CPU
+/// tree that cost 12 MiB of RSS, BENCHMARKS.md "Scale"). The thread sleeps until the next
+/// sample is due and hands the sample to the runtime, which wakes once per sample. When the
+/// runtime asked for each sample on its own timer, a sample cost four wakeups of a thread
+/// instead of two (the timer, which tokio's wheel fires twice, the request, the reply):
+/// BENCHMARKS.md, "Fewer wakeups, kept lists".
 fn start_sampler(
     engine: Engine,
     interval: Duration,
