@@ -222,10 +222,6 @@ impl CollectorSet {
         self.collectors.iter().map(|c| c.name()).collect()
     }
 
-    /// Runs every collector once and returns the snapshot and each collector's outcome.
-    /// A panicking collector (a bug) is caught and reported as failed.
-    ///
-    /// `at` is the sample's monotonic time; it also decides whether this sample is a rescan.
     /// Gives a past snapshot that nothing else holds to every collector, for its storage
     /// ([`Collector::recycle`]).
     pub fn recycle(&self, mut snapshot: Snapshot) {
@@ -234,6 +230,10 @@ impl CollectorSet {
         }
     }
 
+    /// Runs every collector once and returns the snapshot and each collector's outcome.
+    /// A panicking collector (a bug) is caught and reported as failed.
+    ///
+    /// `at` is the sample's monotonic time; it also decides whether this sample is a rescan.
     pub fn sample(&mut self, paths: &Paths, at: Duration) -> (Snapshot, Vec<CollectorRun>) {
         let rescan = self
             .last_rescan

@@ -11,9 +11,8 @@ use nodemedic_sample::snapshot::ProcessStats;
 ///
 /// Read by the sampler thread once per sample, not per scrape: `/proc/self/stat` is kept open
 /// and re-read with one `pread` (parsed by [`nodemedic_kernel::pid_stat`], which allocates
-/// nothing), and the fd count is one `fstat` of
-/// `/proc/self/fd`, also kept open. What never changes (boot time, clock ticks, page size) is
-/// read once.
+/// nothing), and the fd count is one `fstat` of `/proc/self/fd`, also kept open. What never
+/// changes (boot time, clock ticks, page size) is read once.
 pub struct SelfStats {
     stat: Option<File>,
     /// `/proc/self/fd`, open: an `fstat` of it needs no path walk. A `stat` of the path walked

@@ -172,7 +172,8 @@ impl Engine {
 
     /// Gives back a sample that nothing else holds any more (the daemon's last one, once it
     /// is replaced): the next sample fills its lists (the interrupts table, verdicts,
-    /// collector states, findings) instead of allocating new ones. Optional; a sample not given back is simply dropped.
+    /// collector states, findings) instead of allocating new ones. Optional; a sample not
+    /// given back is simply dropped.
     pub fn recycle(&mut self, old: Sample) {
         let Sample {
             snapshot,
