@@ -42,7 +42,12 @@ http_get() { # path -> body (HTTP/1.0 over bash's /dev/tcp; the guest has no cur
     local body
     exec 3<>/dev/tcp/127.0.0.1/9847 || return 1
     printf 'GET %s HTTP/1.0\r\nHost: localhost\r\n\r\n' "$1" >&3
-    body=$(cat <&3)
+    # Bounded, so a response that never ends names itself instead of hanging the run.
+    if ! body=$(timeout 30 cat <&3); then
+        echo "http_get $1: no complete response within 30 s" >&2
+        exec 3<&-
+        return 1
+    fi
     exec 3<&-
     printf '%s\n' "${body#*$'\r\n\r\n'}"
 }

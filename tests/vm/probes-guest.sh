@@ -65,6 +65,10 @@ s1=$(m 'nodemedic_perf_event_outputs_total{source="sample"}')
 w1=$(m nodemedic_perf_event_wakeups_total)
 metrics=$(http_get /metrics)
 kill -INT "$bt"
+# Bounded: a landing CI once hung here, or in http_get, with no output for the rest of the run.
+bt_exited() { ! kill -0 "$bt" 2>/dev/null; }
+check bpftrace_exited wait_for 60 "bpftrace's exit after SIGINT" bt_exited
+bt_exited || kill -KILL "$bt"
 wait "$bt"
 cat /tmp/gen-bpf.out /tmp/gen-sample.out | sed 's/^/  perfgen: /'
 sed 's/^/  bpftrace: /' /tmp/bpftrace.out
