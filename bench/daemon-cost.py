@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """CPU of running nodemedic daemons, split into sampling and serving, builds side by side.
 
-    bench/daemon-cost.py [--seconds S] [--interval-ms MS] [--modes M,M] NAME=BINARY [...]
+    bench/daemon-cost.py [--seconds S] [--interval-ms MS] [--modes M,M] [--shipped-config]
+                         [--node-exporter] NAME=BINARY [...]
 
 For every build it starts one daemon per mode, all at once (so every build and mode sees the
 same minutes of this VM's drifting speed), each on the real /proc and /sys with
-`sample_interval` = MS (default 1000) and the eBPF probes off:
+`sample_interval` = MS (default 1000) and the eBPF probes off (with `--shipped-config`: the
+shipped deploy/nodemedic.toml, every default feature on, with that interval):
 
 - `sampling`: no scrapes: what sampling alone costs;
 - `keepalive`: one GET /metrics per interval on one kept-alive connection (plain text);
@@ -13,7 +15,14 @@ same minutes of this VM's drifting speed), each on the real /proc and /sys with
   back gzip-encoded, or the run fails);
 - `curl`: one GET /metrics per interval on a new TCP connection each time (`curl`);
 - `healthz-curl`: one GET /healthz per interval on a new connection: the HTTP and TCP floor
-  of the same server, without rendering anything.
+  of the same server, without rendering anything;
+- `healthz`: one GET /healthz per interval on one kept-alive connection: the floor of a
+  request on a kept connection (what Prometheus keeps), without rendering anything.
+
+With `--node-exporter`, node_exporter ($NODE_EXPORTER, else the v1.9.1 build memory.py makes
+and caches) runs beside them, one per mode that makes requests, with the four collectors that
+compare (interrupts, softirqs, stat, softnet), as memory.py runs it. Its CPU is per request:
+it reads its files when scraped. It has no /healthz, so it runs in `keepalive`, `gzip` and `curl`.
 
 CPU is the scheduler's nanosecond accounting of every thread (`/proc/PID/task/*/schedstat`),
 not 10 ms ticks. Printed per build and mode: CPU ms per interval (one sample plus at most one
@@ -31,7 +40,9 @@ import time
 
 from procstat import free_port
 
-MODES = ["sampling", "keepalive", "gzip", "curl", "healthz-curl"]
+MODES = ["sampling", "keepalive", "gzip", "curl", "healthz-curl", "healthz"]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NODE_EXPORTER = "node_exporter"
 
 
 def thread_ns(pid):
@@ -52,19 +63,26 @@ def thread_ns(pid):
     return sampler, other
 
 
-def run_one(name, binary, mode, seconds, interval_ms, results):
+def run_one(name, binary, mode, seconds, interval_ms, shipped, results):
     port = free_port()
     work = tempfile.mkdtemp(prefix="nodemedic-daemon-cost.")
-    config = os.path.join(work, "nodemedic.toml")
-    with open(config, "w") as f:
-        f.write(f'sample_interval = "{interval_ms}ms"\n[probes]\nenabled = false\n')
-    proc = subprocess.Popen(
-        [binary, "--config", config, "run", "--web.listen-address", f"127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    if name == NODE_EXPORTER:
+        help_text = subprocess.run([binary, "--help"], capture_output=True, text=True).stdout
+        softirqs = ["--collector.softirqs"] if "--collector.softirqs" in help_text else []
+        argv = [binary, "--collector.disable-defaults", "--collector.interrupts", *softirqs,
+                "--collector.stat", "--collector.softnet",
+                "--web.listen-address", f"127.0.0.1:{port}"]
+    else:
+        config = os.path.join(work, "nodemedic.toml")
+        with open(config, "w") as f:
+            if shipped:
+                f.write(config_text(interval_ms, probes=True))
+            else:
+                f.write(f'sample_interval = "{interval_ms}ms"\n[probes]\nenabled = false\n')
+        argv = [binary, "--config", config, "run", "--web.listen-address", f"127.0.0.1:{port}"]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        path = "/healthz" if mode == "healthz-curl" else "/metrics"
+        path = "/healthz" if mode.startswith("healthz") else "/metrics"
         deadline = time.time() + 30
         while True:
             try:
@@ -82,7 +100,7 @@ def run_one(name, binary, mode, seconds, interval_ms, results):
         url = f"http://127.0.0.1:{port}{path}"
 
         def request():
-            if mode in ("keepalive", "gzip"):
+            if mode in ("keepalive", "gzip", "healthz"):
                 headers = {"Accept-Encoding": "gzip"} if mode == "gzip" else {}
                 conn.request("GET", path, headers=headers)
                 r = conn.getresponse()
@@ -113,6 +131,12 @@ def main():
     ap.add_argument("--seconds", type=int, default=180)
     ap.add_argument("--interval-ms", type=int, default=1000)
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated, of: " + ", ".join(MODES))
+    ap.add_argument("--shipped-config", action="store_true",
+                    help="deploy/nodemedic.toml (every default feature on, the probes too) "
+                         "instead of the probes off")
+    ap.add_argument("--node-exporter", action="store_true",
+                    help="node_exporter beside the builds ($NODE_EXPORTER, else memory.py's "
+                         "build of v1.9.1)")
     ap.add_argument("builds", nargs="+", metavar="NAME=BINARY")
     args = ap.parse_args()
     modes = args.modes.split(",")
@@ -120,11 +144,19 @@ def main():
     if unknown:
         ap.error(f"unknown modes {unknown}")
     builds = [b.split("=", 1) for b in args.builds]
+    if any(n == NODE_EXPORTER for n, _ in builds):
+        ap.error(f"the name {NODE_EXPORTER!r} is --node-exporter's")
+    runs = [(n, b, m) for n, b in builds for m in modes]
+    if args.node_exporter:
+        ne = node_exporter_binary(None)
+        builds.append((NODE_EXPORTER, ne))
+        # node_exporter reads when scraped and has no /healthz.
+        runs += [(NODE_EXPORTER, ne, m) for m in modes if m in ("keepalive", "gzip", "curl")]
     results = {}
     threads = [
-        threading.Thread(target=run_one, args=(n, b, m, args.seconds, args.interval_ms, results))
-        for n, b in builds
-        for m in modes
+        threading.Thread(target=run_one,
+                         args=(n, b, m, args.seconds, args.interval_ms, args.shipped_config, results))
+        for n, b, m in runs
     ]
     for t in threads:
         t.start()
@@ -138,12 +170,31 @@ def main():
     print("|---|---|---|---|---|")
     for m in modes:
         for n, _ in builds:
+            if n == NODE_EXPORTER and m not in ("keepalive", "gzip", "curl"):
+                continue
             if (n, m) not in results:
                 print(f"| {m} | {n} | failed | | |")
                 continue
             s, o = results[(n, m)]
-            print(f"| {m} | {n} | **{s + o:.3f}** | {s:.3f} | {o:.3f} |")
+            if n == NODE_EXPORTER:
+                print(f"| {m} | {n} | **{s + o:.3f}** | | |")
+            else:
+                print(f"| {m} | {n} | **{s + o:.3f}** | {s:.3f} | {o:.3f} |")
     return 0 if len(results) == len(threads) else 1
+
+
+def config_text(interval_ms, probes):
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    from memory import config_text as shipped
+
+    return shipped(interval_ms, probes)
+
+
+def node_exporter_binary(path):
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    from memory import node_exporter_binary as built
+
+    return built(path)
 
 
 if __name__ == "__main__":
