@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 sys.dont_write_bytecode = True  # no __pycache__ in the tree for the import below
@@ -617,10 +618,17 @@ class ConditionWatch:
 
 
 def node_events(node, since):
+    """nodemedic's Events about NODE reported at or after SINCE (time.time()). Every Event is a
+    new object (generateName), so its creationTimestamp, the API server's clock (this host's,
+    whole seconds), says when it was reported; the guest daemon's own eventTime would carry the
+    guest's clock. Before, SINCE was ignored, and an Event of an earlier check counted."""
     out = []
     for e in kjson("get", "events.events.k8s.io", "-A")["items"]:
         r = e.get("regarding", {})
-        if r.get("kind") == "Node" and r.get("name") == node and e.get("reportingController", "").startswith("nodemedic"):
+        created = datetime.fromisoformat(e["metadata"]["creationTimestamp"].replace("Z", "+00:00"))
+        if (r.get("kind") == "Node" and r.get("name") == node
+                and e.get("reportingController", "").startswith("nodemedic")
+                and created.timestamp() >= int(since)):
             out.append(e)
     return out
 
