@@ -1007,9 +1007,18 @@ def mixed_fleet():
     m = poll("the cgroup layout on /status", 60, layout)
     assert m["cpu"].startswith("/host/sys/fs/cgroup/") and m["unified"] == "/host/sys/fs/cgroup/unified", m
     assert not m.get("writable"), f"nodemedic says writable: {m}"
-    for n in nodes():
-        bad = [c for c in status_at(n)["collectors"] if c["name"] == "cgroups" and (c["warnings"] or c["state"] == "failed")]
-        assert not bad, f"{n}: {bad}"
+
+    def clean():
+        bad = {n: [c for c in status_at(n)["collectors"] if c["name"] == "cgroups" and (c["warnings"] or c["state"] == "failed")]
+               for n in nodes()}
+        bad = {n: b for n, b in bad.items() if b}
+        if bad:
+            raise Pending(f"cgroups collector warnings or failure: {bad}")
+
+    # The replaced pods' cgroups go some seconds after the new pods are Ready: a sample that
+    # sees one go says it vanished (a warm CI run failed on that one sample), and the next
+    # sample does not. A warning that stays, or a failed collector, fails the check.
+    poll("no cgroups warning on either node", 30, clean)
     return pods
 
 
@@ -1165,6 +1174,13 @@ def main():
                 if step is install_defaults:
                     raise
                 log(f"{step.step_name}: {type(e).__name__}")
+                if step is mixed_fleet:
+                    # It rolled both pods before it failed: the next checks take the pods
+                    # running now, not the replaced ones (whose containers are gone).
+                    try:
+                        pods = ds_pods()
+                    except Exception as e2:
+                        log(f"the pods after {step.step_name}: {type(e2).__name__}: {e2}")
             if step is prometheus:
                 # The burner is done with: the guest's two vCPUs are the incident's.
                 kubectl("delete", "namespace", "shop", "--wait=false", check=False)
