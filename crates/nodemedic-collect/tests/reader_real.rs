@@ -288,7 +288,7 @@ fn large_proc_files_are_read_whole() {
 
 /// A kernel file of many records, larger than a seq_file's first buffer, read whole by both
 /// backends. procfs's seq_files return at most their buffer (a page at first) per read, so a
-/// short read is not the end of `/proc/net/softnet_stat` on a node of 40 CPUs or more, or of
+/// short read is not the end of `/proc/net/softnet_stat` on a node of about 35 CPUs or more, or of
 /// a node's `mountinfo`: the reader read the first page only, and this node's 2 CPUs and few
 /// mounts never showed it. A python3 child maps 400 pages of alternating protections (so that
 /// no two merge) and waits: its `maps` has 400 more lines and holds still while it is read.
