@@ -38,11 +38,13 @@ import tempfile
 import threading
 import time
 
+from memory import config_text, node_exporter_argv, node_exporter_binary
 from procstat import free_port
 
 MODES = ["sampling", "keepalive", "gzip", "curl", "healthz-curl", "healthz"]
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NODE_EXPORTER = "node_exporter"
+# node_exporter reads its files when scraped, and has no /healthz.
+NODE_EXPORTER_MODES = ("keepalive", "gzip", "curl")
 
 
 def thread_ns(pid):
@@ -67,11 +69,7 @@ def run_one(name, binary, mode, seconds, interval_ms, shipped, results):
     port = free_port()
     work = tempfile.mkdtemp(prefix="nodemedic-daemon-cost.")
     if name == NODE_EXPORTER:
-        help_text = subprocess.run([binary, "--help"], capture_output=True, text=True).stdout
-        softirqs = ["--collector.softirqs"] if "--collector.softirqs" in help_text else []
-        argv = [binary, "--collector.disable-defaults", "--collector.interrupts", *softirqs,
-                "--collector.stat", "--collector.softnet",
-                "--web.listen-address", f"127.0.0.1:{port}"]
+        argv = node_exporter_argv(binary, port)
     else:
         config = os.path.join(work, "nodemedic.toml")
         with open(config, "w") as f:
@@ -150,8 +148,7 @@ def main():
     if args.node_exporter:
         ne = node_exporter_binary(None)
         builds.append((NODE_EXPORTER, ne))
-        # node_exporter reads when scraped and has no /healthz.
-        runs += [(NODE_EXPORTER, ne, m) for m in modes if m in ("keepalive", "gzip", "curl")]
+        runs += [(NODE_EXPORTER, ne, m) for m in modes if m in NODE_EXPORTER_MODES]
     results = {}
     threads = [
         threading.Thread(target=run_one,
@@ -170,7 +167,7 @@ def main():
     print("|---|---|---|---|---|")
     for m in modes:
         for n, _ in builds:
-            if n == NODE_EXPORTER and m not in ("keepalive", "gzip", "curl"):
+            if n == NODE_EXPORTER and m not in NODE_EXPORTER_MODES:
                 continue
             if (n, m) not in results:
                 print(f"| {m} | {n} | failed | | |")
@@ -181,20 +178,6 @@ def main():
             else:
                 print(f"| {m} | {n} | **{s + o:.3f}** | {s:.3f} | {o:.3f} |")
     return 0 if len(results) == len(threads) else 1
-
-
-def config_text(interval_ms, probes):
-    sys.path.insert(0, os.path.join(ROOT, "bench"))
-    from memory import config_text as shipped
-
-    return shipped(interval_ms, probes)
-
-
-def node_exporter_binary(path):
-    sys.path.insert(0, os.path.join(ROOT, "bench"))
-    from memory import node_exporter_binary as built
-
-    return built(path)
 
 
 if __name__ == "__main__":

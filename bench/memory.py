@@ -173,15 +173,22 @@ def start_all(builds, tree, ne_bin, interval_ms, work):
     if ne_bin is None:
         return procs
     port = free_port()
+    argv = node_exporter_argv(ne_bin, port, tree)
+    procs.append(Proc("node_exporter", argv, port, work, "node_exporter"))
+    return procs
+
+
+def node_exporter_argv(ne_bin, port, tree=None):
+    """node_exporter with the four collectors that compare with nodemedic's (interrupts,
+    softirqs where this version has it, stat, softnet), on TREE's /proc and /sys (default the
+    real ones), listening on 127.0.0.1:PORT. Also bench/daemon-cost.py's."""
     procfs = f"{tree}/proc" if tree else "/proc"
     sysfs = f"{tree}/sys" if tree else "/sys"
     help_text = subprocess.run([ne_bin, "--help"], capture_output=True, text=True).stdout
     softirqs = ["--collector.softirqs"] if "--collector.softirqs" in help_text else []
-    argv = [ne_bin, "--path.procfs", procfs, "--path.sysfs", sysfs, "--collector.disable-defaults",
+    return [ne_bin, "--path.procfs", procfs, "--path.sysfs", sysfs, "--collector.disable-defaults",
             "--collector.interrupts", *softirqs, "--collector.stat", "--collector.softnet",
             "--web.listen-address", f"127.0.0.1:{port}"]
-    procs.append(Proc("node_exporter", argv, port, work, "node_exporter"))
-    return procs
 
 
 def wait_until(what, deadline, check):
