@@ -205,7 +205,11 @@ impl CollapseDetector {
     /// Takes back the verdicts of a past sample that nothing else holds: the next sample's
     /// verdicts go into their list, where a new one would be allocated (and, under musl's
     /// allocator, a page mapped) every sample and freed on the thread that dropped the sample.
+    /// Their groups are kept too: the next sample's groups are written into their storage.
     pub fn recycle(&mut self, mut verdicts: Vec<GroupVerdict>) {
+        if self.groups.is_empty() {
+            self.groups.extend(verdicts.drain(..).map(|v| v.group));
+        }
         verdicts.clear();
         if verdicts.capacity() > self.spare_verdicts.capacity() {
             self.spare_verdicts = verdicts;

@@ -1,5 +1,7 @@
 //! Grouping interrupts by the device that owns them.
 
+use std::fmt::Write;
+
 use nodemedic_kernel::device::{Classified, IrqDevice, IrqRole};
 use nodemedic_kernel::interrupts::IrqLine;
 use nodemedic_kernel::CpuSet;
@@ -24,8 +26,8 @@ struct Member<'a> {
     pci: Option<&'a str>,
 }
 
-/// A group's identity, borrowed while grouping; [`GroupKey::render`] gives
-/// [`DeviceGroup::key`]. Ordered as the derived order would (variant, then value), with the
+/// A group's identity, borrowed while grouping; written out (`pci:…`, `dev:…`, `irq:…`), it
+/// is [`DeviceGroup::key`]. Ordered as the derived order would (variant, then value), with the
 /// text compared a word at a time (`nodemedic_kernel::bytes`): a lookup per IRQ per sample.
 #[derive(PartialEq, Eq)]
 enum GroupKey<'a> {
@@ -59,14 +61,6 @@ impl GroupKey<'_> {
             GroupKey::Pci(_) => 0,
             GroupKey::Dev(_) => 1,
             GroupKey::Irq(_) => 2,
-        }
-    }
-
-    fn render(&self) -> String {
-        match self {
-            GroupKey::Pci(pci) => format!("pci:{pci}"),
-            GroupKey::Dev(instance) => format!("dev:{instance}"),
-            GroupKey::Irq(irq) => format!("irq:{irq}"),
         }
     }
 }
@@ -108,8 +102,8 @@ pub fn build_groups_into(
     groups: &mut Vec<DeviceGroup>,
     scratch: &mut GroupScratch,
 ) {
-    groups.clear();
     let Some(ints) = &snap.interrupts else {
+        groups.clear();
         return;
     };
     classified.update(&ints.irqs);
@@ -144,9 +138,15 @@ pub fn build_groups_into(
     // Rows are distinct, so the order is total and an unstable sort (no buffer) is stable.
     members.sort_unstable_by(|a, b| a.key.cmp(&b.key).then(a.row.cmp(&b.row)));
     let base = base_eligible(snap);
+    let mut built = 0;
     for same in members.chunk_by(|a, b| a.key == b.key) {
-        groups.push(build_group(snap, same[0].key.render(), same, &base, opts));
+        if built == groups.len() {
+            groups.push(DeviceGroup::default());
+        }
+        build_group_into(snap, &same[0].key, same, &base, opts, &mut groups[built]);
+        built += 1;
     }
+    groups.truncate(built);
     // Back into the scratch, empty: collecting a vector's own items into one of the same
     // layout reuses its allocation (std's in-place collect; a test checks it does).
     members.clear();
@@ -176,15 +176,19 @@ fn base_eligible(snap: &Snapshot) -> CpuSet {
     set
 }
 
-fn build_group(
+/// Group `key` of `members` into `out`, a past sample's group: every field is written, and
+/// its texts, lists and sets are filled again in their storage rather than allocated (about
+/// ten allocations a group a sample when new).
+fn build_group_into(
     snap: &Snapshot,
-    key: String,
+    key: &GroupKey<'_>,
     members: &[Member<'_>],
     base: &CpuSet,
     opts: GroupingOptions,
-) -> DeviceGroup {
-    let pci = members.iter().find_map(|m| m.pci.map(str::to_string));
-    let sysfs = pci.as_ref().and_then(|p| snap.pci_devices.get(p));
+    out: &mut DeviceGroup,
+) {
+    let pci = members.iter().find_map(|m| m.pci);
+    let sysfs = pci.and_then(|p| snap.pci_devices.get(p));
     let has_queues = members.iter().any(|m| m.dev.role == IrqRole::Queue);
     // Event lines are never judged, nor are control vectors but beside their device's queues
     // when asked to (`queue_irqs_only = false`): both sit on one CPU by design.
@@ -204,47 +208,59 @@ fn build_group(
         .iter()
         .filter(considered)
         .chain(members.iter())
-        .find_map(|m| m.dev.instance.clone());
+        .find_map(|m| m.dev.instance.as_deref());
     let driver = sysfs
-        .and_then(|d| d.driver.clone())
-        .or_else(|| members.iter().find_map(|m| m.dev.driver_hint.clone()));
-    let netdev = pci.as_ref().and_then(|p| {
+        .and_then(|d| d.driver.as_deref())
+        .or_else(|| members.iter().find_map(|m| m.dev.driver_hint.as_deref()));
+    let netdev = pci.and_then(|p| {
         snap.netdevs
             .iter()
-            .find_map(|(name, addr)| (addr == p).then(|| name.clone()))
+            .find_map(|(name, addr)| (addr == p).then_some(name.as_str()))
     });
-    let name = match (&instance, &driver, &pci) {
-        (Some(i), _, _) => i.clone(),
-        (None, Some(d), Some(p)) => format!("{d} {p}"),
-        (None, None, Some(p)) => p.clone(),
-        (None, _, None) => key.clone(),
+    out.key.clear();
+    // Writing into a `String` cannot fail.
+    let _ = match key {
+        GroupKey::Pci(pci) => write!(out.key, "pci:{pci}"),
+        GroupKey::Dev(instance) => write!(out.key, "dev:{instance}"),
+        GroupKey::Irq(irq) => write!(out.key, "irq:{irq}"),
     };
-    let mut irqs = Vec::with_capacity(members.len());
-    let mut other_irqs = Vec::new();
+    out.name.clear();
+    let _ = match (instance, driver, pci) {
+        (Some(i), _, _) => write!(out.name, "{i}"),
+        (None, Some(d), Some(p)) => write!(out.name, "{d} {p}"),
+        (None, None, Some(p)) => write!(out.name, "{p}"),
+        (None, _, None) => write!(out.name, "{}", out.key),
+    };
+    set_text(&mut out.driver, driver);
+    set_text(&mut out.pci, pci);
+    set_text(&mut out.netdev, netdev);
+    out.irqs.clear();
+    out.other_irqs.clear();
     for m in members {
         if considered(&m) {
-            irqs.push(m.irq);
+            out.irqs.push(m.irq);
         } else {
-            other_irqs.push(m.irq);
+            out.other_irqs.push(m.irq);
         }
     }
-    let mut effective_cpus = CpuSet::new();
-    let mut unknown_affinity = Vec::new();
-    for irq in &irqs {
+    out.effective_cpus.clear();
+    out.unknown_affinity.clear();
+    for irq in &out.irqs {
         match snap.affinity.get(irq).and_then(|a| a.delivery_cpus()) {
-            Some(cpus) => effective_cpus.union_with(cpus),
-            None => unknown_affinity.push(*irq),
+            Some(cpus) => out.effective_cpus.union_with(cpus),
+            None => out.unknown_affinity.push(*irq),
         }
     }
     // An IRQ bound to an offline CPU does not fire (managed IRQs are shut down with their
     // CPU); it is not a place interrupts are delivered.
     if let Some(t) = &snap.topology {
-        effective_cpus.intersect_with(&t.online);
+        out.effective_cpus.intersect_with(&t.online);
     }
     // The device's node, from any of its IRQs when none is judged (an event line's too).
-    let numa_node = sysfs.and_then(|d| d.numa_node).or_else(|| {
-        irqs.iter()
-            .chain(&other_irqs)
+    out.numa_node = sysfs.and_then(|d| d.numa_node).or_else(|| {
+        out.irqs
+            .iter()
+            .chain(&out.other_irqs)
             .find_map(|i| snap.affinity.get(i)?.node)
             .and_then(|n| u32::try_from(n).ok())
     });
@@ -253,25 +269,28 @@ fn build_group(
         .then(|| {
             sysfs.and_then(|d| d.local_cpus.as_ref()).or_else(|| {
                 let t = snap.topology.as_ref()?;
-                t.numa_nodes.get(&numa_node?)
+                t.numa_nodes.get(&out.numa_node?)
             })
         })
-        .flatten()
-        .map(|cpus| base.intersection(cpus))
-        .filter(|l| !l.is_empty());
-    let eligible_cpus = local.unwrap_or_else(|| base.clone());
-    DeviceGroup {
-        key,
-        name,
-        driver,
-        pci,
-        netdev,
-        numa_node,
-        irqs,
-        other_irqs,
-        effective_cpus,
-        eligible_cpus,
-        unknown_affinity,
+        .flatten();
+    // The base CPUs on the device's node, when that leaves any; else the base.
+    out.eligible_cpus.clone_from(base);
+    if let Some(cpus) = local {
+        out.eligible_cpus.intersect_with(cpus);
+        if out.eligible_cpus.is_empty() {
+            out.eligible_cpus.clone_from(base);
+        }
+    }
+}
+
+/// Sets `slot` to `text`, in the storage of the text it held when it held one.
+fn set_text(slot: &mut Option<String>, text: Option<&str>) {
+    match (slot.as_mut(), text) {
+        (Some(old), Some(new)) => {
+            old.clear();
+            old.push_str(new);
+        }
+        (_, new) => *slot = new.map(str::to_owned),
     }
 }
 

@@ -683,10 +683,10 @@ impl Audit<'_> {
     /// address, each with its name.
     fn dma_devices(&self) -> BTreeMap<String, String> {
         let mut devices: BTreeMap<String, String> = BTreeMap::new();
-        for (netdev, pci) in &self.snap.netdevs {
+        for (netdev, pci) in self.snap.netdevs.iter() {
             devices.insert(pci.clone(), netdev.clone());
         }
-        for (pci, d) in &self.snap.pci_devices {
+        for (pci, d) in self.snap.pci_devices.iter() {
             if d.driver.as_deref() == Some("nvme") {
                 let name = self
                     .irq
@@ -1095,7 +1095,7 @@ mod tests {
                 online: CpuSet::from_cpus(0..8),
                 ..Default::default()
             }),
-            netdevs: BTreeMap::from([("eth0".to_string(), pci.to_string())]),
+            netdevs: Arc::new(BTreeMap::from([("eth0".to_string(), pci.to_string())])),
             softirqs: Some(Softirqs {
                 cpus: (0..8).collect(),
                 rows: vec![SoftirqRow {

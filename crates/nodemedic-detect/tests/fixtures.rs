@@ -27,6 +27,72 @@ fn irq_snapshot(tree: &str, at: Duration) -> Snapshot {
     fixture_snapshot(tree, at).needing(IRQ_SIDE)
 }
 
+/// Groups written into the storage of another tree's groups (more or fewer of them, other
+/// names, drivers, NUMA nodes and sets) are the groups a fresh build gives, for every tree
+/// whose IRQ side is whole; and the detector that takes its verdicts back judges as one that
+/// does not.
+#[test]
+fn groups_written_into_past_groups_are_built_groups() {
+    use nodemedic_detect::groups::{build_groups, build_groups_into, GroupingOptions};
+    use nodemedic_kernel::device::Classified;
+    let trees = [
+        "8cpu-collapsed",
+        "256cpu-collapsed",
+        "96cpu-healthy",
+        "aarch64-graviton-collapsed",
+        "16cpu-port-events",
+        "isolated",
+        "8cpu-offline",
+    ];
+    let snaps: Vec<Snapshot> = trees
+        .iter()
+        .map(|t| irq_snapshot(t, Duration::from_secs(10)))
+        .collect();
+    for numa_local in [true, false] {
+        for queue_irqs_only in [true, false] {
+            let opts = GroupingOptions {
+                numa_local,
+                queue_irqs_only,
+            };
+            for (i, snap) in snaps.iter().enumerate() {
+                let fresh = build_groups(snap, opts, &mut Classified::default());
+                assert!(!fresh.is_empty(), "{}", trees[i]);
+                if trees[i] == "8cpu-collapsed" {
+                    // Every optional field is set in some group of some tree.
+                    let nic = fresh.iter().find(|g| g.key == "pci:0000:00:03.0").unwrap();
+                    assert_eq!(nic.netdev.as_deref(), Some("eth0"));
+                    assert_eq!(nic.driver.as_deref(), Some("virtio-pci"));
+                }
+                for (j, past) in snaps.iter().enumerate() {
+                    let mut groups = build_groups(past, opts, &mut Classified::default());
+                    build_groups_into(
+                        snap,
+                        opts,
+                        &mut Classified::default(),
+                        &mut groups,
+                        &mut Default::default(),
+                    );
+                    assert!(groups == fresh, "{} into {}'s groups", trees[i], trees[j]);
+                }
+            }
+        }
+    }
+    // The detector, fed samples of two trees in turn, judges alike with its verdicts given
+    // back each time (the daemon) and without.
+    let (mut kept, mut dropped) = (immediate(), immediate());
+    for n in 0..6u64 {
+        let tree = if n % 3 == 2 {
+            "256cpu-collapsed"
+        } else {
+            "8cpu-collapsed"
+        };
+        let snap = irq_snapshot(tree, Duration::from_secs(10 + 5 * n));
+        let (a, b) = (kept.observe(&snap), dropped.observe(&snap));
+        assert!(a == b, "sample {n} of {tree}");
+        kept.recycle(a);
+    }
+}
+
 fn immediate() -> CollapseDetector {
     let collapse = CollapseConfig {
         raise_after: 1,

@@ -25,7 +25,7 @@ static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
 /// Allocator calls (`alloc` + `realloc`) per sample on `256cpu-collapsed`, mean of 12 steady
 /// samples (one rescan among them): BENCHMARKS.md gives the count this bound is set over.
-const MAX_PER_SAMPLE: usize = 1_000;
+const MAX_PER_SAMPLE: usize = 450;
 /// The same per plain-text render of that sample's `/metrics`.
 const MAX_PER_RENDER: usize = 60;
 

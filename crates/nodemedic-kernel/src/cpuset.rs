@@ -21,9 +21,22 @@ pub enum CpuSetError {
 }
 
 /// A set of CPU ids, stored as a bitmap.
-#[derive(Clone, Default, Eq)]
+#[derive(Default, Eq)]
 pub struct CpuSet {
     words: Vec<u64>,
+}
+
+/// `clone_from` copies into the set's own storage (the derived one allocates a new set).
+impl Clone for CpuSet {
+    fn clone(&self) -> Self {
+        CpuSet {
+            words: self.words.clone(),
+        }
+    }
+
+    fn clone_from(&mut self, source: &Self) {
+        self.words.clone_from(&source.words);
+    }
 }
 
 /// The words compared in a loop the compiler inlines: the derived `==` compares them with
@@ -148,6 +161,11 @@ impl CpuSet {
             .iter()
             .enumerate()
             .all(|(i, w)| w & !other.word(i) == 0)
+    }
+
+    /// Empties the set, keeping its storage.
+    pub fn clear(&mut self) {
+        self.words.clear();
     }
 
     /// Keeps only the CPUs of `self` that are in `other`, in place.

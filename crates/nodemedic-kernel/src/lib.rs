@@ -130,23 +130,14 @@ pub enum HeaderError {
     NoCpus,
 }
 
-/// Splits a per-CPU table into its CPU header and the lines after it.
-pub(crate) fn cpu_table(text: &str) -> Result<(Vec<u32>, Body<'_>), TableError> {
-    let mut b = body(text);
-    if b.lines.is_empty() {
-        return Err(TableError::Empty);
-    }
-    let (_, header) = b.lines.remove(0);
-    let cpus = parse_cpu_header(header)?;
-    Ok((cpus, b))
-}
-
 /// Parses a header line of `CPU<n>` tokens (as in `/proc/interrupts` and `/proc/softirqs`).
 ///
 /// The header names only the CPUs that were online when the file was read, so the position of
 /// a count column says nothing by itself: column `i` belongs to the CPU named by token `i`.
-pub(crate) fn parse_cpu_header(line: &str) -> Result<Vec<u32>, HeaderError> {
-    let mut cpus = Vec::new();
+///
+/// The ids go into `cpus` (emptied first), a past table's list.
+pub(crate) fn parse_cpu_header_into(line: &str, cpus: &mut Vec<u32>) -> Result<(), HeaderError> {
+    cpus.clear();
     for token in line.split_whitespace() {
         let id = token
             .strip_prefix("CPU")
@@ -160,7 +151,7 @@ pub(crate) fn parse_cpu_header(line: &str) -> Result<Vec<u32>, HeaderError> {
     if cpus.is_empty() {
         return Err(HeaderError::NoCpus);
     }
-    Ok(cpus)
+    Ok(())
 }
 
 /// The first index from `i` that is not a space, eight bytes at a time: `/proc/interrupts`
@@ -239,14 +230,16 @@ fn are_zero_cells(b: &[u8], pos: usize) -> bool {
             .is_none_or(|c| c.is_ascii_whitespace())
 }
 
-/// The counts of a row as a dense vector (one per column, zeros included) and where the rest
-/// begins: the per-CPU rows that count on every CPU (`LOC`, `NET_RX`), where most cells are not
-/// zero.
-pub(crate) fn leading_counts(s: &str, max: usize) -> (Vec<u64>, usize) {
-    let mut counts = vec![0u64; max];
+/// The counts of a row as a dense vector (one per column, zeros included) into `counts`
+/// (emptied first), and where the rest begins: the per-CPU rows that count on every CPU
+/// (`LOC`, `NET_RX`), where most cells are not zero. `counts` is a past row's storage: the
+/// same row of every sample is as wide, so it is filled again rather than allocated.
+pub(crate) fn leading_counts_into(s: &str, max: usize, counts: &mut Vec<u64>) -> usize {
+    counts.clear();
+    counts.resize(max, 0);
     let (len, used) = scan_counts(s, max, |col, count| counts[col] = count);
     counts.truncate(len);
-    (counts, used)
+    used
 }
 
 /// Scans the leading whitespace-separated tokens of `s` that are decimal counts, at most `max`
@@ -363,7 +356,8 @@ mod tests {
 
     /// Counts and offset, checking the cells `scan_counts` hands over against the counts.
     fn lc(s: &str, max: usize) -> (Vec<u64>, usize) {
-        let (counts, pos) = leading_counts(s, max);
+        let mut counts = vec![5; 3];
+        let pos = leading_counts_into(s, max, &mut counts);
         let mut cells = Vec::new();
         let (len, at) = scan_counts(s, max, |col, count| cells.push((col, count)));
         let expect: Vec<(usize, u64)> = counts

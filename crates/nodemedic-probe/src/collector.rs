@@ -59,14 +59,40 @@ enum State {
     Down(DownReason),
 }
 
-/// The collector's error while the probes are down.
+/// The collector's error while the probes are down: `eBPF probes down: ` and the reason,
+/// written once per reason ([`Inner::down_text`]). Every sample reports it, and the engine
+/// and `/status` each write it out: a write of one piece allocates once, where the reason's
+/// own `Display` (several pieces) grew the text several times, three times a sample.
 #[derive(Debug, thiserror::Error)]
-#[error("eBPF probes down: {0}")]
-pub struct ProbesDown(DownReason);
+#[error("{text}")]
+pub struct ProbesDown {
+    text: Arc<str>,
+}
+
+const DOWN_PREFIX: &str = "eBPF probes down: ";
 
 struct Inner {
     state: State,
     previous: Option<Previous>,
+    /// The last down reason and its [`ProbesDown`] text, kept while the reason is the same.
+    down_text: Option<(DownReason, Arc<str>)>,
+    /// A past sample's down section ([`Collector::recycle`]), used again while it reads the
+    /// same: a sample with the probes down then allocates nothing for them.
+    spare_down: Option<PerfSection>,
+}
+
+impl Inner {
+    /// The [`ProbesDown`] text of `reason`, written once while the reason is the same.
+    fn down_text(&mut self, reason: &DownReason) -> Arc<str> {
+        match &self.down_text {
+            Some((r, text)) if Arc::ptr_eq(r, reason) => text.clone(),
+            _ => {
+                let text: Arc<str> = format!("{DOWN_PREFIX}{reason}").into();
+                self.down_text = Some((reason.clone(), text.clone()));
+                text
+            }
+        }
+    }
 }
 
 pub struct PerfProbeCollector {
@@ -105,6 +131,8 @@ impl PerfProbeCollector {
             inner: Mutex::new(Inner {
                 state,
                 previous: None,
+                down_text: None,
+                spare_down: None,
             }),
             ring: Mutex::new(ring),
             counters: Arc::new(RingCounters::default()),
@@ -327,22 +355,38 @@ impl Collector for PerfProbeCollector {
                 Ok(Collected::default())
             }
             Err(down) => {
-                // Hooks are listed down with the reason, so metrics show probe_up 0 for each.
-                let reason = down.to_string();
-                snapshot.perf = Some(PerfSection {
-                    hooks: HOOKS
-                        .iter()
-                        .map(|h| PerfHook {
-                            function: h.function.to_owned(),
-                            up: false,
-                            error: Some(reason.clone()),
-                        })
-                        .collect(),
-                    down_reason: Some(reason),
-                    ..PerfSection::default()
+                let text = inner.down_text(&down);
+                let reason = text.strip_prefix(DOWN_PREFIX).unwrap_or(&text);
+                snapshot.perf = Some(match inner.spare_down.take() {
+                    Some(past) if past.down_reason.as_deref() == Some(reason) => past,
+                    // Hooks are listed down with the reason, so metrics show probe_up 0 for
+                    // each.
+                    _ => PerfSection {
+                        hooks: HOOKS
+                            .iter()
+                            .map(|h| PerfHook {
+                                function: h.function.to_owned(),
+                                up: false,
+                                error: Some(reason.to_owned()),
+                            })
+                            .collect(),
+                        down_reason: Some(reason.to_owned()),
+                        ..PerfSection::default()
+                    },
                 });
-                Err(CollectError::down(ProbesDown(down)))
+                Err(CollectError::down(ProbesDown { text }))
             }
+        }
+    }
+
+    fn recycle(&self, snapshot: &mut Snapshot) {
+        if snapshot
+            .perf
+            .as_ref()
+            .is_some_and(|p| p.down_reason.is_some())
+        {
+            let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            inner.spare_down = snapshot.perf.take();
         }
     }
 }
@@ -447,6 +491,51 @@ mod tests {
             },
             owners: owners.iter().copied().collect(),
         }
+    }
+
+    /// Probes that could not load report the same reason every sample, with each hook down,
+    /// and a sample given back is used again rather than built anew.
+    #[test]
+    fn probes_down_report_their_reason_every_sample() {
+        let collector = PerfProbeCollector::new(
+            CollectorOptions::default(),
+            Err(ProbeError::NoBtf {
+                path: "/sys/kernel/btf/vmlinux".into(),
+            }),
+        );
+        let paths = nodemedic_collect::Paths::default();
+        let reader = nodemedic_collect::Reader::new();
+        let ctx = Ctx {
+            paths: &paths,
+            reader: &reader,
+            rescan: false,
+        };
+        let want = "eBPF probes down: kernel BTF is missing (/sys/kernel/btf/vmlinux): the \
+                    probes read struct perf_event through BTF CO-RE and need a kernel built with \
+                    CONFIG_DEBUG_INFO_BTF=y";
+        let mut first: Option<PerfSection> = None;
+        let mut hooks_at = Vec::new();
+        for _ in 0..3 {
+            let mut snap = Snapshot::default();
+            let err = collector.collect(&ctx, &mut snap).unwrap_err();
+            assert_eq!(err.to_string(), want);
+            let perf = snap.perf.clone().unwrap();
+            assert_eq!(perf.down_reason.as_deref(), want.strip_prefix(DOWN_PREFIX));
+            assert_eq!(perf.hooks.len(), HOOKS.len());
+            assert!(perf
+                .hooks
+                .iter()
+                .all(|h| !h.up && h.error == perf.down_reason));
+            assert_eq!(first.get_or_insert_with(|| perf.clone()), &perf);
+            hooks_at.push(snap.perf.as_ref().map(|p| p.hooks.as_ptr()));
+            collector.recycle(&mut snap);
+            assert!(snap.perf.is_none(), "the down section was taken back");
+        }
+        assert_eq!(
+            hooks_at[1], hooks_at[0],
+            "the section given back is used again"
+        );
+        assert_eq!(hooks_at[2], hooks_at[0]);
     }
 
     #[test]

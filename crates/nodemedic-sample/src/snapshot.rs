@@ -28,10 +28,11 @@ pub struct Snapshot {
     /// while no IRQ's affinity changed (most samples: irqbalance moves IRQs every 10 s at
     /// most, and only those it moves).
     pub affinity: Arc<BTreeMap<u32, IrqAffinity>>,
-    /// PCI devices that own interrupts, by address.
-    pub pci_devices: BTreeMap<String, PciDevice>,
-    /// Network interface name → PCI address.
-    pub netdevs: BTreeMap<String, String>,
+    /// PCI devices that own interrupts, by address. Shared, not copied, between the samples
+    /// of one rescan interval (they are read again on rescans only).
+    pub pci_devices: Arc<BTreeMap<String, PciDevice>>,
+    /// Network interface name → PCI address. Shared like `pci_devices`.
+    pub netdevs: Arc<BTreeMap<String, String>>,
     pub softirqs: Option<Softirqs>,
     /// softnet_stat rows placed on their CPUs.
     pub softnet: Option<Vec<(u32, SoftnetRow)>>,

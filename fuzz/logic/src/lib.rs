@@ -8,9 +8,24 @@ use nodemedic_kernel::{
     softnet, tuning,
 };
 
+/// A table with rows of both kinds, as the past table whose storage a parse fills again.
+const PAST_INTERRUPTS: &str = "  CPU0 CPU1 CPU2\n  9:  1 0 2  IO-APIC 9-fasteoi acpi\nNMI: 1 2 3 Non-maskable interrupts\nLOC: 4 5 6 Local timer interrupts\nERR: 0\n";
+
 pub fn interrupts(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
-    if let Ok(p) = interrupts::parse(&text) {
+    let parsed = interrupts::parse(&text);
+    // Into a past table's storage (the daemon's every sample), the table is the same.
+    let past = interrupts::parse(PAST_INTERRUPTS);
+    assert!(past.is_ok(), "the past table parses");
+    let mut into = interrupts::Parser::reusing_in(&[], past.unwrap_or_default());
+    for line in text.split_inclusive('\n') {
+        match line.strip_suffix('\n') {
+            Some(l) => into.line(l.strip_suffix('\r').unwrap_or(l), true),
+            None => into.line(line.strip_suffix('\r').unwrap_or(line), false),
+        }
+    }
+    assert_eq!(into.finish(), parsed);
+    if let Ok(p) = parsed {
         for irq in &p.irqs {
             let counts = p.counts(irq);
             assert!(counts.len() <= p.cpus.len());
@@ -32,7 +47,14 @@ pub fn interrupts(data: &[u8]) {
 
 pub fn softirqs(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
-    if let Ok(p) = softirqs::parse(&text) {
+    let parsed = softirqs::parse(&text);
+    // Into a past table's storage (the daemon's every sample), the table is the same.
+    let past = softirqs::parse("  CPU0 CPU1 CPU2\n HI: 1 2 3\n NET_RX: 4 5 6\nx\n");
+    assert!(past.is_ok(), "the past table parses");
+    let mut into = past.unwrap_or_default();
+    let again = softirqs::parse_into(&text, &mut into).map(|()| into);
+    assert_eq!(again, parsed);
+    if let Ok(p) = parsed {
         for row in &p.rows {
             assert!(row.counts.len() <= p.cpus.len());
         }

@@ -75,7 +75,7 @@ pub fn all() -> Vec<Box<dyn Collector>> {
         Box::new(InterruptsCollector::default()),
         Box::new(IrqAffinityCollector::default()),
         Box::new(PciDevicesCollector::default()),
-        Box::new(SoftirqsCollector),
+        Box::new(SoftirqsCollector::default()),
         Box::new(SoftnetCollector::default()),
         Box::new(IrqbalanceConfigCollector::default()),
         Box::new(PressureCollector::default()),

@@ -1,6 +1,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use nodemedic_kernel::device::{self, Classified};
 use nodemedic_sample::snapshot::PciDevice;
@@ -29,8 +29,8 @@ struct State {
 }
 
 struct PciRead {
-    netdevs: BTreeMap<String, String>,
-    devices: BTreeMap<String, PciDevice>,
+    netdevs: Arc<BTreeMap<String, String>>,
+    devices: Arc<BTreeMap<String, PciDevice>>,
     /// Every address looked up, found or not.
     looked_up: BTreeSet<String>,
     warnings: Vec<String>,
@@ -76,9 +76,9 @@ impl Collector for PciDevicesCollector {
         let read = st
             .read
             .get_or_insert_with(|| read_sysfs(ctx, irq_addrs().map(str::to_string).collect()));
-        // What the snapshot needs; the addresses looked up stay here.
-        snap.netdevs = read.netdevs.clone();
-        snap.pci_devices = read.devices.clone();
+        // What the snapshot needs, shared; the addresses looked up stay here.
+        snap.netdevs = Arc::clone(&read.netdevs);
+        snap.pci_devices = Arc::clone(&read.devices);
         Ok(Collected {
             warnings: read.warnings.clone(),
             ..Default::default()
@@ -136,8 +136,8 @@ fn read_sysfs(ctx: &Ctx<'_>, mut addrs: BTreeSet<String>) -> PciRead {
         );
     }
     PciRead {
-        netdevs,
-        devices: found,
+        netdevs: Arc::new(netdevs),
+        devices: Arc::new(found),
         looked_up: addrs,
         warnings: out.warnings,
     }

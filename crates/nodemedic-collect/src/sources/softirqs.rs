@@ -1,11 +1,18 @@
+use std::sync::Mutex;
+
 use nodemedic_kernel::softirqs;
 use nodemedic_sample::Snapshot;
 
 use super::skipped_warnings;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 
-/// `/proc/softirqs`.
-pub struct SoftirqsCollector;
+/// `/proc/softirqs`. The table of a past sample that nothing holds any more is given back
+/// ([`Collector::recycle`]) and the next parse fills its rows again rather than allocating
+/// them.
+#[derive(Default)]
+pub struct SoftirqsCollector {
+    spare: Mutex<Option<softirqs::Softirqs>>,
+}
 
 impl Collector for SoftirqsCollector {
     fn name(&self) -> crate::CollectorName {
@@ -14,15 +21,26 @@ impl Collector for SoftirqsCollector {
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
         let path = ctx.paths.procfs.join("softirqs");
-        let parsed = ctx
-            .reader
-            .read_with(&path, softirqs::parse)?
+        let mut table = self
+            .spare
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .unwrap_or_default();
+        ctx.reader
+            .read_with(&path, |text| softirqs::parse_into(text, &mut table))?
             .map_err(|e| ReadError::parse(&path, e))?;
-        let warnings = skipped_warnings(&path, &parsed.skipped);
-        snap.softirqs = Some(parsed);
+        let warnings = skipped_warnings(&path, &table.skipped);
+        snap.softirqs = Some(table);
         Ok(Collected {
             warnings,
             ..Default::default()
         })
+    }
+
+    fn recycle(&self, snap: &mut Snapshot) {
+        if let Some(table) = snap.softirqs.take() {
+            *self.spare.lock().unwrap_or_else(|p| p.into_inner()) = Some(table);
+        }
     }
 }
