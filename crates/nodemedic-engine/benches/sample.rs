@@ -10,6 +10,7 @@
 //! Per case: `$NODEMEDIC_BENCH_SAMPLES` samples (default 300) after 5 warm-up samples, 5 s
 //! apart in the engine's clock (1 ms in real time, `$NODEMEDIC_BENCH_PAUSE_MS`); wall median and
 //! p90 per sample, and process CPU time (`CLOCK_PROCESS_CPUTIME_ID`) divided by the samples.
+//! Each sample is given back to the engine once the next one is taken, as the daemon does.
 //! `cargo bench -p nodemedic-engine`.
 
 #![allow(clippy::expect_used)]
@@ -90,17 +91,25 @@ fn run_with(name: &str, paths: Paths, samples: usize, cgroups_interval: Duration
         clock += Duration::from_secs(5);
         clock
     };
+    // As the daemon does: it holds the last sample and gives the one before it back to the
+    // engine, whose next sample fills its storage (`Engine::recycle`).
+    let (mut older, mut last) = (None, None);
     for _ in 0..5 {
-        engine.sample_at(tick());
+        if let Some(old) = older.take() {
+            engine.recycle(old);
+        }
+        older = last.replace(engine.sample_at(tick()));
     }
     let cpu0 = nodemedic_collect::process_cpu_seconds();
     let mut walls = Vec::with_capacity(samples);
-    let mut last = None;
     for _ in 0..samples {
         let t = Instant::now();
+        if let Some(old) = older.take() {
+            engine.recycle(old);
+        }
         let s = engine.sample_at(tick());
         walls.push(t.elapsed());
-        last = Some(s);
+        older = last.replace(s);
         std::thread::sleep(pause);
     }
     let cpu = (nodemedic_collect::process_cpu_seconds() - cpu0) / samples as f64;
