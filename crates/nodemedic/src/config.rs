@@ -206,7 +206,8 @@ pub struct ReaderSection {
     /// An IRQ's `/proc/irq/N/{smp,effective}_affinity` are read when `/proc/interrupts` shows
     /// it may have moved (a count rose on a CPU it was not delivered to), and otherwise in
     /// turn, every IRQ within this; `0s` reads them all every sample. At most half of
-    /// `remediation.verify_after` is used, so that a verification sees every IRQ read again.
+    /// `remediation.verify_after` is used, so that a verification sees every IRQ read again
+    /// ([`Config::adjusted`] says so when it lowers the value).
     #[serde(with = "humantime_serde")]
     pub affinity_refresh: Duration,
 }
@@ -443,6 +444,33 @@ impl Config {
         Ok(config)
     }
 
+    /// `reader.affinity_refresh` as used: at most half of `remediation.verify_after`, so that
+    /// a verification sees every IRQ's affinity read again.
+    fn affinity_refresh(&self) -> Duration {
+        self.reader
+            .affinity_refresh
+            .min(self.remediation.verify_after / 2)
+    }
+
+    /// The settings used with another value than the one written, each with why. The daemon
+    /// logs them at start and `nodemedic config` prints them, so that no value is changed
+    /// silently.
+    pub fn adjusted(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        let used = self.affinity_refresh();
+        if used != self.reader.affinity_refresh {
+            notes.push(format!(
+                "reader.affinity_refresh {} is used as {}: at most half of \
+                 remediation.verify_after ({}), so that a verification sees every IRQ's \
+                 affinity read again",
+                humantime::format_duration(self.reader.affinity_refresh),
+                humantime::format_duration(used),
+                humantime::format_duration(self.remediation.verify_after),
+            ));
+        }
+        notes
+    }
+
     pub fn validate(&self) -> anyhow::Result<()> {
         if self.sample_interval < Duration::from_millis(100) {
             bail!(
@@ -567,11 +595,7 @@ impl Config {
             collapse: self.detector.collapse.clone(),
             hurting: self.detector.hurting.clone(),
             rescan_interval: self.reader.rescan_interval,
-            // A verification must see every IRQ's affinity read again.
-            affinity_refresh: self
-                .reader
-                .affinity_refresh
-                .min(self.remediation.verify_after / 2),
+            affinity_refresh: self.affinity_refresh(),
             reader: nodemedic_collect::ReaderConfig {
                 backend: self.reader.backend,
                 max_open_files: self.reader.max_open_files,
@@ -624,6 +648,32 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A value used other than as written is said, with the value used; the defaults and
+    /// the shipped file have none.
+    #[test]
+    fn an_adjusted_setting_is_said() {
+        let c = Config::parse(
+            "[reader]\naffinity_refresh = \"1m\"\n[remediation]\nverify_after = \"30s\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.affinity_refresh(), Duration::from_secs(15));
+        assert_eq!(
+            c.adjusted(),
+            vec![
+                "reader.affinity_refresh 1m is used as 15s: at most half of \
+                 remediation.verify_after (30s), so that a verification sees every IRQ's \
+                 affinity read again"
+                    .to_string()
+            ]
+        );
+        assert_eq!(Config::default().adjusted(), Vec::<String>::new());
+        let shipped = include_str!("../../../deploy/nodemedic.toml");
+        assert_eq!(
+            Config::parse(shipped).unwrap().adjusted(),
+            Vec::<String>::new()
+        );
+    }
 
     #[test]
     fn tuning_section_mutes_rules_and_refuses_unknown_keys() {

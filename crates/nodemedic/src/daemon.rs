@@ -52,6 +52,9 @@ pub fn run(config: Config, faults: Faults, files: FileLimit) -> anyhow::Result<(
 }
 
 async fn serve(config: Config, faults: Faults, files: FileLimit) -> anyhow::Result<()> {
+    for note in config.adjusted() {
+        tracing::warn!("configuration: {note}");
+    }
     let web = bind(&config, &files).await?;
     let registry = crate::collectors::registry(&config, crate::collectors::For::Daemon);
     let engine = Engine::with_registry(config.engine_config(&files), registry);

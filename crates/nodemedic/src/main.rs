@@ -97,6 +97,9 @@ fn main() -> ExitCode {
         }
         Command::LoadProbes => Ok(0),
         Command::Config => config.validate().and_then(|_| {
+            for note in config.adjusted() {
+                eprintln!("nodemedic: note: {note}");
+            }
             print!("{}", toml::to_string_pretty(&config)?);
             Ok(0)
         }),
