@@ -6,8 +6,6 @@
 //! or the network stack on those CPUs is visibly overloaded (softnet drops or time squeezes).
 //! Both verdicts pass through [`Hysteresis`], so a signal that flaps never flips them.
 
-use std::collections::BTreeMap;
-
 use nodemedic_kernel::counter;
 use nodemedic_kernel::device::Classified;
 use nodemedic_kernel::interrupts::Counts;
@@ -167,7 +165,8 @@ struct Previous {
 pub struct CollapseDetector {
     collapse: CollapseConfig,
     hurting: HurtingConfig,
-    state: BTreeMap<String, GroupState>,
+    /// Each group's state, sorted by key (byte order, as the groups are).
+    state: Vec<(String, GroupState)>,
     previous: Option<Previous>,
     /// The buffers of the sample before `previous`, for the next sample to refill.
     spare: Previous,
@@ -190,7 +189,7 @@ impl CollapseDetector {
         Self {
             collapse,
             hurting,
-            state: BTreeMap::new(),
+            state: Vec::new(),
             previous: None,
             spare: Previous::default(),
             classified: Classified::default(),
@@ -275,7 +274,7 @@ impl CollapseDetector {
             });
         }
         // A device that went away takes its state with it.
-        self.state.retain(|_, s| s.seen == observation);
+        self.state.retain(|(_, s)| s.seen == observation);
         self.scratch = scratch;
         self.groups = groups;
         if let Some(mut old) = self.previous.replace(current) {
@@ -405,17 +404,24 @@ impl CollapseDetector {
     }
 }
 
-/// The state of the group `key`, new if it has none yet (always `Some`). The key is copied
-/// for a new group only, where `entry` would copy it for every group of every sample.
-#[allow(clippy::map_entry)]
+/// The state of the group `key`, new if it has none yet (always `Some`). `states` is sorted
+/// by key: a binary search with word-wise compares (`nodemedic_kernel::bytes`; a map's `str`
+/// compares were calls to musl's byte-wise `memcmp`, two lookups a group a sample). The key is
+/// copied for a new group only.
 fn state_of<'s>(
-    state: &'s mut BTreeMap<String, GroupState>,
+    states: &'s mut Vec<(String, GroupState)>,
     key: &str,
 ) -> Option<&'s mut GroupState> {
-    if !state.contains_key(key) {
-        state.insert(key.to_string(), GroupState::default());
-    }
-    state.get_mut(key)
+    let at = match states
+        .binary_search_by(|(have, _)| nodemedic_kernel::bytes::cmp(have.as_bytes(), key.as_bytes()))
+    {
+        Ok(at) => at,
+        Err(at) => {
+            states.insert(at, (key.to_string(), GroupState::default()));
+            at
+        }
+    };
+    states.get_mut(at).map(|(_, s)| s)
 }
 
 impl Previous {
@@ -557,6 +563,34 @@ pub fn findings(verdicts: &[GroupVerdict]) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each key has one state, found again in any order of lookups, and the list stays in
+    /// byte order as a map's would.
+    #[test]
+    fn a_group_keeps_its_state_whatever_order_it_comes_in() {
+        let keys = [
+            "pci:0000:3b:00.0",
+            "dev:timer",
+            "irq:9",
+            "irq:10",
+            "dev:ttyS0",
+            "pci:0000:00:02.0",
+        ];
+        let mut states = Vec::new();
+        for (n, key) in keys.iter().enumerate() {
+            state_of(&mut states, key).unwrap().seen = n as u64 + 1;
+        }
+        for (n, key) in keys.iter().rev().enumerate() {
+            assert_eq!(
+                state_of(&mut states, key).unwrap().seen,
+                (keys.len() - n) as u64
+            );
+        }
+        let mut sorted: Vec<&str> = keys.to_vec();
+        sorted.sort();
+        let held: Vec<&str> = states.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(held, sorted);
+    }
 
     #[test]
     fn by_key_orders_and_keeps_the_last_entry_of_a_key_as_a_map_would() {

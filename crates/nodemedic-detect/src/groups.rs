@@ -29,7 +29,7 @@ struct Member<'a> {
 /// A group's identity, borrowed while grouping; written out (`pci:…`, `dev:…`, `irq:…`), it
 /// is [`DeviceGroup::key`]. Ordered as the derived order would (variant, then value), with the
 /// text compared a word at a time (`nodemedic_kernel::bytes`): a lookup per IRQ per sample.
-#[derive(PartialEq, Eq)]
+#[derive(Eq)]
 enum GroupKey<'a> {
     Pci(&'a str),
     Dev(&'a str),
@@ -44,6 +44,18 @@ impl Ord for GroupKey<'_> {
             }
             (GroupKey::Irq(a), GroupKey::Irq(b)) => a.cmp(b),
             _ => self.rank().cmp(&other.rank()),
+        }
+    }
+}
+
+impl PartialEq for GroupKey<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (GroupKey::Pci(a), GroupKey::Pci(b)) | (GroupKey::Dev(a), GroupKey::Dev(b)) => {
+                nodemedic_kernel::bytes::eq_str(a, b)
+            }
+            (GroupKey::Irq(a), GroupKey::Irq(b)) => a == b,
+            _ => false,
         }
     }
 }
@@ -157,7 +169,8 @@ pub fn build_groups_into(
     // The order of the rendered keys (`irq:10` before `irq:9`), as it has always been. The
     // keys are distinct, so an unstable sort gives the same order, in place: the stable one
     // took a buffer of half the groups (tens of KiB on a big node) for every sample.
-    groups.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+    groups
+        .sort_unstable_by(|a, b| nodemedic_kernel::bytes::cmp(a.key.as_bytes(), b.key.as_bytes()));
 }
 
 /// Online CPUs minus isolated, `nohz_full` and irqbalance-banned ones.

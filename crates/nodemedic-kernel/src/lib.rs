@@ -76,10 +76,9 @@ pub(crate) struct Body<'a> {
 /// of the last line when the file was cut short (see [`body`]).
 pub(crate) fn whole_lines(text: &str) -> Result<impl Iterator<Item = (usize, &str)>, usize> {
     if !text.is_empty() && !text.ends_with('\n') {
-        return Err(text.lines().count());
+        return Err(bytes::lines(text).count());
     }
-    Ok(text
-        .lines()
+    Ok(bytes::lines(text)
         .enumerate()
         .map(|(i, l)| (i + 1, l))
         .filter(|(_, l)| !l.trim().is_empty()))
@@ -91,7 +90,7 @@ pub(crate) fn whole_lines(text: &str) -> Result<impl Iterator<Item = (usize, &st
 /// a truncated read (or a truncated copy) and cannot be trusted: a count cut mid-number still
 /// parses as a number. It is reported as skipped.
 pub(crate) fn body(text: &str) -> Body<'_> {
-    let all: Vec<&str> = text.lines().collect();
+    let all: Vec<&str> = bytes::lines(text).collect();
     let cut = !text.is_empty() && !text.ends_with('\n');
     let mut out = Body {
         lines: Vec::with_capacity(all.len()),

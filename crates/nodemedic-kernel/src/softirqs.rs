@@ -50,7 +50,10 @@ pub fn parse_into(text: &str, out: &mut Softirqs) -> Result<(), SoftirqsError> {
     out.skipped.clear();
     // A last line without a newline was cut short (see `crate::body`); it is reported first.
     let cut = !text.is_empty() && !text.ends_with('\n');
-    let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l)).peekable();
+    let mut lines = crate::bytes::lines(text)
+        .enumerate()
+        .map(|(i, l)| (i + 1, l))
+        .peekable();
     let mut used = 0;
     let mut header = false;
     while let Some((n, line)) = lines.next() {

@@ -3,6 +3,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use nodemedic_kernel::bytes;
 use nodemedic_kernel::interrupts::Interrupts;
 use nodemedic_kernel::CpuSet;
 use nodemedic_sample::snapshot::IrqAffinity;
@@ -354,7 +355,7 @@ fn moved(
         };
         let (cols, counts) = now.counts(line).parts();
         let (cols_was, counts_was) = before.cells(start, end);
-        if cols == cols_was && counts == counts_was {
+        if bytes::eq_items(cols, cols_was) && bytes::eq_items(counts, counts_was) {
             continue;
         }
         let cpus = known
