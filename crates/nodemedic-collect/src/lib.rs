@@ -109,6 +109,22 @@ pub struct Ctx<'a> {
     pub rescan: bool,
 }
 
+/// Runs `collector` once on `paths` into `snapshot`, outside any engine, with a read layer
+/// of its own and no rescan: one collector's outcome on its own (a test, a tool).
+pub fn collect_once(
+    collector: &dyn Collector,
+    paths: &Paths,
+    snapshot: &mut Snapshot,
+) -> Result<Collected, CollectError> {
+    let reader = Reader::new();
+    let ctx = Ctx {
+        paths,
+        reader: &reader,
+        rescan: false,
+    };
+    collector.collect(&ctx, snapshot)
+}
+
 /// One source of kernel data.
 pub trait Collector: Send + Sync {
     /// Stable name, used in metrics labels, config and status.

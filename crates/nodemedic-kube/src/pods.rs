@@ -293,15 +293,12 @@ mod tests {
     }
 
     fn sample(dir: &PodDirectory) -> (Snapshot, Result<Collected, CollectError>) {
-        let paths = nodemedic_collect::Paths::default();
-        let reader = nodemedic_collect::Reader::new();
-        let ctx = Ctx {
-            paths: &paths,
-            reader: &reader,
-            rescan: false,
-        };
         let mut snap = Snapshot::default();
-        let r = PodNamesCollector::new(dir.clone()).collect(&ctx, &mut snap);
+        let r = nodemedic_collect::collect_once(
+            &PodNamesCollector::new(dir.clone()),
+            &nodemedic_collect::Paths::default(),
+            &mut snap,
+        );
         (snap, r)
     }
 

@@ -504,12 +504,6 @@ mod tests {
             }),
         );
         let paths = nodemedic_collect::Paths::default();
-        let reader = nodemedic_collect::Reader::new();
-        let ctx = Ctx {
-            paths: &paths,
-            reader: &reader,
-            rescan: false,
-        };
         let want = "eBPF probes down: kernel BTF is missing (/sys/kernel/btf/vmlinux): the \
                     probes read struct perf_event through BTF CO-RE and need a kernel built with \
                     CONFIG_DEBUG_INFO_BTF=y";
@@ -517,7 +511,7 @@ mod tests {
         let mut hooks_at = Vec::new();
         for _ in 0..3 {
             let mut snap = Snapshot::default();
-            let err = collector.collect(&ctx, &mut snap).unwrap_err();
+            let err = nodemedic_collect::collect_once(&collector, &paths, &mut snap).unwrap_err();
             assert_eq!(err.to_string(), want);
             let perf = snap.perf.clone().unwrap();
             assert_eq!(perf.down_reason.as_deref(), want.strip_prefix(DOWN_PREFIX));
