@@ -409,14 +409,7 @@ impl ArchLine {
 }
 
 pub fn parse(text: &str) -> Result<Interrupts, InterruptsError> {
-    let mut p = Parser::default();
-    for line in text.split_inclusive('\n') {
-        match line.strip_suffix('\n') {
-            Some(l) => p.line(l.strip_suffix('\r').unwrap_or(l), true),
-            None => p.line(line.strip_suffix('\r').unwrap_or(line), false),
-        }
-    }
-    p.finish()
+    Parser::default().parse(text)
 }
 
 /// [`parse`] a line at a time, for a reader that streams the file (a 1024-CPU table is
@@ -544,6 +537,17 @@ impl<'k> Parser<'k> {
             },
             Some(Err(_)) => {}
         }
+    }
+
+    /// Every line of `text`, then [`Parser::finish`]: [`parse`] with this parser.
+    pub fn parse(mut self, text: &str) -> Result<Interrupts, InterruptsError> {
+        for line in text.split_inclusive('\n') {
+            match line.strip_suffix('\n') {
+                Some(l) => self.line(l.strip_suffix('\r').unwrap_or(l), true),
+                None => self.line(line.strip_suffix('\r').unwrap_or(line), false),
+            }
+        }
+        self.finish()
     }
 
     pub fn finish(mut self) -> Result<Interrupts, InterruptsError> {

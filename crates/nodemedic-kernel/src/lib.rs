@@ -71,42 +71,51 @@ pub(crate) struct Body<'a> {
     pub skipped: Vec<SkippedLine>,
 }
 
-/// The complete, non-blank lines of a file that must be whole, numbered from 1, without
-/// collecting them (small per-cgroup files are read by the thousand); `Err` with the number
-/// of the last line when the file was cut short (see [`body`]).
-pub(crate) fn whole_lines(text: &str) -> Result<impl Iterator<Item = (usize, &str)>, usize> {
-    if !text.is_empty() && !text.ends_with('\n') {
-        return Err(bytes::lines(text).count());
-    }
-    Ok(bytes::lines(text)
-        .enumerate()
-        .map(|(i, l)| (i + 1, l))
-        .filter(|(_, l)| !l.trim().is_empty()))
-}
-
-/// Splits `text` into its complete lines.
+/// The complete, non-blank lines of `text`, numbered from 1, without collecting them, and the
+/// number of its last line when that line was cut short.
 ///
 /// The kernel always ends these files with a newline, so a final line without one comes from
 /// a truncated read (or a truncated copy) and cannot be trusted: a count cut mid-number still
-/// parses as a number. It is reported as skipped.
-pub(crate) fn body(text: &str) -> Body<'_> {
-    let all: Vec<&str> = bytes::lines(text).collect();
-    let cut = !text.is_empty() && !text.ends_with('\n');
-    let mut out = Body {
-        lines: Vec::with_capacity(all.len()),
-        skipped: Vec::new(),
+/// parses as a number. It is left out of the lines.
+pub(crate) fn complete_lines(text: &str) -> (impl Iterator<Item = (usize, &str)>, Option<usize>) {
+    let complete = match memchr::memrchr(b'\n', text.as_bytes()) {
+        // `\n` is ASCII: a character boundary.
+        Some(i) => text.get(..=i).unwrap_or(""),
+        None => "",
     };
-    for (i, line) in all.iter().enumerate() {
-        if cut && i + 1 == all.len() {
-            out.skipped.push(SkippedLine {
-                line: i + 1,
-                reason: SkipReason::CutShort,
-            });
-        } else if !line.trim().is_empty() {
-            out.lines.push((i + 1, line));
-        }
+    let cut = (complete.len() < text.len())
+        .then(|| memchr::memchr_iter(b'\n', complete.as_bytes()).count() + 1);
+    let lines = bytes::lines(complete)
+        .enumerate()
+        .map(|(i, l)| (i + 1, l))
+        .filter(|(_, l)| !l.trim().is_empty());
+    (lines, cut)
+}
+
+/// The complete, non-blank lines of a file that must be whole ([`complete_lines`]; small
+/// per-cgroup files are read by the thousand); `Err` with the number of the last line when
+/// the file was cut short.
+pub(crate) fn whole_lines(text: &str) -> Result<impl Iterator<Item = (usize, &str)>, usize> {
+    match complete_lines(text) {
+        (_, Some(cut)) => Err(cut),
+        (lines, None) => Ok(lines),
     }
-    out
+}
+
+/// Splits `text` into its complete lines ([`complete_lines`]); a line cut short is reported
+/// as skipped.
+pub(crate) fn body(text: &str) -> Body<'_> {
+    let (lines, cut) = complete_lines(text);
+    Body {
+        lines: lines.collect(),
+        skipped: cut
+            .map(|line| SkippedLine {
+                line,
+                reason: SkipReason::CutShort,
+            })
+            .into_iter()
+            .collect(),
+    }
 }
 
 /// A per-CPU table (`/proc/interrupts`, `/proc/softirqs`) without a usable header.
@@ -305,6 +314,37 @@ pub(crate) fn scan_counts(s: &str, max: usize, mut cell: impl FnMut(usize, u64))
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Complete lines numbered as the file's, blank ones left out, and the number of a last
+    /// line without its newline; `body` reports that one skipped, `whole_lines` refuses it.
+    #[test]
+    fn complete_lines_leave_out_a_line_cut_short() {
+        /// A text, its complete non-blank lines, and the line cut short.
+        type Case<'a> = (&'a str, &'a [(usize, &'a str)], Option<usize>);
+        let cases: [Case<'_>; 7] = [
+            ("a\n\nb\nc", &[(1, "a"), (3, "b")], Some(4)),
+            ("a\r\nb\n", &[(1, "a"), (2, "b")], None),
+            ("", &[], None),
+            ("x", &[], Some(1)),
+            ("a\n  \n", &[(1, "a")], None),
+            ("a\n \n   ", &[(1, "a")], Some(3)),
+            ("\n\n12 3\n", &[(3, "12 3")], None),
+        ];
+        for (text, want, cut) in cases {
+            let (lines, got_cut) = complete_lines(text);
+            assert_eq!(lines.collect::<Vec<_>>(), want, "{text:?}");
+            assert_eq!(got_cut, cut, "{text:?}");
+            let b = body(text);
+            assert_eq!(b.lines, want, "{text:?}");
+            let skipped: Vec<usize> = b.skipped.iter().map(|s| s.line).collect();
+            assert_eq!(skipped, cut.into_iter().collect::<Vec<_>>(), "{text:?}");
+            match (whole_lines(text), cut) {
+                (Ok(lines), None) => assert_eq!(lines.collect::<Vec<_>>(), want),
+                (Err(n), Some(c)) => assert_eq!(n, c),
+                (r, c) => panic!("{text:?}: {:?} against {c:?}", r.map(|l| l.count())),
+            }
+        }
+    }
 
     #[test]
     fn skip_spaces_finds_the_first_non_space_at_any_offset() {

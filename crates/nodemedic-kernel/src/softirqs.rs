@@ -48,28 +48,15 @@ pub fn parse(text: &str) -> Result<Softirqs, SoftirqsError> {
 /// `parse(text)`'s table; after an `Err` its content is unspecified.
 pub fn parse_into(text: &str, out: &mut Softirqs) -> Result<(), SoftirqsError> {
     out.skipped.clear();
-    // A last line without a newline was cut short (see `crate::body`); it is reported first.
-    let cut = !text.is_empty() && !text.ends_with('\n');
-    let mut lines = crate::bytes::lines(text)
-        .enumerate()
-        .map(|(i, l)| (i + 1, l))
-        .peekable();
+    let (lines, cut) = crate::complete_lines(text);
+    // A line cut short is reported first, as `crate::body` does.
+    out.skipped.extend(cut.map(|line| SkippedLine {
+        line,
+        reason: SkipReason::CutShort,
+    }));
     let mut used = 0;
     let mut header = false;
-    while let Some((n, line)) = lines.next() {
-        if cut && lines.peek().is_none() {
-            out.skipped.insert(
-                0,
-                SkippedLine {
-                    line: n,
-                    reason: SkipReason::CutShort,
-                },
-            );
-            break;
-        }
-        if line.trim().is_empty() {
-            continue;
-        }
+    for (n, line) in lines {
         if !header {
             parse_cpu_header_into(line, &mut out.cpus)?;
             header = true;

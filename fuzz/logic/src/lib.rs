@@ -17,14 +17,8 @@ pub fn interrupts(data: &[u8]) {
     // Into a past table's storage (the daemon's every sample), the table is the same.
     let past = interrupts::parse(PAST_INTERRUPTS);
     assert!(past.is_ok(), "the past table parses");
-    let mut into = interrupts::Parser::reusing_in(&[], past.unwrap_or_default());
-    for line in text.split_inclusive('\n') {
-        match line.strip_suffix('\n') {
-            Some(l) => into.line(l.strip_suffix('\r').unwrap_or(l), true),
-            None => into.line(line.strip_suffix('\r').unwrap_or(line), false),
-        }
-    }
-    assert_eq!(into.finish(), parsed);
+    let into = interrupts::Parser::reusing_in(&[], past.unwrap_or_default()).parse(&text);
+    assert_eq!(into, parsed);
     if let Ok(p) = parsed {
         for irq in &p.irqs {
             let counts = p.counts(irq);
