@@ -164,14 +164,9 @@ impl Web {
     /// Serves `endpoint`'s routes until SIGTERM or SIGINT.
     async fn serve(self, endpoint: Arc<Endpoint>) {
         let web_stats = endpoint.web_stats();
-        // The request limits outermost: a flood of bad credentials is bounded like any other.
-        let app = nodemedic_webkit::harden(
-            nodemedic_webkit::secured(endpoint.router(), self.security.clone()),
-            &self.limits,
-        );
         nodemedic_webkit::serve(
             self.listeners,
-            app,
+            endpoint.router(),
             self.limits,
             web_stats,
             self.security,
