@@ -200,7 +200,10 @@ impl Kept {
 /// file that went away). That is a comparison with a path in a contiguous list. A hash-table
 /// probe by a 100-byte path misses the cache twice, on the bucket and on the key: 7% of
 /// reading 500 pods' cgroup files and of the 256-CPU affinity reads (BENCHMARKS.md, "sixth
-/// step"). Anything else (a new file, another order) goes to the hash table.
+/// step"). Anything else (a new file, another order) goes to the hash table, and a path found
+/// there that the last sample read too puts the expectation back after it. Without that, one
+/// change of order (the IRQs' affinity files, read a few in turn each sample) sent every later
+/// read of the sample to the hash table.
 #[derive(Default)]
 struct Table {
     slots: Vec<Option<Slot>>,
@@ -213,6 +216,9 @@ struct Table {
     last_trail: Vec<u32>,
     /// Where in `last_trail` the next lookup is expected.
     cursor: usize,
+    /// By slot: where it was looked up in `last_trail` (valid where `last_trail` holds the slot
+    /// there; stale entries of older samples fail that check).
+    last_pos: Vec<u32>,
     /// Lookups found where expected, without the hash table.
     predicted: u64,
 }
@@ -227,6 +233,12 @@ impl Table {
         std::mem::swap(&mut self.trail, &mut self.last_trail);
         self.trail.clear();
         self.cursor = 0;
+        self.last_pos.resize(self.slots.len(), u32::MAX);
+        for (p, &i) in self.last_trail.iter().enumerate() {
+            if let Some(pos) = self.last_pos.get_mut(i as usize) {
+                *pos = u32::try_from(p).unwrap_or(u32::MAX);
+            }
+        }
     }
 
     fn slot(&self, i: u32) -> Option<&Slot> {
@@ -247,7 +259,13 @@ impl Table {
                 return Some(i);
             }
         }
-        self.index.get(path).copied()
+        let i = self.index.get(path).copied()?;
+        if let Some(&p) = self.last_pos.get(i as usize) {
+            if self.last_trail.get(p as usize) == Some(&i) {
+                self.cursor = p as usize + 1;
+            }
+        }
+        Some(i)
     }
 
     /// Remembers the order of lookups; reads outside samples stop adding at a bound.
@@ -1017,6 +1035,21 @@ mod tests {
         let i = t.find(OsStr::new(&name(4))).unwrap();
         assert_eq!(&*t.slot(i).unwrap().path, OsStr::new(&name(4)));
         assert_eq!(t.predicted, predicted + 1, "found one past the freed slot");
+        // A few files read in turn, another few each sample, before the same long list: the
+        // list is predicted after its first file, whatever the turn read.
+        let turn = |k: u32| (0..5).map(move |j| 2000 + 5 * (k % 4) + j);
+        for k in 0..4 {
+            let order: Vec<u32> = turn(k).chain(0..100).collect();
+            check(&mut t, &order);
+        }
+        for k in 4..8 {
+            let order: Vec<u32> = turn(k).chain(0..100).collect();
+            assert_eq!(
+                check(&mut t, &order),
+                99,
+                "turn {k}: the list after its first file"
+            );
+        }
         t.retain(|_| false);
         assert_eq!((t.len(), t.find(OsStr::new(&name(4)))), (0, None));
     }

@@ -160,6 +160,9 @@ impl CgroupsCollector {
             &mut on_dir,
         )
         .map_err(|e| ReadError::from_io(walk_root, e))?;
+        // In the map's order, so that each reading's map is built without searching it
+        // ([`read_all`]). Compared a word at a time: the paths share their first 70 bytes.
+        found.sort_unstable_by(|a, b| nodemedic_kernel::bytes::cmp(a.0.as_bytes(), b.0.as_bytes()));
         self.walks.fetch_add(1, Ordering::Relaxed);
         warnings.extend(walk_warnings.iter().cloned());
         *listing = Some(Listing {
@@ -421,7 +424,7 @@ fn read_all(
     found: Vec<(String, Workload)>,
     warnings: &mut Vec<String>,
 ) -> BTreeMap<String, CgroupStats> {
-    let mut groups = BTreeMap::new();
+    let mut groups = Vec::with_capacity(found.len());
     // One path and one buffer for every file of every cgroup: 2,500 reads at 500 pods, none
     // allocating.
     let mut scratch = Scratch {
@@ -430,9 +433,7 @@ fn read_all(
     };
     for (rel, workload) in found {
         match read_group(reader, mounts, &rel, workload, &mut scratch, warnings) {
-            Ok(Some(stats)) => {
-                groups.insert(rel, stats);
-            }
+            Ok(Some(stats)) => groups.push((rel, stats)),
             Ok(None) => {}
             Err(e) if e.is_missing() => {
                 warnings.push(format!("cgroup {rel} vanished during the sample ({e})"))
@@ -440,7 +441,11 @@ fn read_all(
             Err(e) => warnings.push(e.to_string()),
         }
     }
-    groups
+    // `found` is in path order ([`CgroupsCollector::list`]), so building the map checks the
+    // order with one comparison per cgroup. An insert per cgroup searched the tree: about nine
+    // comparisons of paths that share their first 70 bytes, 9,600 calls of musl's byte-wise
+    // `memcmp` per reading of 500 pods.
+    groups.into_iter().collect()
 }
 
 /// Reused for every file read: its path and its contents.
