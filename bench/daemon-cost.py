@@ -2,7 +2,7 @@
 """CPU of running nodemedic daemons, split into sampling and serving, builds side by side.
 
     bench/daemon-cost.py [--seconds S] [--interval-ms MS] [--modes M,M] [--shipped-config]
-                         [--node-exporter] NAME=BINARY [...]
+                         [--node-exporter] [--sample-bench NAME=BENCH] NAME=BINARY [...]
 
 For every build it starts one daemon per mode, all at once (so every build and mode sees the
 same minutes of this VM's drifting speed), each on the real /proc and /sys with
@@ -23,6 +23,13 @@ With `--node-exporter`, node_exporter ($NODE_EXPORTER, else the v1.9.1 build mem
 and caches) runs beside them, one per mode that makes requests, with the four collectors that
 compare (interrupts, softirqs, stat, softnet), as memory.py runs it. Its CPU is per request:
 it reads its files when scraped. It has no /healthz, so it runs in `keepalive`, `gzip` and `curl`.
+
+With `--sample-bench`, the engine's `sample` bench (the binary `cargo bench -p
+nodemedic-engine --bench sample --no-run` prints) runs its `this machine` case in the same
+minutes, twice: one sample every interval for the whole run, as the daemon samples, and 300
+samples back to back (1 ms apart) at its end. The first is the sample's cost at the daemon's
+cadence, when every sample starts with caches the rest of the machine has used since; the
+second is the warm figure the bench prints by default.
 
 CPU is the scheduler's nanosecond accounting of every thread (`/proc/PID/task/*/schedstat`),
 not 10 ms ticks. Printed per build and mode: CPU ms per interval (one sample plus at most one
@@ -124,6 +131,19 @@ def run_one(name, binary, mode, seconds, interval_ms, shipped, results):
         proc.wait()
 
 
+def sample_bench(name, binary, samples, pause_ms, results):
+    """CPU ms per sample of the engine's `sample` bench, `this machine` case."""
+    env = dict(os.environ, NODEMEDIC_BENCH_CASE="this machine",
+               NODEMEDIC_BENCH_SAMPLES=str(samples), NODEMEDIC_BENCH_PAUSE_MS=str(pause_ms))
+    out = subprocess.run([binary, "--bench"], env=env, capture_output=True, text=True, check=True)
+    for line in out.stdout.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 6 and cells[0].startswith("this machine"):
+            results[(name, pause_ms)] = float(cells[4])
+            return
+    raise SystemExit(f"sample bench {name}: no 'this machine' row in its output:\n{out.stdout}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=int, default=180)
@@ -135,6 +155,8 @@ def main():
     ap.add_argument("--node-exporter", action="store_true",
                     help="node_exporter beside the builds ($NODE_EXPORTER, else memory.py's "
                          "build of v1.9.1)")
+    ap.add_argument("--sample-bench", action="append", default=[], metavar="NAME=BENCH",
+                    help="the engine's sample bench binary, run in the same minutes (repeatable)")
     ap.add_argument("builds", nargs="+", metavar="NAME=BINARY")
     args = ap.parse_args()
     modes = args.modes.split(",")
@@ -155,10 +177,20 @@ def main():
                          args=(n, b, m, args.seconds, args.interval_ms, args.shipped_config, results))
         for n, b, m in runs
     ]
-    for t in threads:
+    benches = [b.split("=", 1) for b in args.sample_bench]
+    bench_results = {}
+    steps = int(args.seconds * 1000 / args.interval_ms)
+    cadence = [
+        threading.Thread(target=sample_bench, args=(n, b, steps, args.interval_ms, bench_results))
+        for n, b in benches
+    ]
+    for t in threads + cadence:
         t.start()
-    for t in threads:
+    for t in threads + cadence:
         t.join()
+    # Back to back, after the daemons: as the bench prints by default.
+    for n, b in benches:
+        sample_bench(n, b, 300, 1, bench_results)
     print(
         f"{len(threads)} daemons at once, {args.seconds} s, one sample (and one request) every "
         f"{args.interval_ms} ms; load average at end: {open('/proc/loadavg').read().split()[0]}.\n"
@@ -177,7 +209,18 @@ def main():
                 print(f"| {m} | {n} | **{s + o:.3f}** | | |")
             else:
                 print(f"| {m} | {n} | **{s + o:.3f}** | {s:.3f} | {o:.3f} |")
-    return 0 if len(results) == len(threads) else 1
+    if benches:
+        print(f"\nThe engine's `sample` bench, `this machine` case, CPU ms per sample:\n")
+        print(f"| bench | one sample every {args.interval_ms} ms, during the run "
+              "| 300 back to back, after it |")
+        print("|---|---|---|")
+        for n, _ in benches:
+            cad = bench_results.get((n, args.interval_ms))
+            warm = bench_results.get((n, 1))
+            print(f"| {n} | {'failed' if cad is None else f'{cad:.3f}'} "
+                  f"| {'failed' if warm is None else f'{warm:.3f}'} |")
+    ok = len(results) == len(threads) and len(bench_results) == 2 * len(benches)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
