@@ -404,6 +404,35 @@ async fn connection(
 mod tests {
     use super::*;
 
+    /// What `Authorization` yields: RFC 7617's scheme in any case, the password split at the
+    /// first colon (a password may hold more), and nothing for another scheme, a value that is
+    /// not base64 or not UTF-8, or credentials without a colon.
+    #[test]
+    fn basic_credentials_follow_rfc_7617() {
+        let with = |value: &[u8]| {
+            let mut req = Request::new(axum::body::Body::empty());
+            req.headers_mut().insert(
+                axum::http::header::AUTHORIZATION,
+                axum::http::HeaderValue::from_bytes(value).unwrap_or_else(|e| panic!("{e}")),
+            );
+            basic_credentials(&req)
+        };
+        let pair = |u: &str, p: &str| Some((u.to_string(), p.to_string()));
+        // "alice:s3cret", "alice:a:b", "alice", "alice:" and invalid UTF-8, in base64.
+        assert_eq!(with(b"Basic YWxpY2U6czNjcmV0"), pair("alice", "s3cret"));
+        assert_eq!(with(b"bAsIc YWxpY2U6czNjcmV0"), pair("alice", "s3cret"));
+        assert_eq!(with(b"  Basic  YWxpY2U6czNjcmV0 "), pair("alice", "s3cret"));
+        assert_eq!(with(b"Basic YWxpY2U6YTpi"), pair("alice", "a:b"));
+        assert_eq!(with(b"Basic YWxpY2U6"), pair("alice", ""));
+        assert_eq!(with(b"Basic YWxpY2U="), None);
+        assert_eq!(with(b"Basic //79"), None);
+        assert_eq!(with(b"Bearer YWxpY2U6czNjcmV0"), None);
+        assert_eq!(with(b"Basic not-base64!"), None);
+        assert_eq!(with(b"Basic"), None);
+        let none = Request::new(axum::body::Body::empty());
+        assert_eq!(basic_credentials(&none), None);
+    }
+
     #[test]
     fn connections_never_take_the_collectors_fds() {
         let limit = |soft| FileLimit { soft, hard: soft };
