@@ -145,6 +145,21 @@ impl IrqLine {
     pub fn has_fired(&self) -> bool {
         self.end > self.start
     }
+
+    /// Where the row's non-zero counts are in its table.
+    pub(crate) fn cells(&self) -> (usize, usize) {
+        (self.start, self.end)
+    }
+
+    pub(crate) fn set_cells(&mut self, start: usize, end: usize) {
+        self.start = start;
+        self.end = end;
+    }
+
+    /// How many columns the row has, zeros included.
+    pub(crate) fn width(&self) -> usize {
+        self.width as usize
+    }
 }
 
 impl Interrupts {
@@ -270,22 +285,6 @@ impl Interrupts {
     pub(crate) fn swap_cells(&mut self, cols: &mut Vec<u32>, counts: &mut Vec<u64>) {
         std::mem::swap(&mut self.cols, cols);
         std::mem::swap(&mut self.counts, counts);
-    }
-}
-
-impl IrqLine {
-    /// Where the row's non-zero counts are in its table.
-    pub(crate) fn cells(&self) -> (usize, usize) {
-        (self.start, self.end)
-    }
-
-    pub(crate) fn set_cells(&mut self, start: usize, end: usize) {
-        self.start = start;
-        self.end = end;
-    }
-
-    pub(crate) fn width(&self) -> usize {
-        self.width as usize
     }
 }
 
