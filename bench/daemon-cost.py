@@ -45,6 +45,7 @@ import tempfile
 import threading
 import time
 
+import samplebench
 from memory import config_text, node_exporter_argv, node_exporter_binary
 from procstat import free_port
 
@@ -133,15 +134,11 @@ def run_one(name, binary, mode, seconds, interval_ms, shipped, results):
 
 def sample_bench(name, binary, samples, pause_ms, results):
     """CPU ms per sample of the engine's `sample` bench, `this machine` case."""
-    env = dict(os.environ, NODEMEDIC_BENCH_CASE="this machine",
-               NODEMEDIC_BENCH_SAMPLES=str(samples), NODEMEDIC_BENCH_PAUSE_MS=str(pause_ms))
-    out = subprocess.run([binary, "--bench"], env=env, capture_output=True, text=True, check=True)
-    for line in out.stdout.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 6 and cells[0].startswith("this machine"):
-            results[(name, pause_ms)] = float(cells[4])
-            return
-    raise SystemExit(f"sample bench {name}: no 'this machine' row in its output:\n{out.stdout}")
+    rows = samplebench.run(binary, samples, case="this machine", pause_ms=pause_ms)
+    machine = [cpu for case, (cpu, _, _) in rows.items() if case.startswith("this machine")]
+    if not machine:
+        raise SystemExit(f"sample bench {name}: no 'this machine' row in its output")
+    results[(name, pause_ms)] = machine[0]
 
 
 def main():

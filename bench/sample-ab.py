@@ -14,24 +14,10 @@ NODEMEDIC_BENCH_1024 to include the 1024-CPU case.
 
 import argparse
 import os
-import re
 import statistics
-import subprocess
 import sys
 
-ROW = re.compile(r"^\| (?P<case>[^|]+?) \| [^|]+ \| (?P<wall>[\d.]+) \| [\d.]+ \| (?P<cpu>[\d.]+) \| (?P<rss>[\d.]+) \|$")
-
-
-def run(binary, samples):
-    env = dict(os.environ, NODEMEDIC_BENCH_SAMPLES=str(samples))
-    out = subprocess.run([binary], env=env, capture_output=True, text=True, check=True)
-    rows = {}
-    for line in out.stdout.splitlines():
-        m = ROW.match(line)
-        if m:
-            rows[m["case"]] = (float(m["cpu"]), float(m["wall"]), float(m["rss"]))
-    return rows
-
+from samplebench import run
 
 def main():
     ap = argparse.ArgumentParser()
