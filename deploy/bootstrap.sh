@@ -13,17 +13,10 @@ section() {
     echo "== $* [$(date +%T), ${SECONDS}s${NODEMEDIC_CI_START:+; $(($(date +%s) - NODEMEDIC_CI_START))s into .ci/run}]"
 }
 
-# ensure_packages PKG...: apt-get installs those not installed yet.
-ensure_packages() {
-    local need=() pkg
-    for pkg in "$@"; do
-        dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
-    done
-    if [ ${#need[@]} -gt 0 ]; then
-        apt-get update
-        apt-get install -y --no-install-recommends "${need[@]}"
-    fi
-}
+# ensure_packages [--no-start] PKG...: deploy/apt.sh, the one way this repository's scripts
+# install from Debian.
+# shellcheck source=deploy/apt.sh
+. "$(dirname "${BASH_SOURCE[0]}")/apt.sh"
 
 # ensure_rust: Debian 12's rustc (1.63) is too old; use rustup's stable toolchain.
 ensure_rust() {
@@ -254,8 +247,8 @@ ensure_go() {
     local list=/etc/apt/sources.list.d/nodemedic-bookworm-backports.list
     if [ ! -f "$list" ]; then
         echo "deb http://deb.debian.org/debian bookworm-backports main" > "$list"
-        apt-get update
+        apt_locked apt-get -o DPkg::Lock::Timeout=600 update
     fi
-    apt-get install -y --no-install-recommends -t bookworm-backports golang-1.23-go
+    apt_locked apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends -t bookworm-backports golang-1.23-go
     ln -sf /usr/lib/go-1.23/bin/go /usr/local/bin/go
 }

@@ -81,6 +81,14 @@ echo "nodemedic $(bash tests/previous-version.sh version): ready in $(($(date +%
 section "the background builds (tests/prebuild.sh)"
 wait "$prebuild" || true
 cat "$tmp/prebuild.log"
+# A build that failed there is built again by the step that needs it, which then fails with
+# its own message; the summary says so here, where the foreground's log is read.
+if failed=$(grep 'FAILED' "$tmp/prebuild.log"); then
+    echo "== background builds: $(echo "$failed" | wc -l) FAILED (each is tried again by the step that needs it):"
+    echo "$failed"
+else
+    echo "== background builds: none failed"
+fi
 
 # The cluster and the VM use fixed network namespaces, addresses and ports: one user at a time
 # on this machine (another checkout's test run, a benchmark), under this lock; -o keeps the

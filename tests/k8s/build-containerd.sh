@@ -33,12 +33,9 @@ if [ "$(cat "$CACHE/stamp" 2>/dev/null)" = "$want" ] \
 fi
 [ -x "$GO" ] || command -v "$GO" >/dev/null || { log "Go is needed (deploy/bootstrap.sh ensure_go)"; exit 1; }
 # runc's seccomp support is cgo over libseccomp; its static archive is in libseccomp-dev.
-need=()
-for p in libseccomp-dev pkg-config gcc; do dpkg -s "$p" >/dev/null 2>&1 || need+=("$p"); done
-if [ ${#need[@]} -gt 0 ]; then
-    apt-get -o DPkg::Lock::Timeout=600 update -qq </dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${need[@]}" </dev/null >&2
-fi
+# shellcheck source=deploy/apt.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../../deploy/apt.sh"
+ensure_packages libseccomp-dev pkg-config gcc >&2
 start=$(date +%s)
 rm -rf "$BIN.tmp" && mkdir -p "$BIN.tmp"
 # The release's version and revision reach `containerd --version` and the node's

@@ -52,26 +52,12 @@ fi
 # Debian's: build-containerd.sh.
 PACKAGES=(etcd-server etcd-client containernetworking-plugins buildah
           iptables conntrack socat ethtool iproute2 util-linux openssl curl jq)
+# shellcheck source=deploy/apt.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../../deploy/apt.sh"
 install_packages() {
-  local need=() p
-  for p in "${PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || need+=("$p")
-  done
-  [ ${#need[@]} -gt 0 ] || return 0
-  log "installing from Debian: ${need[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  # No service may start during the install (etcd, containerd): the tests start their own,
-  # with their own configuration. policy-rc.d is what invoke-rc.d and deb-systemd-invoke ask.
-  local prc=/usr/sbin/policy-rc.d created=0
-  if [ ! -e "$prc" ]; then
-    created=1
-    printf '#!/bin/sh\n# tests/k8s/build-k8s.sh: no service starts during its apt-get install\nexit 101\n' > "$prc"
-    chmod +x "$prc"
-    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
-  fi
-  apt-get update -qq </dev/null
-  apt-get install -y -qq --no-install-recommends "${need[@]}" </dev/null
-  if [ "$created" = 1 ]; then rm -f "$prc"; trap - EXIT; fi
+  [ -n "$(missing_packages "${PACKAGES[@]}")" ] || return 0
+  log "installing from Debian: $(missing_packages "${PACKAGES[@]}" | tr '\n' ' ')"
+  ensure_packages --no-start "${PACKAGES[@]}" >&2
   # Where systemd does run, the units are enabled by the packages: stop them for good.
   if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
     systemctl disable --now etcd containerd >/dev/null 2>&1 || true

@@ -82,29 +82,13 @@ image_ok() {
 }
 
 # --- host dependencies (only what is missing) ---------------------------------------
-apt_get() {
-    # Another apt may hold the lock (e.g. CI installing other packages): wait, don't fail.
-    local i
-    for i in 1 2 3; do
-        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 "$@" && return 0
-        log "apt-get $* failed (attempt $i)"
-        sleep 10
-    done
-    return 1
-}
+# shellcheck source=deploy/apt.sh
+. "$(dirname "$SELF")/../../deploy/apt.sh"
 # A foreign architecture's chroot runs its binaries through qemu-user-static.
 FOREIGN=
 [ "$ARCH" = "$(dpkg --print-architecture)" ] || FOREIGN=$ARCH
-need=()
-for pkg in debootstrap debian-archive-keyring "$QEMU_PACKAGE" qemu-utils iproute2 e2fsprogs \
-    coreutils util-linux file ${FOREIGN:+qemu-user-static}; do
-    dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
-done
-if [ ${#need[@]} -gt 0 ]; then
-    log "installing host packages: ${need[*]}"
-    apt_get update -qq
-    apt_get install -y -qq --no-install-recommends "${need[@]}"
-fi
+ensure_packages debootstrap debian-archive-keyring "$QEMU_PACKAGE" qemu-utils iproute2 e2fsprogs \
+    coreutils util-linux file ${FOREIGN:+qemu-user-static} >&2
 
 if [ "${NODEMEDIC_VM_REBUILD:-0}" != 1 ] && image_ok; then
     log "cached image up to date in $CACHE"
