@@ -1091,6 +1091,128 @@ def io_uring_refused():
     helm_uninstall()
 
 
+def apparmor_expected(pod):
+    """The label the chart's choice gives the nodemedic container: the container's
+    appArmorProfile, else the pod's, else the runtime's default."""
+    c = next(c for c in pod["spec"]["containers"] if c["name"] == "nodemedic")
+    p = ((c.get("securityContext") or {}).get("appArmorProfile")
+         or (pod["spec"].get("securityContext") or {}).get("appArmorProfile")
+         or {"type": "RuntimeDefault"})
+    return {"RuntimeDefault": "cri-containerd.apparmor.d (enforce)",
+            "Unconfined": "unconfined"}.get(p["type"]) or f"{p['localhostProfile']} (enforce)"
+
+
+def apparmor_label(pid):
+    """A guest process's AppArmor label (/proc/PID/attr/current)."""
+    return guest_sh(f"cat /proc/{pid}/attr/current").stdout.strip().rstrip("\x00")
+
+
+def apparmor_denials(profile):
+    """The guest kernel's AppArmor denials of PROFILE, one a line."""
+    return [l for l in guest_sh("journalctl -k -o cat --no-pager | grep 'apparmor=\"DENIED\"' || true").stdout.splitlines()
+            if f'profile="{profile}"' in l]
+
+
+@check("G16. AppArmor enforcing on the guest node, as on Debian's cloud images: containerd's default profile loaded, and the nodemedic container runs under the profile the chart selects, in enforce mode, with no denial of it")
+def apparmor_default(pods):
+    node = GUEST["GUEST_NODE"]
+    out = guest_sh("cat /sys/module/apparmor/parameters/enabled; grep -c '^cri-containerd.apparmor.d (enforce)$' "
+                   "/sys/kernel/security/apparmor/profiles").stdout.split()
+    assert out == ["Y", "1"], f"AppArmor enabled, containerd's profile loaded in enforce mode: {out}"
+    want = apparmor_expected(pods[node])
+    got = apparmor_label(nodemedic_pid(node, pods[node]))
+    assert got == want, f"nodemedic's label {got!r}, the chart selects {want!r}"
+    profile = want.removesuffix(" (enforce)")
+    denied = apparmor_denials(profile)
+    assert not denied, f"AppArmor denied {profile}:\n" + "\n".join(denied)
+    log(f"{node}: nodemedic runs under {got}; no denial of {profile}")
+
+
+NATIVE_VALUES = """
+appArmorProfile: {type: Localhost, localhostProfile: %s}
+nodeSelector: {kubernetes.io/hostname: %s}
+features: {nativeRebalance: true}
+""" + INCIDENT_VALUES % "on"
+
+
+def native_under(profile):
+    """The chart on the guest only, with native rebalancing and the Localhost PROFILE; the
+    collapse replayed with irqbalance stopped (native rebalancing's case) and traffic on the
+    NIC (so that it hurts). Returns (the pod, the remediation's counts) once a native action
+    has a result."""
+    node = GUEST["GUEST_NODE"]
+    helm_uninstall(if_installed=True)
+    values = Path(ne.ENV["DIR"]) / f"native-{profile}.yaml"
+    values.write_text(NATIVE_VALUES % (profile, node))
+    helm_install(values=values)
+    pod = wait_ready([node])[node]
+    got = apparmor_label(nodemedic_pid(node, pod))
+    assert got == f"{profile} (enforce)", f"nodemedic's label {got!r}, not {profile} (enforce)"
+    group = guest_sh(QUEUE_IRQS + """
+        systemctl stop irqbalance
+        for irq in $IRQS; do echo 1 >/proc/irq/$irq/smp_affinity; done
+        echo "$vdev" """).stdout.strip()
+    stop = threading.Event()
+
+    def traffic():  # scrapes over the guest's NIC: its queue IRQs fire, on CPU 0
+        deadline = time.time() + 120
+        while not stop.is_set() and time.time() < deadline:
+            http_at(node, "/metrics", timeout=5)
+
+    t = threading.Thread(target=traffic, daemon=True)
+    t.start()
+    try:
+        def acted():
+            counts = {r: metric(metrics_at(node), "nodemedic_remediation_actions_total", action="native_rebalance", result=r)
+                      for r in ("done", "failed_permission")}
+            if not any(counts.values()):
+                raise Pending(f"no native_rebalance result; {daemon_view(node, group)}")
+            return counts
+
+        return pod, poll(f"a native rebalance of {group} under {profile}", 120, acted)
+    finally:
+        stop.set()
+        t.join()
+
+
+@check("G17. the AppArmor profiles nodemedic ships, as a Localhost profile on the guest with native rebalancing: under `nodemedic` the affinity write is refused by AppArmor and said so, nothing moves; under `nodemedic-native-rebalance` the IRQs are spread and verified, with no other denial")
+def apparmor_localhost():
+    node = GUEST["GUEST_NODE"]
+    share = Path(ne.ENV["DIR"]) / "guest" / "apparmor"
+    run(["cp", "-r", ROOT / "deploy/apparmor", share.parent])
+    guest_sh("install -D -m 0644 /mnt/host/apparmor/abstractions/nodemedic /etc/apparmor.d/abstractions/nodemedic; "
+             "install -m 0644 /mnt/host/apparmor/nodemedic /etc/apparmor.d/nodemedic; "
+             "apparmor_parser -r -W /etc/apparmor.d/nodemedic; "
+             "grep -x 'nodemedic (enforce)' /sys/kernel/security/apparmor/profiles; "
+             "grep -x 'nodemedic-native-rebalance (enforce)' /sys/kernel/security/apparmor/profiles")
+    try:
+        pod, counts = native_under("nodemedic")
+        assert counts == {"done": 0, "failed_permission": 1}, counts
+        logs = kubectl("logs", "-n", NAMESPACE, pod["metadata"]["name"]).stdout
+        refused = [l for l in logs.splitlines() if "action=native_rebalance" in l and "failed_permission" in l]
+        assert refused and "denied by AppArmor (profile nodemedic)" in refused[0], refused
+        denied = apparmor_denials("nodemedic")
+        assert denied and all(re.search(r'name="/host/proc/irq/[0-9]+/smp_affinity', l) for l in denied), denied
+        assert spread() == 1, "the IRQs moved under a profile that refuses the write"
+        log(f"under nodemedic: {refused[0][-300:]}; kernel: {denied[0][-200:]}")
+        pod, counts = native_under("nodemedic-native-rebalance")
+        assert counts == {"done": 1, "failed_permission": 0}, counts
+
+        def verified():
+            if metric(metrics_at(node), "nodemedic_remediation_actions_total", action="verify", result="verified") < 1:
+                raise Pending(f"not verified; spread over {spread()} CPUs")
+            return True
+
+        poll("the native rebalance verified", 120, verified)
+        assert spread() >= 2, spread()
+        denied = apparmor_denials("nodemedic-native-rebalance")
+        assert not denied, "\n".join(denied)
+        log(f"under nodemedic-native-rebalance: spread over {spread()} CPUs, verified, no denial")
+    finally:
+        helm_uninstall(if_installed=True)
+        guest_sh("systemctl start irqbalance", check=False)
+
+
 def save_daemon_logs(d, name):
     """Each node's nodemedic log and /status at a failed check, into DIR/failed-NAME/: the
     next check replaces the pods, and the guest's pod logs go down with the guest."""
@@ -1144,9 +1266,10 @@ def main():
         run(["cp", PODWRITE, d / "guest" / "podwrite"])
         run(["cc", "-O2", "-static", "-Wall", "-Werror", "-o", d / "guest" / "perfgen", ROOT / "tests/vm/perfgen.c"])
         log(f"guest node up in {time.time() - t1:.0f}s")
-        steps = all_steps = [joined, install_defaults, guest_layout, no_warnings, cgroups_read_only,
-                             mixed_fleet, quota_bound, prometheus, probes, incident, dry_run, tuning,
-                             churn_both, api_outage_both, io_uring_refused]
+        steps = all_steps = [joined, install_defaults, guest_layout, no_warnings, apparmor_default,
+                             cgroups_read_only, mixed_fleet, quota_bound, prometheus, probes, incident,
+                             dry_run, tuning, churn_both, api_outage_both, io_uring_refused,
+                             apparmor_localhost]
         # NODEMEDIC_GUEST_INCIDENT=0 leaves the incident (G9) out, e.g. to time the rest.
         if os.environ.get("NODEMEDIC_GUEST_INCIDENT") == "0":
             steps = [st for st in steps if st is not incident]
@@ -1165,7 +1288,7 @@ def main():
                     workload = step(pods)
                 elif step is prometheus:
                     step(workload)
-                elif step in (guest_layout, no_warnings, cgroups_read_only, probes):
+                elif step in (guest_layout, no_warnings, apparmor_default, cgroups_read_only, probes):
                     step(pods)
                 else:
                     step()

@@ -157,6 +157,10 @@ mkdir -p "$ROOT" "$CACHE/debs"
 # linux-image-$ARCH pulls initramfs-tools, whose hook builds /boot/initrd.img-* in the chroot.
 INCLUDE=systemd-sysv,systemd,udev,dbus,irqbalance,linux-image-$ARCH,initramfs-tools,kmod
 INCLUDE=$INCLUDE,iproute2,procps,ethtool,pciutils,util-linux,zstd
+# AppArmor enforcing, as on Debian's cloud images: the kernel enables it by default, the
+# package loads profiles at boot (the .deb's profile test; containerd's default profile for
+# pods on the guest node).
+INCLUDE=$INCLUDE,apparmor
 # The eBPF probe test cross-checks nodemedic against Debian's bpftrace and reads BPF run stats
 # with bpftool; curl scrapes /metrics.
 INCLUDE=$INCLUDE,bpftrace,bpftool,curl

@@ -87,6 +87,8 @@ else
     # shellcheck source=tests/vm/upgrade-guest.sh
     . "$H/upgrade-guest.sh"
 fi
+# shellcheck source=tests/vm/apparmor-guest.sh
+. "$H/apparmor-guest.sh"
 capture() { :; }
 if [ -f "$H/capture-guest.sh" ]; then
     # shellcheck source=tests/vm/capture-guest.sh
@@ -140,6 +142,7 @@ check enable_now systemctl enable --now nodemedic
 check unit_active systemctl -q is-active nodemedic
 check notify_status bash -c "systemctl show -p StatusText --value nodemedic | tee /dev/stderr | grep -Eq 'serving on|samples'"
 check nodemedic_started wait_for 60 "nodemedic /healthz" bash -c "$(declare -f http_get); http_get /healthz | grep -q ok"
+apparmor_confined
 exposure=$(systemd-analyze security nodemedic 2>/dev/null | tail -n 1)
 echo "systemd-analyze security: $exposure"
 check exposure_ok_or_better bash -c "echo '$exposure' | grep -Eq 'Overall exposure level for nodemedic.service: [0-9.]+ (OK|SAFE)'"
@@ -203,6 +206,8 @@ check healthy_again wait_for 30 "a healthy service again" systemctl -q is-active
 . "$H/probes-guest.sh"
 # shellcheck source=tests/vm/tuning-guest.sh
 . "$H/tuning-guest.sh"
+apparmor_no_denials
+apparmor_native
 # Last, the collapsed state held still: nodemedic and irqbalance stopped, the NIC's queue IRQs
 # pinned to CPU 0 as in the incident. The collapsed tree is captured in it (a capture takes
 # minutes under emulation, longer than the remediation's cooldown: captured in the incident,
