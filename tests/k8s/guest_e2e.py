@@ -293,7 +293,7 @@ def cgroups_read_only(pods):
         gauge = gauge[0] if len(gauge) == 1 else f"{len(gauge)} series"
         assert said == wrote and gauge == len(wrote), f"{node}: nodemedic says {said} ({gauge}), podwrite wrote {wrote}"
     # With the chart's defaults nothing of either host is writable: the cgroup tree and every
-    # mount below it are read-only (recursiveReadOnly: Enabled, issue 33; before, a subPath
+    # mount below it are read-only (recursiveReadOnly: IfPossible on containerd 2, issue 33; before, a subPath
     # bound without the mounts below it, issue 23 defect 1).
     bad = [f"{n}: {line}" for n, (_, out) in results.items() for line in out.splitlines()
            if not line.startswith("#") and line.split()[2] == "writable"]

@@ -694,9 +694,10 @@ def install():
          "--set", "image.pullPolicy=Never")
     pod = poll("the pod with the chart's defaults Ready", 180, rolled_from(first))
     cg = [m for m in pod["spec"]["containers"][0]["volumeMounts"] if m["mountPath"] == "/host/sys/fs/cgroup"]
-    assert len(cg) == 1 and cg[0].get("readOnly") is True and cg[0].get("recursiveReadOnly") == "Enabled" \
+    assert len(cg) == 1 and cg[0].get("readOnly") is True and cg[0].get("recursiveReadOnly") == "IfPossible" \
         and "subPath" not in cg[0], cg
-    # The kubelet reports what the mount became: recursively read-only, not merely read-only.
+    # The kubelet reports what the mount became: on containerd 2, recursively read-only, not
+    # merely read-only.
     statuses = pod["status"]["containerStatuses"][0].get("volumeMounts") or []
     rro = [m for m in statuses if m["mountPath"] == "/host/sys/fs/cgroup"]
     assert rro and rro[0].get("recursiveReadOnly") == "Enabled", statuses

@@ -186,10 +186,15 @@ spec:
               readOnly: true
             {{- end }}
             {{- else if eq $cgroupMount "recursiveReadOnly" }}
+            # IfPossible, not Enabled: a runtime without recursive read-only mounts
+            # (containerd 1.7, CRI-O before 1.30) still starts the pod. On a cgroup v2 node the
+            # tree is one mount, read-only either way; on a v1 or hybrid node nodemedic names
+            # each hierarchy it could write (nodemedic_cgroup_host_writable_mounts, /status,
+            # alert NodemedicHostCgroupWritable): use cgroupV1Hierarchies there.
             - name: cgroup
               mountPath: /host/sys/fs/cgroup
               readOnly: true
-              recursiveReadOnly: Enabled
+              recursiveReadOnly: IfPossible
             {{- else }}
             - name: sys-fs
               mountPath: /host/sys/fs/cgroup
