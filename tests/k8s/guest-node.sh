@@ -20,6 +20,8 @@
 #
 # Env: NODEMEDIC_GUEST_NODE (nodemedic-guest), NODEMEDIC_GUEST_SMP (2), NODEMEDIC_GUEST_MEM
 #      (3072 MiB), NODEMEDIC_GUEST_READY_TIMEOUT (240 s from qemu start to Node Ready),
+#      NODEMEDIC_GUEST_RUNTIME=debian (Debian 13's own containerd 1.7 and runc instead of
+#      containerd 2; with a Kubernetes 1.35 cluster: tests/k8s/README.md, "containerd 1.7"),
 #      NODEMEDIC_GUEST_SIMULATE_HANG=1 (the first boot "hangs" after node-up.sh: a stall line
 #      on the console and an agent that stops answering; exercises the retry).
 # The guest image is tests/vm/build-image.sh's for Debian 13 with the node's packages and
@@ -30,20 +32,34 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 VM="$HERE/../vm"
 cmd=${1:?usage: guest-node.sh up|exec|down DIR ... | image}
 CACHE=${NODEMEDIC_K8S_CACHE:-/var/cache/nodemedic-k8s}
-export NODEMEDIC_VM_CACHE=${NODEMEDIC_GUEST_VM_CACHE:-/var/cache/nodemedic-vm-node}
+# containerd: "built" (tests/k8s/build-containerd.sh's containerd 2, the default) or "debian"
+# (Debian 13's own package, 1.7: the kubelet must be 1.35, NODEMEDIC_K8S_VERSION).
+RUNTIME=${NODEMEDIC_GUEST_RUNTIME:-built}
+case "$RUNTIME" in
+built) export NODEMEDIC_VM_CACHE=${NODEMEDIC_GUEST_VM_CACHE:-/var/cache/nodemedic-vm-node} ;;
+debian) export NODEMEDIC_VM_CACHE=${NODEMEDIC_GUEST_VM_CACHE:-/var/cache/nodemedic-vm-node-debian-containerd} ;;
+*) echo "NODEMEDIC_GUEST_RUNTIME: built or debian, not $RUNTIME" >&2; exit 2 ;;
+esac
 
 log() { printf '[guest-node %s] %s\n' "$(date +%T)" "$*" >&2; }
 
 # The image: the VM's on Debian 13, plus the node's packages, the cluster's kubelet and
 # kube-proxy, and its containerd 2 and runc.
 build_image() {
-    CTD=$("$HERE/build-containerd.sh")
     export NODEMEDIC_VM_SUITE=trixie
     export NODEMEDIC_VM_PACKAGES="containernetworking-plugins iptables conntrack"
     NODEMEDIC_VM_FILES="$CACHE/bin/kubelet=/usr/local/bin/kubelet $CACHE/bin/kube-proxy=/usr/local/bin/kube-proxy"
-    for b in containerd ctr containerd-shim-runc-v2 runc; do NODEMEDIC_VM_FILES+=" $CTD/$b=/usr/local/bin/$b"; done
-    NODEMEDIC_VM_FILES+=" $HERE/guest/containerd.service=/etc/systemd/system/containerd.service"
-    NODEMEDIC_VM_FILES+=" $HERE/guest/containerd.toml=/etc/containerd/config.toml $HERE/guest/10-nmk8s.conflist=/etc/cni/net.d/10-nmk8s.conflist"
+    NODEMEDIC_VM_FILES+=" $HERE/guest/10-nmk8s.conflist=/etc/cni/net.d/10-nmk8s.conflist"
+    if [ "$RUNTIME" = debian ]; then
+        # Debian 13's own containerd (1.7) and runc, with the package's unit.
+        NODEMEDIC_VM_PACKAGES+=" containerd runc"
+        NODEMEDIC_VM_FILES+=" $HERE/guest/containerd-1.7.toml=/etc/containerd/config.toml"
+    else
+        CTD=$("$HERE/build-containerd.sh")
+        for b in containerd ctr containerd-shim-runc-v2 runc; do NODEMEDIC_VM_FILES+=" $CTD/$b=/usr/local/bin/$b"; done
+        NODEMEDIC_VM_FILES+=" $HERE/guest/containerd.service=/etc/systemd/system/containerd.service"
+        NODEMEDIC_VM_FILES+=" $HERE/guest/containerd.toml=/etc/containerd/config.toml"
+    fi
     export NODEMEDIC_VM_FILES
     export NODEMEDIC_VM_ENABLE=containerd.service
     export NODEMEDIC_VM_IMG_SIZE=3G
@@ -137,8 +153,10 @@ done
 cat >"$G/etc/kubelet.yaml" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-# No cgroupDriver: systemd is PID 1 and cgroups are v2 only, and the kubelet takes the
-# systemd driver from containerd's SystemdCgroup = true (RuntimeConfig, KEP-4033).
+# No cgroupDriver with containerd 2: systemd is PID 1 and cgroups are v2 only, and the kubelet
+# takes the systemd driver from containerd's SystemdCgroup = true (RuntimeConfig, KEP-4033);
+# containerd 1.7 does not answer that call, so it is named.
+$([ "$RUNTIME" = debian ] && echo "cgroupDriver: systemd")
 failSwapOn: false
 containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
 address: $GUEST_IP
