@@ -396,11 +396,12 @@ def memory_kib(pid):
     return tuple(int(status_field(text, f).split()[0]) for f in ("VmRSS", "VmHWM"))
 
 
-# nodemedic's memory in its pod, with and without the eBPF probes (BENCHMARKS.md, "Memory of
-# both builds": the image's build holds 10.3 and 9.7 MiB on this 2-CPU node; the loader's peak
-# is 37.8 MiB). RSS is asserted at the chart's memory request (24 MiB, the steady RSS of a
-# 1024-CPU node: twice what this node measures); the peak at 48 MiB, 10 MiB over what was
-# measured and under the chart's 64 MiB limit, past which the pod would be killed at start.
+# nodemedic's memory in its pod, with and without the eBPF probes (BENCHMARKS.md, "Today's
+# figures": the image's build holds 9.7 and 9.2 MiB on this 2-CPU node; "The probes' load in a
+# child process": the loader's peak is 36 MiB). RSS is asserted at the chart's memory request
+# (24 MiB, the steady RSS of a 1024-CPU node: twice what this node measures); the peak at
+# 48 MiB, 12 MiB over what was measured and under the chart's 64 MiB limit, past which the pod
+# would be killed at start.
 # The probes' cost at the 2 MiB issue 25 holds them to: what the loader parses must be freed
 # after it.
 RSS_MAX_KIB = 24 * 1024

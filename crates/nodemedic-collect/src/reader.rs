@@ -199,11 +199,11 @@ impl Kept {
 /// the path that came next in the last sample's order of reads (and the one after it, for a
 /// file that went away). That is a comparison with a path in a contiguous list. A hash-table
 /// probe by a 100-byte path misses the cache twice, on the bucket and on the key: 7% of
-/// reading 500 pods' cgroup files and of the 256-CPU affinity reads (BENCHMARKS.md, "sixth
-/// step"). Anything else (a new file, another order) goes to the hash table, and a path found
-/// there that the last sample read too puts the expectation back after it. Without that, one
-/// change of order (the IRQs' affinity files, read a few in turn each sample) sent every later
-/// read of the sample to the hash table.
+/// reading 500 pods' cgroup files and of the 256-CPU affinity reads (BENCHMARKS.md, "Per-file
+/// and per-row costs"). Anything else (a new file, another order) goes to the hash table, and a
+/// path found there that the last sample read too puts the expectation back after it. Without
+/// that, one change of order (the IRQs' affinity files, read a few in turn each sample) sent
+/// every later read of the sample to the hash table.
 #[derive(Default)]
 struct Table {
     slots: Vec<Option<Slot>>,

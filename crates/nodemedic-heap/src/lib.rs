@@ -23,8 +23,8 @@
 /// of anonymous memory that holds a single resident page into a huge page (`max_ptes_none` 511
 /// by default): a heap with a few live blocks scattered through freed space grows by up to
 /// 2 MiB per collapse, at some time after start and by a different amount each boot
-/// (BENCHMARKS.md, "A heap of its own for the load, and no huge pages"). A 10 MiB daemon gains
-/// nothing from huge pages. The flag is the process's, and its children's (the probes' loader).
+/// (BENCHMARKS.md, "No transparent huge pages"). A 10 MiB daemon gains nothing from huge pages.
+/// The flag is the process's, and its children's (the probes' loader).
 pub fn tune_heap() {
     // Refused only by kernels before 3.15, where there is nothing to turn off.
     let _ = rustix::thread::disable_transparent_huge_pages(true);
