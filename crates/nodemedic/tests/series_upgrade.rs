@@ -77,10 +77,16 @@ fn fetch_history() -> Result<(), String> {
     if out.status.success() {
         Ok(())
     } else {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stderr: Vec<&str> = stderr
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
         Err(format!(
             "`git {}` failed: {}",
             args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
+            stderr.join(" ")
         ))
     }
 }
@@ -137,7 +143,7 @@ fn no_series_of_the_previous_version_disappears_unless_the_changelog_names_it() 
             );
             assert!(
                 !in_ci(),
-                "{missing}. CI is set: the upgrade check cannot be skipped there"
+                "{missing}\nCI is set: the upgrade check may not be skipped"
             );
             eprintln!("SKIPPED (CI is not set): {missing}");
             return;
