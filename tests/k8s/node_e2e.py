@@ -397,15 +397,17 @@ def memory_kib(pid):
 
 
 # nodemedic's memory in its pod, with and without the eBPF probes (BENCHMARKS.md, "Today's
-# figures": the image's build holds 9.7 and 9.2 MiB on this 2-CPU node; "The probes' load in a
-# child process": the loader's peak is 36 MiB). RSS is asserted at the chart's memory request
-# (24 MiB, the steady RSS of a 1024-CPU node: twice what this node measures); the peak at
-# 48 MiB, 12 MiB over what was measured and under the chart's 64 MiB limit, past which the pod
-# would be killed at start.
-# The probes' cost at the 2 MiB issue 25 holds them to: what the loader parses must be freed
-# after it.
+# figures": the image's build holds 9.7 and 9.2 MiB on this 2-CPU node). RSS is asserted
+# at the chart's memory request (24 MiB, the steady RSS of a 1024-CPU node: twice what this
+# node measures). The daemon's peak (VmHWM) with the probes on is held to the 16 MiB the memory
+# work set (issue 35): the probes load in a child process, whose own peak (about 36 MiB) is
+# not the daemon's, and the daemon's measured 9.9 MiB on this node's files and 12.9-13.3 MiB
+# on the 256- and 1024-CPU trees (BENCHMARKS.md, "The probes' load in a child process" and
+# "Sparse IRQ counts"). A peak over it means the BTF parse, or a per-row allocation, is back
+# in the daemon. The probes' cost at the 2 MiB issue 25 holds them to: what the loader parses
+# must be freed after it.
 RSS_MAX_KIB = 24 * 1024
-HWM_MAX_KIB = 48 * 1024
+HWM_MAX_KIB = 16 * 1024
 PROBES_RSS_MAX_KIB = 2 * 1024
 
 
@@ -415,7 +417,9 @@ def judge_memory(on, off):
     (rss_on, hwm_on), (rss_off, _) = on, off
     assert rss_on <= RSS_MAX_KIB, f"RSS {rss_on} KiB with the probes on (at most {RSS_MAX_KIB})"
     assert rss_off <= RSS_MAX_KIB, f"RSS {rss_off} KiB with the probes off (at most {RSS_MAX_KIB})"
-    assert hwm_on <= HWM_MAX_KIB, f"peak {hwm_on} KiB with the probes on (at most {HWM_MAX_KIB})"
+    assert hwm_on <= HWM_MAX_KIB, (
+        f"peak (VmHWM) {hwm_on} KiB ({hwm_on / 1024:.1f} MiB) with the probes on, over the "
+        f"{HWM_MAX_KIB // 1024} MiB bound (measured: 9-13 MiB, BENCHMARKS.md)")
     assert rss_on - rss_off <= PROBES_RSS_MAX_KIB, (
         f"the probes cost {rss_on - rss_off} KiB of RSS (on {rss_on}, off {rss_off}; at most {PROBES_RSS_MAX_KIB})")
     return f"RSS {rss_on / 1024:.1f} MiB probes on (peak {hwm_on / 1024:.1f}), {rss_off / 1024:.1f} MiB off"

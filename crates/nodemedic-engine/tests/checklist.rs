@@ -7,7 +7,8 @@
 //!   file that does not show the collector succeeding), or a fuzz target missing from any of
 //!   its four places fails here;
 //! - a collector with no fixture, golden series or fuzz target says why, in its entry, where
-//!   a reviewer reads it.
+//!   a reviewer reads it, and names the test that covers it instead ([`Instead`]): a file and
+//!   a `#[test]` function in it, which must exist, so an opt-out cannot outlive its test.
 
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
 
@@ -19,28 +20,40 @@ use nodemedic_collect::{CollectorName, CollectorState, Paths};
 use nodemedic_engine::{Engine, EngineConfig, NicLimitsFrom};
 use nodemedic_testkit::{fixture, workspace_root};
 
+/// An opt-out of one of the checklist's claims: why, and the test that covers the collector
+/// instead, `fn test` under `#[test]` in `file` (from the workspace root).
+struct Instead {
+    why: &'static str,
+    file: &'static str,
+    test: &'static str,
+}
+
+const fn instead(why: &'static str, file: &'static str, test: &'static str) -> Instead {
+    Instead { why, file, test }
+}
+
 /// Where a collector's input comes from in the tests.
 enum Fixtures {
     /// Fixture trees under `tests/fixtures` on which it must be active.
     Trees(&'static [&'static str]),
-    /// It reads no kernel file a tree could hold; why, and what tests it instead.
-    NotFiles(&'static str),
+    /// It reads no kernel file a tree could hold.
+    NotFiles(Instead),
 }
 
 /// What a collector puts in the golden expositions.
 enum Golden {
     /// `(golden file under tests/golden without .prom, the start of a series line)`.
     Series(&'static [(&'static str, &'static str)]),
-    /// Why no golden file holds its series, and what checks them instead.
-    None(&'static str),
+    /// No golden file holds its series.
+    None(Instead),
 }
 
 /// The fuzz targets of the parsers a collector runs.
 enum Fuzz {
     /// Names in `nodemedic_fuzz_logic::TARGETS`.
     Targets(&'static [&'static str]),
-    /// Why it parses nothing from outside.
-    NoParser(&'static str),
+    /// It parses nothing from outside.
+    NoParser(Instead),
 }
 
 struct Entry {
@@ -48,6 +61,16 @@ struct Entry {
     golden: Golden,
     fuzz: Fuzz,
 }
+
+/// `(file, test)` of the tests that cover several opt-outs.
+const DISK_COMMIT_TEST: (&str, &str) = (
+    "crates/nodemedic/tests/exposition.rs",
+    "disk_commit_probe_histogram",
+);
+const KUBERNETES_TEST: (&str, &str) = (
+    "crates/nodemedic/tests/kubernetes.rs",
+    "condition_label_events_rbac_and_pause_on_a_real_apiserver",
+);
 
 /// Each collector's entry. A new collector is a compile error here until it has one.
 fn checklist(c: CollectorName) -> Entry {
@@ -138,36 +161,56 @@ fn checklist(c: CollectorName) -> Entry {
             ]),
         },
         C::DiskCommit => Entry {
-            fixtures: Fixtures::NotFiles(
-                "it times its own write + fdatasync of a real file: \
-                 crates/nodemedic/tests/exposition.rs disk_commit_probe_histogram",
-            ),
-            golden: Golden::None(
-                "its histogram holds this machine's real fsync latencies and directory: \
-                 disk_commit_probe_histogram checks its buckets and promtool",
-            ),
-            fuzz: Fuzz::NoParser("it reads no file; it measures its own writes"),
+            fixtures: Fixtures::NotFiles(instead(
+                "it times its own write + fdatasync of a real file",
+                DISK_COMMIT_TEST.0,
+                DISK_COMMIT_TEST.1,
+            )),
+            golden: Golden::None(instead(
+                "its histogram holds this machine's real fsync latencies and directory: the \
+                 test checks its buckets and promtool",
+                DISK_COMMIT_TEST.0,
+                DISK_COMMIT_TEST.1,
+            )),
+            fuzz: Fuzz::NoParser(instead(
+                "it reads no file; it measures its own writes",
+                DISK_COMMIT_TEST.0,
+                DISK_COMMIT_TEST.1,
+            )),
         },
         C::PerfProbes => Entry {
-            fixtures: Fixtures::NotFiles(
-                "it reads the eBPF probes' maps and ring buffer: \
-                 crates/nodemedic-probe/tests/this_kernel.rs and the VM test (tests/vm)",
-            ),
+            fixtures: Fixtures::NotFiles(instead(
+                "it reads the eBPF probes' maps and ring buffer, on this kernel (and in the VM \
+                 test, tests/vm, on a guest's)",
+                "crates/nodemedic-probe/tests/this_kernel.rs",
+                "load_attaches_or_names_the_cause",
+            )),
             golden: Golden::Series(&[("perf-probes", "nodemedic_perf_event_wakeup_ratio ")]),
-            fuzz: Fuzz::NoParser(
-                "it reads fixed-layout records its own BPF programs write (abi.rs), no text",
-            ),
+            fuzz: Fuzz::NoParser(instead(
+                "it reads fixed-layout records its own BPF programs write, no text: their \
+                 decoding is tested",
+                "crates/nodemedic-probe/src/abi.rs",
+                "event_round_trip_and_rejects",
+            )),
         },
         C::KubePods => Entry {
-            fixtures: Fixtures::NotFiles(
-                "it watches the Kubernetes API: crates/nodemedic/tests/kubernetes.rs against \
-                 a real kube-apiserver",
-            ),
-            golden: Golden::None(
+            fixtures: Fixtures::NotFiles(instead(
+                "it watches the Kubernetes API: the test runs it against a real kube-apiserver",
+                KUBERNETES_TEST.0,
+                KUBERNETES_TEST.1,
+            )),
+            golden: Golden::None(instead(
                 "it adds namespace/pod/container labels to the cgroups collector's series and \
-                 no series of its own: kubernetes.rs checks them on a real kube-apiserver",
-            ),
-            fuzz: Fuzz::NoParser("the API's objects are decoded by kube-rs and k8s-openapi"),
+                 no series of its own: the test checks them on a real kube-apiserver",
+                KUBERNETES_TEST.0,
+                KUBERNETES_TEST.1,
+            )),
+            fuzz: Fuzz::NoParser(instead(
+                "the API's objects are decoded by kube-rs and k8s-openapi, from a real \
+                 kube-apiserver in the test",
+                KUBERNETES_TEST.0,
+                KUBERNETES_TEST.1,
+            )),
         },
     }
 }
@@ -210,7 +253,7 @@ fn every_collector_has_fixtures_golden_series_and_fuzz_targets() {
                     }
                 }
             }
-            Fixtures::NotFiles(why) => assert!(!why.is_empty(), "{c}: say why"),
+            Fixtures::NotFiles(i) => wrong.extend(i.covered(c, "fixtures").err()),
         }
         match entry.golden {
             Golden::Series(series) => {
@@ -221,7 +264,7 @@ fn every_collector_has_fixtures_golden_series_and_fuzz_targets() {
                     wrong.extend(golden_holds(c, file, start).err());
                 }
             }
-            Golden::None(why) => assert!(!why.is_empty(), "{c}: say why"),
+            Golden::None(i) => wrong.extend(i.covered(c, "golden").err()),
         }
         match entry.fuzz {
             Fuzz::Targets(targets) => {
@@ -236,7 +279,7 @@ fn every_collector_has_fixtures_golden_series_and_fuzz_targets() {
                     );
                 }
             }
-            Fuzz::NoParser(why) => assert!(!why.is_empty(), "{c}: say why"),
+            Fuzz::NoParser(i) => wrong.extend(i.covered(c, "fuzz").err()),
         }
     }
     assert!(
@@ -244,6 +287,44 @@ fn every_collector_has_fixtures_golden_series_and_fuzz_targets() {
         "the collector checklist:\n{}",
         wrong.join("\n")
     );
+}
+
+impl Instead {
+    /// The opt-out says why, and its test exists: `file` holds a `fn test(` whose attributes
+    /// include `#[test]`.
+    fn covered(&self, c: CollectorName, claim: &str) -> Result<(), String> {
+        let Instead { why, file, test } = self;
+        if why.is_empty() {
+            return Err(format!("{c}: the {claim} opt-out gives no reason"));
+        }
+        let path = workspace_root().join(file);
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            format!(
+                "{c}: the {claim} opt-out's test {file}::{test}: {}: {e}",
+                path.display()
+            )
+        })?;
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        let head = format!("fn {test}(");
+        let at = lines
+            .iter()
+            .position(|l| l.starts_with(&head))
+            .ok_or_else(|| {
+                format!("{c}: the {claim} opt-out's test: {file} has no `fn {test}(`")
+            })?;
+        // The attributes and doc comments right above the function.
+        let is_test = lines[..at]
+            .iter()
+            .rev()
+            .take_while(|l| l.starts_with("#[") || l.starts_with("///"))
+            .any(|l| *l == "#[test]");
+        if !is_test {
+            return Err(format!(
+                "{c}: the {claim} opt-out's test: `fn {test}` in {file} is not a #[test]"
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// The golden file `file` has a series line starting with `start`, and shows `c` succeeding.

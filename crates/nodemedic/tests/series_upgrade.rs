@@ -2,8 +2,10 @@
 //! expositions) and every series its alerts, recording rules and dashboard queried is still
 //! exported or recorded by this one, or CHANGELOG.md names it under a "Renamed series" heading
 //! of a newer version. The previous version is read from git at the commit CHANGELOG.md
-//! records for it; without git history (a source tarball, a shallow clone) the test says so
-//! and checks nothing.
+//! records for it. A checkout without that commit (a shallow clone) fetches its remote's
+//! history first (`git fetch --unshallow`: the repository's is a few MiB). When the commit is
+//! still missing (no remote, offline, a source tarball) the test fails if `CI` is set, and
+//! otherwise says it checked nothing, and why.
 //!
 //! This is the static half of the upgrade check. The live half is check 11 of
 //! tests/k8s/node_e2e.py: `helm upgrade` from the previous release's chart and image to this
@@ -47,6 +49,53 @@ fn git(args: &[&str]) -> Option<String> {
         .then(|| String::from_utf8(out.stdout).unwrap())
 }
 
+fn has_commit(commit: &str) -> bool {
+    git(&["cat-file", "-e", &format!("{commit}^{{commit}}")]).is_some()
+}
+
+/// Fetches more history from this checkout's remote (`origin`, else the first): all of it
+/// when the clone is shallow, else the remote's branches. Why it could not, when it could not.
+fn fetch_history() -> Result<(), String> {
+    let shallow = git(&["rev-parse", "--is-shallow-repository"])
+        .ok_or("not a git checkout (a source tarball?)")?;
+    let remotes = git(&["remote"]).unwrap_or_default();
+    let remote = remotes
+        .lines()
+        .find(|r| *r == "origin")
+        .or_else(|| remotes.lines().next())
+        .ok_or("the checkout has no remote to fetch from")?;
+    let mut args = vec!["fetch", "--quiet", "--no-tags"];
+    if shallow.trim() == "true" {
+        args.push("--unshallow");
+    }
+    args.push(remote);
+    let out = Command::new("git")
+        .args(&args)
+        .current_dir(workspace_root())
+        .output()
+        .map_err(|e| format!("git: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stderr: Vec<&str> = stderr
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        Err(format!(
+            "`git {}` failed: {}",
+            args.join(" "),
+            stderr.join(" ")
+        ))
+    }
+}
+
+/// `CI` is set (to anything but empty, `0` or `false`), as CI services and `.ci/run` set it.
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !matches!(v.as_str(), "" | "0" | "false"))
+}
+
 /// The series names CHANGELOG.md lists as renamed or removed: the backticked names before
 /// the arrow of each line under a "### Renamed series" heading of a version newer than the
 /// previous one.
@@ -82,11 +131,24 @@ struct Group {
 fn no_series_of_the_previous_version_disappears_unless_the_changelog_names_it() {
     let changelog = std::fs::read_to_string(workspace_root().join("CHANGELOG.md")).unwrap();
     let commit = previous_commit(&changelog);
-    if git(&["cat-file", "-e", &format!("{commit}^{{commit}}")]).is_none() {
-        eprintln!(
-            "SKIPPED: commit {commit} (the previous version) is not in this checkout's git history"
-        );
-        return;
+    if !has_commit(&commit) {
+        let fetched = fetch_history();
+        if !has_commit(&commit) {
+            let why = fetched.err().unwrap_or_else(|| {
+                "the fetch succeeded, and the remote's history does not hold it either".into()
+            });
+            let missing = format!(
+                "commit {commit} (the previous version, per CHANGELOG.md) is not in this \
+                 checkout's git history, and fetching it failed: {why}"
+            );
+            assert!(
+                !in_ci(),
+                "{missing}\nCI is set: the upgrade check may not be skipped"
+            );
+            eprintln!("SKIPPED (CI is not set): {missing}");
+            return;
+        }
+        eprintln!("fetched the git history up to {commit} (the previous version)");
     }
     let show = |path: &str| {
         git(&["show", &format!("{commit}:{path}")])
