@@ -391,9 +391,112 @@ fn privileges_mounts_and_rbac_follow_the_features() {
 #[test]
 fn a_release_from_before_a_value_existed_renders_with_its_default() {
     assert_eq!(
-        render(&["cgroupV1Nodes=null", "seccompProfile=null"]),
+        render(&[
+            "cgroupV1Nodes=null",
+            "seccompProfile=null",
+            "appArmorProfile=null",
+            "seLinuxOptions=null",
+        ]),
         render(&[])
     );
+}
+
+/// `helm template` with `set` that must fail: its stderr.
+fn render_error(set: &[&str]) -> String {
+    let mut cmd = Command::new(helm());
+    cmd.args(["template", "nodemedic", "deploy/helm/nodemedic"])
+        .current_dir(workspace_root());
+    for s in set {
+        cmd.args(["--set", s]);
+    }
+    let out = cmd.output().unwrap();
+    assert!(!out.status.success(), "{set:?} rendered");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn app_armor(c: &Container) -> Option<(String, Option<String>)> {
+    c.security_context
+        .as_ref()
+        .and_then(|s| s.app_armor_profile.clone())
+        .map(|p| (p.type_, p.localhost_profile))
+}
+
+/// The container's AppArmor profile and SELinux label (values.yaml, appArmorProfile and
+/// seLinuxOptions; docs/where-it-runs.md). Unset, the profile is Unconfined while
+/// irqbalanceRestart is on (the runtime's default has no dbus rule, and Ubuntu's dbus-daemon
+/// refuses it) and not set otherwise; never RuntimeDefault or Localhost unasked, which the
+/// kubelet refuses on a node without AppArmor. The label is the runtime's unless set.
+#[test]
+fn apparmor_profile_and_selinux_label_follow_the_values() {
+    let (_, c) = daemonset(&render(&[]));
+    assert_eq!(app_armor(&c), Some(("Unconfined".into(), None)));
+    assert!(c
+        .security_context
+        .as_ref()
+        .unwrap()
+        .se_linux_options
+        .is_none());
+
+    let (_, c) = daemonset(&render(&["features.irqbalanceRestart=false"]));
+    assert_eq!(app_armor(&c), None);
+
+    let (_, c) = daemonset(&render(&[
+        "appArmorProfile.type=Localhost",
+        "appArmorProfile.localhostProfile=nodemedic",
+    ]));
+    assert_eq!(
+        app_armor(&c),
+        Some(("Localhost".into(), Some("nodemedic".into())))
+    );
+    let (_, c) = daemonset(&render(&[
+        "appArmorProfile.type=RuntimeDefault",
+        "features.irqbalanceRestart=false",
+    ]));
+    assert_eq!(app_armor(&c), Some(("RuntimeDefault".into(), None)));
+
+    let (_, c) = daemonset(&render(&[
+        "seLinuxOptions.type=spc_t",
+        "seLinuxOptions.level=s0",
+    ]));
+    let se = c.security_context.unwrap().se_linux_options.unwrap();
+    assert_eq!(
+        (se.type_.as_deref(), se.level.as_deref(), se.user, se.role),
+        (Some("spc_t"), Some("s0"), None, None)
+    );
+
+    for (set, says) in [
+        (
+            &["appArmorProfile.type=Bogus"][..],
+            "appArmorProfile.type must be RuntimeDefault, Localhost or Unconfined",
+        ),
+        (
+            &["appArmorProfile.type=Localhost"],
+            "appArmorProfile.type Localhost needs localhostProfile",
+        ),
+        (
+            &["appArmorProfile.localhostProfile=nodemedic"],
+            "appArmorProfile.localhostProfile needs type: Localhost",
+        ),
+        (
+            &[
+                "appArmorProfile.type=Unconfined",
+                "appArmorProfile.localhostProfile=nodemedic",
+            ],
+            "appArmorProfile.localhostProfile is for type Localhost",
+        ),
+        (
+            &["appArmorProfile.profile=nodemedic"],
+            "appArmorProfile: unknown key",
+        ),
+        (
+            &["seLinuxOptions.kind=spc_t"],
+            "seLinuxOptions: unknown key",
+        ),
+        (&["seLinuxOptions=spc_t"], "seLinuxOptions must be a map"),
+    ] {
+        let err = render_error(set);
+        assert!(err.contains(says), "{set:?}: {err}");
+    }
 }
 
 #[test]
