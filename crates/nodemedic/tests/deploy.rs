@@ -392,9 +392,280 @@ fn privileges_mounts_and_rbac_follow_the_features() {
 #[test]
 fn a_release_from_before_a_value_existed_renders_with_its_default() {
     assert_eq!(
-        render(&["cgroupV1Nodes=null", "seccompProfile=null"]),
+        render(&[
+            "cgroupV1Nodes=null",
+            "seccompProfile=null",
+            "appArmorProfile=null",
+            "seLinuxOptions=null",
+            "openshift=null",
+        ]),
         render(&[])
     );
+}
+
+/// `helm template` with `set` that must fail: its stderr.
+fn render_error(set: &[&str]) -> String {
+    let mut cmd = Command::new(helm());
+    cmd.args(["template", "nodemedic", "deploy/helm/nodemedic"])
+        .current_dir(workspace_root());
+    for s in set {
+        cmd.args(["--set", s]);
+    }
+    let out = cmd.output().unwrap();
+    assert!(!out.status.success(), "{set:?} rendered");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn app_armor(c: &Container) -> Option<(String, Option<String>)> {
+    c.security_context
+        .as_ref()
+        .and_then(|s| s.app_armor_profile.clone())
+        .map(|p| (p.type_, p.localhost_profile))
+}
+
+/// The container's AppArmor profile and SELinux label (values.yaml, appArmorProfile and
+/// seLinuxOptions; docs/where-it-runs.md). Unset, the profile is Unconfined while
+/// irqbalanceRestart is on (the runtime's default has no dbus rule, and Ubuntu's dbus-daemon
+/// refuses it) and not set otherwise; never RuntimeDefault or Localhost unasked, which the
+/// kubelet refuses on a node without AppArmor. The label is the runtime's unless set.
+#[test]
+fn apparmor_profile_and_selinux_label_follow_the_values() {
+    let (_, c) = daemonset(&render(&[]));
+    assert_eq!(app_armor(&c), Some(("Unconfined".into(), None)));
+    assert!(c
+        .security_context
+        .as_ref()
+        .unwrap()
+        .se_linux_options
+        .is_none());
+
+    let (_, c) = daemonset(&render(&["features.irqbalanceRestart=false"]));
+    assert_eq!(app_armor(&c), None);
+
+    let (_, c) = daemonset(&render(&[
+        "appArmorProfile.type=Localhost",
+        "appArmorProfile.localhostProfile=nodemedic",
+    ]));
+    assert_eq!(
+        app_armor(&c),
+        Some(("Localhost".into(), Some("nodemedic".into())))
+    );
+    let (_, c) = daemonset(&render(&[
+        "appArmorProfile.type=RuntimeDefault",
+        "features.irqbalanceRestart=false",
+    ]));
+    assert_eq!(app_armor(&c), Some(("RuntimeDefault".into(), None)));
+
+    let (_, c) = daemonset(&render(&[
+        "seLinuxOptions.type=spc_t",
+        "seLinuxOptions.level=s0",
+    ]));
+    let se = c.security_context.unwrap().se_linux_options.unwrap();
+    assert_eq!(
+        (se.type_.as_deref(), se.level.as_deref(), se.user, se.role),
+        (Some("spc_t"), Some("s0"), None, None)
+    );
+
+    for (set, says) in [
+        (
+            &["appArmorProfile.type=Bogus"][..],
+            "appArmorProfile.type must be RuntimeDefault, Localhost or Unconfined",
+        ),
+        (
+            &["appArmorProfile.type=Localhost"],
+            "appArmorProfile.type Localhost needs localhostProfile",
+        ),
+        (
+            &["appArmorProfile.localhostProfile=nodemedic"],
+            "appArmorProfile.localhostProfile needs type: Localhost",
+        ),
+        (
+            &[
+                "appArmorProfile.type=Unconfined",
+                "appArmorProfile.localhostProfile=nodemedic",
+            ],
+            "appArmorProfile.localhostProfile is for type Localhost",
+        ),
+        (
+            &["appArmorProfile.profile=nodemedic"],
+            "appArmorProfile: unknown key",
+        ),
+        (
+            &["seLinuxOptions.kind=spc_t"],
+            "seLinuxOptions: unknown key",
+        ),
+        (&["seLinuxOptions=spc_t"], "seLinuxOptions must be a map"),
+    ] {
+        let err = render_error(set);
+        assert!(err.contains(says), "{set:?}: {err}");
+    }
+}
+
+/// The objects of `kind`, parsed.
+fn all_of(all: &str, kind: &str) -> Vec<serde_yaml_ng::Value> {
+    objects(all)
+        .into_iter()
+        .filter(|o| o["kind"].as_str() == Some(kind))
+        .collect()
+}
+
+fn strings(v: &serde_yaml_ng::Value) -> Vec<String> {
+    v.as_sequence()
+        .map(|s| s.iter().map(|x| x.as_str().unwrap().to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// The volume types of a pod as an SCC names them (the VolumeSource's field), with the
+/// ServiceAccount token's projected volume that admission adds.
+fn volume_types(pod: &PodSpec) -> Vec<String> {
+    let mut types: Vec<String> = pod
+        .volumes
+        .iter()
+        .flatten()
+        .map(|v| {
+            let json = serde_json::to_value(v).unwrap();
+            let keys: Vec<String> = json
+                .as_object()
+                .unwrap()
+                .keys()
+                .filter(|k| *k != "name")
+                .cloned()
+                .collect();
+            assert_eq!(keys.len(), 1, "{json}");
+            keys[0].clone()
+        })
+        .chain(["projected".to_string()])
+        .collect();
+    types.sort();
+    types.dedup();
+    types
+}
+
+/// openshift.scc.create: an SCC that admits the DaemonSet's pods as rendered and no more
+/// (each field against the pod's own), usable by the chart's ServiceAccount only, in its
+/// namespace. Off by default.
+#[test]
+fn the_openshift_scc_admits_exactly_the_pod() {
+    assert!(all_of(&render(&[]), "SecurityContextConstraints").is_empty());
+    assert!(!render(&[]).contains("nodemedic-scc"));
+
+    for set in [
+        vec![
+            "openshift.scc.create=true",
+            "seLinuxOptions.type=spc_t",
+            "seLinuxOptions.level=s0",
+        ],
+        vec![
+            "openshift.scc.create=true",
+            "features.probes=false",
+            "features.irqbalanceRestart=false",
+            "features.podNames=false",
+            "features.events=false",
+            "webConfig.secretName=web",
+            "cgroupV1Hierarchies={cpu,unified}",
+            "seccompProfile.type=Localhost",
+            "seccompProfile.localhostProfile=profiles/nodemedic.json",
+        ],
+        vec![
+            "openshift.scc.create=true",
+            "features.probesMemlock=true",
+            "features.nativeRebalance=true",
+            "hostNetwork=false",
+        ],
+    ] {
+        let all = render(&set);
+        let (pod, c) = daemonset(&all);
+        let scc = &all_of(&all, "SecurityContextConstraints")[0];
+        assert_eq!(
+            scc["metadata"]["name"].as_str(),
+            Some("nodemedic"),
+            "{set:?}"
+        );
+        let mut added = capabilities(&c).0;
+        added.sort();
+        let mut allowed = strings(&scc["allowedCapabilities"]);
+        allowed.sort();
+        assert_eq!(allowed, added, "{set:?}");
+        assert_eq!(strings(&scc["requiredDropCapabilities"]), ["ALL"]);
+        assert_eq!(
+            strings(&scc["defaultAddCapabilities"]),
+            Vec::<String>::new()
+        );
+        let mut volumes = strings(&scc["volumes"]);
+        volumes.sort();
+        assert_eq!(volumes, volume_types(&pod), "{set:?}");
+        assert_eq!(scc["allowHostDirVolumePlugin"].as_bool(), Some(true));
+        let host_network = pod.host_network.unwrap_or(false);
+        assert_eq!(scc["allowHostNetwork"].as_bool(), Some(host_network));
+        assert_eq!(scc["allowHostPorts"].as_bool(), Some(host_network));
+        for off in [
+            "allowHostPID",
+            "allowHostIPC",
+            "allowPrivilegedContainer",
+            "allowPrivilegeEscalation",
+        ] {
+            assert_eq!(scc[off].as_bool(), Some(false), "{off}");
+        }
+        let pod_sec = pod.security_context.clone().unwrap();
+        assert_eq!(scc["runAsUser"]["type"].as_str(), Some("MustRunAs"));
+        assert_eq!(scc["runAsUser"]["uid"].as_i64(), pod_sec.run_as_user);
+        assert_eq!(scc["seLinuxContext"]["type"].as_str(), Some("MustRunAs"));
+        let label = c.security_context.clone().unwrap().se_linux_options;
+        // Without one, the SCC's is the namespace's MCS level and the runtime's type.
+        let scc_label: Option<k8s_openapi::api::core::v1::SELinuxOptions> =
+            match &scc["seLinuxContext"]["seLinuxOptions"] {
+                serde_yaml_ng::Value::Null => None,
+                options => Some(serde_yaml_ng::from_value(options.clone()).unwrap()),
+            };
+        assert_eq!(scc_label, label, "{set:?}");
+        let seccomp = pod_sec.seccomp_profile.unwrap();
+        let profile = match seccomp.type_.as_str() {
+            "Localhost" => format!("localhost/{}", seccomp.localhost_profile.unwrap()),
+            _ => "runtime/default".to_string(),
+        };
+        assert_eq!(strings(&scc["seccompProfiles"]), [profile]);
+        assert!(strings(&scc["users"]).is_empty() && strings(&scc["groups"]).is_empty());
+
+        // Only the chart's ServiceAccount, in its namespace, may use it.
+        let role: ClusterRole = all_of(&all, "ClusterRole")
+            .into_iter()
+            .map(|r| serde_yaml_ng::from_value(r).unwrap())
+            .find(|r: &ClusterRole| r.metadata.name.as_deref() == Some("nodemedic-scc"))
+            .unwrap();
+        let rules = role.rules.unwrap();
+        assert_eq!(rules.len(), 1);
+        assert_eq!(
+            (
+                rules[0].api_groups.clone().unwrap(),
+                rules[0].resources.clone().unwrap(),
+                rules[0].resource_names.clone().unwrap(),
+                rules[0].verbs.clone(),
+            ),
+            (
+                vec!["security.openshift.io".to_string()],
+                vec!["securitycontextconstraints".to_string()],
+                vec!["nodemedic".to_string()],
+                vec!["use".to_string()],
+            )
+        );
+        let binding: k8s_openapi::api::rbac::v1::RoleBinding = object(&all, "RoleBinding");
+        assert_eq!(binding.role_ref.name, "nodemedic-scc");
+        assert_eq!(binding.metadata.namespace.as_deref(), Some("nodemedic"));
+        let subjects = binding.subjects.unwrap();
+        assert_eq!(
+            (
+                subjects.len(),
+                subjects[0].kind.as_str(),
+                subjects[0].name.as_str(),
+                subjects[0].namespace.as_deref()
+            ),
+            (1, "ServiceAccount", "nodemedic", Some("nodemedic"))
+        );
+    }
+
+    // A label without a level would meet the namespace's MCS level in the SCC, not its own.
+    let err = render_error(&["openshift.scc.create=true", "seLinuxOptions.type=spc_t"]);
+    assert!(err.contains("seLinuxOptions needs a level too"), "{err}");
 }
 
 #[test]

@@ -10,6 +10,8 @@ old release's values, not the new chart's defaults) lack it: the defaults here. 
 {{- $v1Nodes := .Values.cgroupV1Nodes | default dict }}
 {{- $seccomp := .Values.seccompProfile | default (dict "type" "RuntimeDefault") }}
 {{- $cgroupMount := .Values.cgroupMount | default "recursiveReadOnly" }}
+{{- $appArmor := include "nodemedic.appArmorProfile" . }}
+{{- $seLinux := include "nodemedic.seLinuxOptions" . }}
 {{- if not (has $cgroupMount (list "recursiveReadOnly" "subPath")) }}
 {{- fail (printf "cgroupMount must be recursiveReadOnly or subPath, not %q" (toString $cgroupMount)) }}
 {{- end }}
@@ -128,6 +130,19 @@ spec:
             privileged: false
             allowPrivilegeEscalation: false
             readOnlyRootFilesystem: true
+            {{- with $appArmor }}
+            {{- if not ($.Values.appArmorProfile | default dict).type }}
+            # Not confined by AppArmor while irqbalanceRestart is on: the runtime's default
+            # profile has no dbus rule, and where dbus-daemon mediates by AppArmor label (Ubuntu)
+            # it refuses the restart over D-Bus (values.yaml, appArmorProfile).
+            {{- end }}
+            appArmorProfile:
+              {{- . | nindent 14 }}
+            {{- end }}
+            {{- with $seLinux }}
+            seLinuxOptions:
+              {{- . | nindent 14 }}
+            {{- end }}
             capabilities:
               drop: ["ALL"]
               {{- if or .Values.features.probes .Values.features.probesMemlock }}
