@@ -1118,7 +1118,7 @@ def apparmor_denials(profile):
             if f'profile="{profile}"' in l]
 
 
-@check("G16. AppArmor enforcing on the guest node, as on Debian's cloud images: containerd's default profile loaded, and the nodemedic container runs under the profile the chart selects, in enforce mode, with no denial of it")
+@check("G16. AppArmor enforcing on the guest node, as on Debian's cloud images: containerd's default profile loaded in enforce mode, and the nodemedic container under the profile the chart selects (Unconfined while irqbalanceRestart is on: Ubuntu's dbus-daemon refuses a client under the runtime's profile), with no denial of it")
 def apparmor_default(pods):
     node = GUEST["GUEST_NODE"]
     out = guest_sh("cat /sys/module/apparmor/parameters/enabled; grep -c '^cri-containerd.apparmor.d (enforce)$' "
@@ -1128,9 +1128,9 @@ def apparmor_default(pods):
     got = apparmor_label(nodemedic_pid(node, pods[node]))
     assert got == want, f"nodemedic's label {got!r}, the chart selects {want!r}"
     profile = want.removesuffix(" (enforce)")
-    denied = apparmor_denials(profile)
+    denied = apparmor_denials(profile) if want != "unconfined" else []
     assert not denied, f"AppArmor denied {profile}:\n" + "\n".join(denied)
-    log(f"{node}: nodemedic runs under {got}; no denial of {profile}")
+    log(f"{node}: nodemedic runs under {got!r}, the chart's choice; no denial of it")
 
 
 NATIVE_VALUES = """
