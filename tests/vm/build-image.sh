@@ -227,8 +227,9 @@ if [ -n "$APT_INSTALL" ]; then
         tail -n 50 "$BUILD/apt.log" >&2
         exit 1
     fi
-    # shellcheck disable=SC2086
-    log "installed: $(chroot "$ROOT" dpkg-query -W -f='${Package} ${Version}, ' $(echo "$APT_INSTALL" | sed 's|/[^ ]*||g'))"
+    read -r -a names <<<"$(echo "$APT_INSTALL" | sed 's|/[^ ]*||g')"
+    # shellcheck disable=SC2016 # dpkg-query's format, not the shell's
+    log "installed: $(chroot "$ROOT" dpkg-query -W -f='${Package} ${Version}, ' "${names[@]}")"
     rm -f "$ROOT/usr/sbin/policy-rc.d"
     cleanup
 fi

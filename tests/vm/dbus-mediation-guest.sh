@@ -5,8 +5,9 @@
 # apparmor (5.0.2) and dbus (1.16.2), from /mnt/host, where the host put deploy/apparmor
 # (apparmor/) and, optionally, a nodemedic binary (nodemedic) with the VM test's configuration
 # (nodemedic.toml). What it found (docs/dbus-mediation.md): the kernel and dbus-daemon mediate
-# D-Bus, but only for profiles that declare AppArmor 5's policy ABI (abi <abi/5.0>); under 3.0
-# or 4.0 (containerd's template and nodemedic's profile declare 3.0) every call goes through.
+# D-Bus by label for profiles compiled against AppArmor 5's features (abi <abi/5.0>, or no abi:
+# the parser's pinned features), not for profiles declaring abi 3.0 or 4.0. Debian 13's
+# containerd 1.7.24 declares none: its default profile is refused, as on Ubuntu.
 #
 #   facts       the kernel's AppArmor features (dbus/mask, policy ABI versions), the versions,
 #               what dbus-daemon said of AppArmor at start
@@ -18,9 +19,12 @@
 #               the same call by busctl and by dbus-send is refused by dbus-daemon with
 #               AccessDenied "An AppArmor policy prevents ...", at Hello; irqbalance is not
 #               restarted; the denial is in the audit log (type=1107, apparmor="DENIED"
-#               operation="dbus_method_call" ... label="nm-test-nodbus"). Reported (NOTE), not
-#               checked: the same profile under abi 3.0 and 4.0, and containerd's own default
-#               profile as ctr generates it, are not mediated
+#               operation="dbus_method_call" ... label="nm-test-nodbus")
+#   containerd  the same with containerd's own default profile, as Debian 13's containerd
+#               generates and loads it (ctr run --apparmor-default-profile), from a container:
+#               refused at Hello, logged with label="cri-containerd.apparmor.d". Reported
+#               (NOTE), not checked: the profile without dbus rules under abi 3.0 and 4.0 is
+#               not mediated
 #   nodemedic   under nodemedic's own profile (deploy/apparmor), with a test-only
 #               /etc/apparmor.d/local/nodemedic that lets busctl and dbus-send run in it (no
 #               D-Bus rule added): TryRestartUnit and Properties.Get on irqbalance's unit are
@@ -28,8 +32,9 @@
 #               ListUnits and Properties.Get on another unit's path are refused by AppArmor
 #               and logged, irqbalance untouched, and nothing it was allowed is denied
 #   binary      (with a nodemedic binary in the share) the daemon under the profile
-#               `nodemedic` declaring abi 5.0, the incident replayed: it restarts irqbalance
-#               over D-Bus with mediation on, and no D-Bus denial names it
+#               `nodemedic`, as shipped and declaring abi 5.0, the incident replayed: it
+#               restarts irqbalance over D-Bus (with mediation on under 5.0), and no D-Bus
+#               denial names it; its other AppArmor denials are reported
 # Prints PASS/FAIL (and NOTE) lines and "N passed, N failed"; exits non-zero on any failure.
 set -uo pipefail
 H=${HOST_DIR:-/mnt/host}
@@ -163,7 +168,39 @@ sed 's/^/    /' <<<"$d"
 # Refused at its first call, Hello, before any message reaches systemd.
 check nodbus_denial_logged grep -q 'operation="dbus_method_call".*member="Hello".*label="nm-test-nodbus"' <<<"$d"
 
-echo "== the same profile under the older policy ABIs, and containerd's own default profile"
+echo "== containerd's own default profile (cri-containerd.apparmor.d), as Debian 13's containerd makes it"
+# ctr generates it from containerd's template (contrib/apparmor) and loads it, as the CRI plugin
+# does for a pod: Debian 13's containerd 1.7.24 declares no abi, so apparmor_parser compiles it
+# against its pinned features (/usr/share/apparmor-features/features, AppArmor 5's: dbus and
+# network_v9). A container of the guest's /usr with the bus's socket makes the call.
+if command -v ctr >/dev/null && systemctl start containerd; then
+    echo "containerd $(dpkg-query -W -f='${Version}' containerd)"
+    R=/var/lib/nm-test-rootfs
+    mkdir -p "$R/usr" "$R/etc"
+    for l in bin lib lib64 sbin; do ln -sfn "usr/$l" "$R/$l"; done
+    cp /etc/passwd /etc/group "$R/etc/"
+    since=$(date +%s)
+    sleep 1
+    before=$(irqbalance_pid)
+    out=$(timeout 180 ctr run --rm --rootfs --apparmor-default-profile cri-containerd.apparmor.d \
+        --mount type=bind,src=/usr,dst=/usr,options=rbind:ro \
+        --mount type=bind,src=/run/dbus,dst=/run/dbus,options=rbind:rw "$R" nm-dbus-ctr \
+        /usr/bin/sh -c 'cat /proc/self/attr/current; dbus-send --system --print-reply --dest=org.freedesktop.systemd1 /org/freedesktop/systemd1 org.freedesktop.systemd1.Manager.TryRestartUnit string:irqbalance.service string:replace' 2>&1)
+    echo "  $(head -c 600 <<<"$out")"
+    check containerd_profile_label grep -qx 'cri-containerd.apparmor.d (enforce)' <<<"$out"
+    check containerd_profile_refused grep -qF "$APPARMOR_REFUSAL" <<<"$out"
+    sleep 2
+    check containerd_not_restarted [ "$(irqbalance_pid)" = "$before" ]
+    d=$(dbus_denials --since "@$since" | grep 'label="cri-containerd.apparmor.d"')
+    sed 's/^/    /' <<<"$d"
+    check containerd_denial_logged grep -q 'operation="dbus_method_call".*member="Hello".*label="cri-containerd.apparmor.d"' <<<"$d"
+else
+    check containerd_starts false
+fi
+
+echo "== the same profile without dbus rules under the older policy ABIs"
+# containerd's template declares abi/3.0 from 2.1.x/2.2.x/1.7.x of February 2026 on (sid's
+# 2.1.9 does): under it, and under 4.0, an upstream kernel's dbus-daemon does not mediate.
 for abi in 3.0 4.0; do
     name=nm-test-nodbus-abi${abi%.0}
     nodbus_profile "$name" "$abi"
@@ -171,23 +208,6 @@ for abi in 3.0 4.0; do
     if grep -qF "$APPARMOR_REFUSAL" <<<"$out"; then verdict=refused; else verdict="not mediated (allowed)"; fi
     echo "NOTE abi $abi: TryRestartUnit $verdict: $(head -c 200 <<<"$out" | tr '\n' ' ')"
 done
-if command -v ctr >/dev/null && systemctl start containerd; then
-    # containerd's own default profile, as ctr generates and loads it from containerd's
-    # template (contrib/apparmor), in a container of the guest's /usr with the bus's socket.
-    R=/var/lib/nm-test-rootfs
-    mkdir -p "$R/usr" "$R/etc"
-    for l in bin lib lib64 sbin; do ln -sfn "usr/$l" "$R/$l"; done
-    cp /etc/passwd /etc/group "$R/etc/"
-    out=$(timeout 180 ctr run --rm --rootfs --apparmor-default-profile cri-containerd.apparmor.d \
-        --mount type=bind,src=/usr,dst=/usr,options=rbind:ro \
-        --mount type=bind,src=/run/dbus,dst=/run/dbus,options=rbind:rw "$R" nm-dbus-ctr \
-        /usr/bin/sh -c 'cat /proc/self/attr/current; dbus-send --system --print-reply --dest=org.freedesktop.systemd1 /org/freedesktop/systemd1 org.freedesktop.systemd1.Manager.TryRestartUnit string:irqbalance.service string:replace' 2>&1)
-    if grep -qF "$APPARMOR_REFUSAL" <<<"$out"; then verdict=refused
-    elif grep -q 'method return' <<<"$out"; then verdict="not mediated (allowed)"; else verdict="not run"; fi
-    echo "NOTE containerd $(ctr version 2>/dev/null | awk '/Version/ {print $2; exit}')'s default profile: TryRestartUnit $verdict: $(head -c 300 <<<"$out" | tr '\n' ' ')"
-else
-    echo "NOTE containerd: no ctr, or containerd did not start"
-fi
 echo "NOTE parser on abi 3.0: $(apparmor_parser -QK --warn=all /etc/apparmor.d/nm-test-nodbus-abi3 2>&1 | sort -u | head -n 3 | tr '\n' ' ')"
 
 # nodemedic_profile_checks ABI MEDIATED: nodemedic's profile as shipped, declaring
@@ -258,19 +278,20 @@ nodemedic_profile_checks 3.0 no
 # Declaring AppArmor 5's ABI, as a profile must for an upstream kernel to mediate D-Bus.
 nodemedic_profile_checks 5.0 yes
 
-if [ -x "$H/nodemedic" ]; then
-    echo "== the nodemedic binary under its profile, abi 5.0 (a transient unit, AppArmorProfile=nodemedic)"
-    install -m 0755 "$H/nodemedic" /usr/bin/nodemedic
-    install -D -m 0644 "$H/nodemedic.toml" /etc/nodemedic/nodemedic.toml
-    # The real daemon: nothing of the test's own lets it do more.
-    rm -f /etc/apparmor.d/local/nodemedic
-    sed "s|^abi <abi/3.0>,|abi <abi/5.0>,|" "$H/apparmor/nodemedic" >/etc/apparmor.d/nodemedic
+# binary_checks ABI: the real daemon under its profile declaring `abi <abi/ABI>,` (a transient
+# unit, AppArmorProfile=nodemedic), the incident replayed: irqbalance restarted over D-Bus.
+binary_checks() {
+    local abi=$1 t=abi${1%.0} t0 before vdev d irq
+    echo "== the nodemedic binary under its profile, abi $abi (a transient unit, AppArmorProfile=nodemedic)"
+    sed "s|^abi <abi/3.0>,|abi <abi/$abi>,|" "$H/apparmor/nodemedic" >/etc/apparmor.d/nodemedic
     apparmor_parser -r -W /etc/apparmor.d/nodemedic
+    systemctl -q is-active irqbalance || systemctl start irqbalance
     t0=$(date +%s)
-    check binary_starts systemd-run --unit=nodemedic-aa -p AppArmorProfile=nodemedic \
+    sleep 1
+    check "binary_${t}_starts" systemd-run --unit="nodemedic-$t" -p AppArmorProfile=nodemedic \
         /usr/bin/nodemedic --config /etc/nodemedic/nodemedic.toml run
-    check binary_label wait_for 30 "nodemedic under 'nodemedic (enforce)'" bash -c \
-        "[ \"\$(cat /proc/\$(systemctl show -p MainPID --value nodemedic-aa)/attr/current 2>/dev/null)\" = 'nodemedic (enforce)' ]"
+    check "binary_${t}_label" wait_for 30 "nodemedic under 'nodemedic (enforce)'" bash -c \
+        "[ \"\$(cat /proc/\$(systemctl show -p MainPID --value nodemedic-$t)/attr/current 2>/dev/null)\" = 'nodemedic (enforce)' ]"
     modprobe virtio_net 2>/dev/null || true
     vdev=
     for d in /sys/class/net/*; do
@@ -284,16 +305,27 @@ if [ -x "$H/nodemedic" ]; then
     before=$(irqbalance_pid)
     systemctl kill -s STOP irqbalance
     for irq in "${IRQS[@]}"; do echo 1 >"/proc/irq/$irq/smp_affinity"; done
-    check binary_restarted_irqbalance wait_for 90 "an irqbalance_restart done" bash -c \
-        "journalctl -u nodemedic-aa -o cat --no-pager | grep 'remediation decision' | grep 'action=irqbalance_restart' | grep -q 'result=done'"
-    journalctl -u nodemedic-aa -o cat --no-pager | grep 'remediation decision' | tail -n 3
-    check binary_via_dbus bash -c "journalctl -u nodemedic-aa -o cat --no-pager | grep 'remediation decision' | grep 'result=done' | grep -q TryRestartUnit"
-    check binary_new_irqbalance bash -c "p=\$(systemctl show -p MainPID --value irqbalance); [ \"\$p\" != 0 ] && [ \"\$p\" != $before ]"
-    echo "  AppArmor denials of nodemedic's profile since it started:"
-    journalctl -b --since "@$t0" -o cat --no-pager | grep 'apparmor="DENIED"' | grep -E '(label|profile)="nodemedic"' | sed 's/^/    /' | tail -n 20
-    check binary_no_dbus_denial bash -c "$(declare -f dbus_denials); ! dbus_denials --since @$t0 | grep -q 'label=\"nodemedic\"'"
-    systemctl stop nodemedic-aa
+    check "binary_${t}_restarted_irqbalance" wait_for 90 "an irqbalance_restart done" bash -c \
+        "journalctl -u nodemedic-$t -o cat --no-pager | grep 'remediation decision' | grep 'action=irqbalance_restart' | grep -q 'result=done'"
+    journalctl -u "nodemedic-$t" -o cat --no-pager | grep 'remediation decision' | tail -n 2 | cut -c 1-400
+    check "binary_${t}_via_dbus" bash -c "journalctl -u nodemedic-$t -o cat --no-pager | grep 'remediation decision' | grep 'result=done' | grep -q TryRestartUnit"
+    check "binary_${t}_new_irqbalance" bash -c "p=\$(systemctl show -p MainPID --value irqbalance); [ \"\$p\" != 0 ] && [ \"\$p\" != $before ]"
+    echo "  other AppArmor denials of nodemedic's profile while it ran (not D-Bus; reported):"
+    journalctl -b --since "@$t0" -o cat --no-pager | grep 'apparmor="DENIED"' | grep 'profile="nodemedic"' |
+        sed -E 's/.*(operation="[^"]*").*(profile="[^"]*")/\1 \2/; s/ pid=[0-9]+//; s/audit\([^)]*\)//' | sort | uniq -c | sed 's/^/    /'
+    check "binary_${t}_no_dbus_denial" bash -c "$(declare -f dbus_denials); ! dbus_denials --since @$t0 | grep -q 'label=\"nodemedic\"'"
+    systemctl stop "nodemedic-$t"
     systemctl kill -s CONT irqbalance 2>/dev/null || true
+}
+if [ -x "$H/nodemedic" ]; then
+    install -m 0755 "$H/nodemedic" /usr/bin/nodemedic
+    install -D -m 0644 "$H/nodemedic.toml" /etc/nodemedic/nodemedic.toml
+    echo "nodemedic: $(/usr/bin/nodemedic --version 2>&1 | head -n1)"
+    # The real daemon: nothing of the test's own lets it do more.
+    rm -f /etc/apparmor.d/local/nodemedic
+    # As shipped (D-Bus not mediated here), then under AppArmor 5's ABI (mediated).
+    binary_checks 3.0
+    binary_checks 5.0
 else
     echo "SKIP binary: no nodemedic binary in the share"
 fi
