@@ -270,7 +270,7 @@ cat >/etc/apparmor.d/local/nodemedic <<'EOF'
 /usr/bin/dbus-send mrix,
 /usr/bin/cat mrix,
 /etc/machine-id r,
-# sd-bus tries SO_SNDBUFFORCE, then does without
+# sd-bus tries SO_SNDBUFFORCE/SO_RCVBUFFORCE, then does without
 deny capability net_admin,
 EOF
 # As shipped (abi 3.0): its calls work; dbus-daemon does not mediate the others here.
