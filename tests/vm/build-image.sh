@@ -21,6 +21,13 @@
 #   NODEMEDIC_VM_FILES      extra files, whitespace-separated SRC=DST[=MODE] (host path, guest
 #                           path, octal mode: default 0755 for executables, else 0644)
 #   NODEMEDIC_VM_ENABLE     extra systemd units to enable, comma- or space-separated
+#   NODEMEDIC_VM_APT_SOURCES  extra apt sources for a second install in the chroot, one-line
+#                           format, ';'-separated; @MIRROR@ stands for the mirror (e.g.
+#                           "deb @MIRROR@ trixie-backports main; deb [check-valid-until=no]
+#                           @MIRROR@ sid main")
+#   NODEMEDIC_VM_APT_INSTALL  what that install takes from them, in apt's PKG/RELEASE form,
+#                           comma- or space-separated (e.g. "linux-image-amd64/trixie-backports
+#                           apparmor/sid"); the newest kernel of the image is the one booted
 # An image with extras belongs in a cache of its own (NODEMEDIC_VM_CACHE): the stamp covers
 # the extras (the package list, each file's destination, mode and sha256), so a cache built
 # with other extras is rebuilt, not reused.
@@ -50,10 +57,18 @@ EXTRA_PACKAGES=$(echo "${NODEMEDIC_VM_PACKAGES:-}" | tr ', ' '\n\n' | sed '/^$/d
 # shellcheck disable=SC2020
 EXTRA_ENABLE=$(echo "${NODEMEDIC_VM_ENABLE:-}" | tr ', ' '\n\n' | sed '/^$/d' | paste -sd' ' -)
 read -r -a EXTRA_FILES <<<"${NODEMEDIC_VM_FILES:-}"
+APT_SOURCES=$(echo "${NODEMEDIC_VM_APT_SOURCES:-}" | tr ';' '\n' | sed 's/^[[:space:]]*//; s/[[:space:]]*$//; /^$/d')
+# shellcheck disable=SC2020
+APT_INSTALL=$(echo "${NODEMEDIC_VM_APT_INSTALL:-}" | tr ', ' '\n\n' | sed '/^$/d' | paste -sd' ' -)
+if [ -n "$APT_INSTALL" ] && [ -z "$APT_SOURCES" ]; then
+    echo "build-image.sh: NODEMEDIC_VM_APT_INSTALL needs NODEMEDIC_VM_APT_SOURCES" >&2
+    exit 2
+fi
 extras_id() { # what the extras are, for the stamp
     local f src dst mode
     echo "suite=$SUITE packages=$EXTRA_PACKAGES size=$IMG_SIZE enable=$EXTRA_ENABLE"
     [ "$ARCH" = amd64 ] || echo "arch=$ARCH"
+    [ -z "$APT_INSTALL" ] || echo "apt-sources=$(echo "$APT_SOURCES" | paste -sd';' -) apt-install=$APT_INSTALL"
     for f in "${EXTRA_FILES[@]}"; do
         IFS='=' read -r src dst mode <<<"$f"
         [ -f "$src" ] || { echo "build-image.sh: extra file $src not found" >&2; return 1; }
@@ -61,7 +76,7 @@ extras_id() { # what the extras are, for the stamp
     done
 }
 EXTRAS=
-[ -z "$EXTRA_PACKAGES${EXTRA_ENABLE}${EXTRA_FILES[*]}" ] && [ "$SUITE" = bookworm ] && [ "$ARCH" = amd64 ] ||
+[ -z "$EXTRA_PACKAGES${EXTRA_ENABLE}${EXTRA_FILES[*]}${APT_INSTALL}" ] && [ "$SUITE" = bookworm ] && [ "$ARCH" = amd64 ] ||
     EXTRAS=$(extras_id)
 HASH=$( (sha256sum "$SELF" | cut -d' ' -f1; echo "$EXTRAS") | sha256sum | cut -d' ' -f1)
 
@@ -190,6 +205,35 @@ log "debootstrap second stage (in the chroot$([ -z "$FOREIGN" ] || echo ", throu
 chroot "$ROOT" /debootstrap/debootstrap --second-stage >>"$BUILD/debootstrap.log" 2>&1 ||
     debootstrap_failed
 
+# --- a second install from extra sources (a backports kernel, packages of another suite) ---
+# apt in the chroot, with the host's resolver, /proc, /sys and /dev, and no service started;
+# the .debs are kept beside debootstrap's (debs-apt/) for rebuilds.
+if [ -n "$APT_INSTALL" ]; then
+    echo "$APT_SOURCES" | sed "s|@MIRROR@|$mirror|g" >"$ROOT/etc/apt/sources.list.d/nodemedic-extra.list"
+    log "apt in the chroot: $APT_INSTALL (sources: $(paste -sd';' "$ROOT/etc/apt/sources.list.d/nodemedic-extra.list"))"
+    [ -s "$ROOT/etc/resolv.conf" ] || cp -L /etc/resolv.conf "$ROOT/etc/resolv.conf"
+    mkdir -p "$CACHE/debs-apt"
+    mount -t proc proc "$ROOT/proc"
+    mount -t sysfs sysfs "$ROOT/sys"
+    mount --bind /dev "$ROOT/dev"
+    mount --bind "$CACHE/debs-apt" "$ROOT/var/cache/apt/archives"
+    printf '#!/bin/sh\nexit 101\n' >"$ROOT/usr/sbin/policy-rc.d"
+    chmod 0755 "$ROOT/usr/sbin/policy-rc.d"
+    # shellcheck disable=SC2086 # the package list is words
+    if ! { chroot "$ROOT" apt-get update &&
+        chroot "$ROOT" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+            -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold $APT_INSTALL; } \
+        >"$BUILD/apt.log" 2>&1; then
+        tail -n 50 "$BUILD/apt.log" >&2
+        exit 1
+    fi
+    read -r -a names <<<"$(echo "$APT_INSTALL" | sed 's|/[^ ]*||g')"
+    # shellcheck disable=SC2016 # dpkg-query's format, not the shell's
+    log "installed: $(chroot "$ROOT" dpkg-query -W -f='${Package} ${Version}, ' "${names[@]}")"
+    rm -f "$ROOT/usr/sbin/policy-rc.d"
+    cleanup
+fi
+
 # --- guest configuration --------------------------------------------------------------
 echo nodemedic-vm >"$ROOT/etc/hostname"
 printf '127.0.0.1 localhost\n127.0.1.1 nodemedic-vm\n' >"$ROOT/etc/hosts"
@@ -287,6 +331,14 @@ done
 # --- kernel + initrd out of the rootfs, then the ext4 image -----------------------------
 vmlinuz=$(find "$ROOT/boot" -maxdepth 1 -name 'vmlinuz-*' | sort -V | tail -n1)
 initrd=$(find "$ROOT/boot" -maxdepth 1 -name 'initrd.img-*' | sort -V | tail -n1)
+# Newer Debian kernels (7.x) ship the image as /usr/lib/modules/VERSION/vmlinuz: the newest
+# kernel's, with its initrd, wherever it is.
+newest=$(find "$ROOT/usr/lib/modules" -mindepth 1 -maxdepth 1 -printf '%f\n' 2>/dev/null | sort -V | tail -n1)
+if [ -n "$newest" ] && [ "$vmlinuz" != "$ROOT/boot/vmlinuz-$newest" ] &&
+    [ -f "$ROOT/usr/lib/modules/$newest/vmlinuz" ] && [ -f "$ROOT/boot/initrd.img-$newest" ]; then
+    vmlinuz=$ROOT/usr/lib/modules/$newest/vmlinuz
+    initrd=$ROOT/boot/initrd.img-$newest
+fi
 if [ -z "$vmlinuz" ] || [ -z "$initrd" ]; then
     echo "no kernel/initrd in $ROOT/boot" >&2
     ls -l "$ROOT/boot" >&2
@@ -305,7 +357,7 @@ cp "$vmlinuz" "$BUILD/vmlinuz"
 cp "$initrd" "$BUILD/initrd.img"
 # The kernel's package built it with the list above: a few MB, not MODULES=most's 30.
 log "initrd: $(basename "$initrd"), $(du -k "$initrd" | cut -f1) KiB"
-basename "$vmlinuz" | sed 's/^vmlinuz-//' >"$BUILD/kernel-release"
+basename "$initrd" | sed 's/^initrd.img-//' >"$BUILD/kernel-release"
 
 cleanup
 if findmnt -rn -o TARGET | grep -qF "$ROOT"; then
