@@ -227,6 +227,25 @@ pub fn mountinfo(data: &[u8]) {
             );
         }
     }
+    // The writable host mounts: under a root asked about, not one meant to be writable,
+    // each mount point once; the text parses for both functions or for neither.
+    let roots = [root.to_path_buf()];
+    let meant = [root.join("proc/irq")];
+    let writable = mounts::writable_mounts(&text, &roots, &meant);
+    assert_eq!(
+        writable.is_ok(),
+        mounts::cgroup_mounts_under(&text, root, true).is_ok()
+    );
+    if let Ok(w) = writable {
+        for (i, m) in w.iter().enumerate() {
+            assert!(m.mount_point.starts_with(root), "{m:?}");
+            assert!(!meant.contains(&m.mount_point), "{m:?}");
+            assert!(
+                !w[..i].iter().any(|o| o.mount_point == m.mount_point),
+                "{m:?} named twice"
+            );
+        }
+    }
 }
 
 /// `/proc/cmdline`: every argument kept is one the text spells out, and the IOMMU request
