@@ -284,6 +284,7 @@ mod tests {
                 duration: Duration::ZERO,
                 samples_total: i + 1,
                 reader: Default::default(),
+                host: Default::default(),
             })));
             tokio::time::sleep(Duration::from_secs(5)).await;
             while erx.try_recv().is_ok() {}
