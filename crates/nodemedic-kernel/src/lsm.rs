@@ -19,7 +19,7 @@
 //! `org.freedesktop.DBus.Error.AccessDenied` and a message that names the policy
 //! ([`dbus_refusal`]).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// `EPERM` and `EACCES`, the errors an LSM's refusal gives (the same numbers on every Linux
 /// architecture nodemedic builds for).
@@ -27,7 +27,7 @@ pub const EPERM: i32 = 1;
 pub const EACCES: i32 = 13;
 
 /// A security module that can refuse what nodemedic does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Lsm {
     AppArmor,
@@ -53,7 +53,7 @@ impl Lsm {
 }
 
 /// One module's label on this process, as the kernel gives it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Label {
     pub lsm: Lsm,
     /// AppArmor: the profile, or a stack of them (`a//&b`), or `unconfined`; SELinux: the
@@ -96,7 +96,7 @@ impl Label {
 }
 
 /// What the process's attributes say, read once at start.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LsmContext {
     /// The active modules in the kernel's order (`/sys/kernel/security/lsm`); `None` when it
     /// could not be read (a container without securityfs).
