@@ -218,6 +218,11 @@ impl Engine {
         &self.paths
     }
 
+    /// What the process found at start about its access to the host.
+    pub fn host(&self) -> &Arc<HostAccess> {
+        &self.host
+    }
+
     fn log_state_changes(&mut self, runs: &[CollectorRun]) {
         for run in runs {
             match &run.outcome {
