@@ -385,8 +385,10 @@ impl AffinityWriter {
     pub fn spread(&self, targets: &[Target]) -> Outcome {
         let mut written = Vec::new();
         let mut skipped = Vec::new();
-        // IRQs whose write a security module may have refused: one entry, the words once.
+        // IRQs whose write a security module may have refused (and the first one's errno):
+        // one entry, the words once.
         let mut denied: Vec<u32> = Vec::new();
+        let mut denied_errno = None;
         // The class of the first refusal: all of them when nothing could be written.
         let mut class = FailureClass::Other;
         for t in targets {
@@ -400,6 +402,7 @@ impl AffinityWriter {
                         if e.raw_os_error() == Some(5) {
                             skipped.push(format!("{irq} (kernel-managed, EIO)"));
                         } else if self.lsm.refusing(e.raw_os_error()).is_some() {
+                            denied_errno = denied_errno.or(e.raw_os_error());
                             denied.push(irq);
                         } else {
                             skipped.push(format!("{irq} ({e})"));
@@ -408,7 +411,7 @@ impl AffinityWriter {
                 }
             }
         }
-        if let Some(words) = self.denied_writes(&denied) {
+        if let Some(words) = self.denied_writes(&denied, denied_errno) {
             skipped.push(words);
         }
         let detail = format!(
@@ -430,9 +433,9 @@ impl AffinityWriter {
 
 impl AffinityWriter {
     /// `24, 25 (writes of /host/proc/irq/N/smp_affinity denied by AppArmor (profile …, enforce
-    /// mode))` for the IRQs whose write a module confining this process refused; `None` for
-    /// none.
-    fn denied_writes(&self, irqs: &[u32]) -> Option<String> {
+    /// mode))` for the IRQs whose write a module confining this process refused with `errno`;
+    /// `None` for none.
+    fn denied_writes(&self, irqs: &[u32], errno: Option<i32>) -> Option<String> {
         let first = *irqs.first()?;
         let list: Vec<String> = irqs.iter().map(u32::to_string).collect();
         let operation = if irqs.len() == 1 {
@@ -440,9 +443,7 @@ impl AffinityWriter {
         } else {
             format!("writes of {}", affinity_path(&self.procfs, "N").display())
         };
-        let words = self
-            .lsm
-            .denial(&operation, Some(nodemedic_kernel::lsm::EACCES))?;
+        let words = self.lsm.denial(&operation, errno)?;
         Some(format!("{} ({words})", list.join(", ")))
     }
 }
