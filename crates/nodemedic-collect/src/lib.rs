@@ -10,6 +10,7 @@ pub mod commit_timer;
 mod cpu_time;
 mod dir_watch;
 mod fsread;
+pub mod host_access;
 mod open_file;
 mod reader;
 mod self_stats;

@@ -37,6 +37,8 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use nodemedic_kernel::lsm::LsmContext;
+
 use crate::dir_watch::{DirEvents, DirWatch};
 use crate::open_file::{one_read_is_whole, open_read, FileKind};
 use crate::uring::Ring;
@@ -397,6 +399,8 @@ impl State {
 /// Reads kernel files by path. Shared by all collectors of a [`crate::CollectorSet`].
 pub struct Reader {
     max_open: usize,
+    /// The process's LSM labels, for the words of a refused read.
+    lsm: LsmContext,
     state: Mutex<State>,
 }
 
@@ -458,6 +462,7 @@ impl Reader {
         }
         Self {
             max_open,
+            lsm: LsmContext::default(),
             state: Mutex::new(State {
                 backend,
                 fallback_reason,
@@ -474,6 +479,30 @@ impl Reader {
                 watches: Watches::default(),
             }),
         }
+    }
+
+    /// The same reader, naming a refused read after the security module of `lsm` that
+    /// confines this process (read once at start:
+    /// [`crate::host_access::read_lsm_context`]).
+    pub fn with_lsm(mut self, lsm: LsmContext) -> Self {
+        self.lsm = lsm;
+        self
+    }
+
+    /// The error of a failed read of `path`, classified ([`ReadError::from_io_under`]): a
+    /// refusal names the security module confining this process, when one does.
+    pub fn error(&self, path: &Path, e: io::Error) -> ReadError {
+        ReadError::from_io_under(path, e, &self.lsm)
+    }
+
+    /// Lists a directory, with the error classified like a file read's.
+    pub fn read_dir(&self, path: &Path) -> Result<std::fs::ReadDir, ReadError> {
+        std::fs::read_dir(path).map_err(|e| self.error(path, e))
+    }
+
+    /// The process's LSM labels this reader names refusals after.
+    pub fn lsm(&self) -> &LsmContext {
+        &self.lsm
     }
 
     /// The backend in use.
@@ -680,7 +709,7 @@ impl Reader {
                     }
                 }
                 Err(e) => {
-                    opened_errors.insert(i, ReadError::from_io(p, e));
+                    opened_errors.insert(i, self.error(p, e));
                 }
             }
         }
@@ -739,11 +768,11 @@ impl Reader {
                     st.files.remove(path.as_os_str());
                     st.dropped += 1;
                 }
-                Err((e, _)) => return Err(ReadError::from_io(path, e)),
+                Err((e, _)) => return Err(self.error(path, e)),
             }
         }
-        let file = open_read(path).map_err(|e| ReadError::from_io(path, e))?;
-        stream_lines(&file, chunk, &mut each).map_err(|(e, _)| ReadError::from_io(path, e))?;
+        let file = open_read(path).map_err(|e| self.error(path, e))?;
+        stream_lines(&file, chunk, &mut each).map_err(|(e, _)| self.error(path, e))?;
         let kind = FileKind::of(&file);
         self.keep(&mut self.state(), path, file, kind);
         Ok(())
@@ -788,10 +817,9 @@ impl Reader {
             st.files.remove(path.as_os_str());
             st.dropped += 1;
         }
-        let file = open_read(path).map_err(|e| ReadError::from_io(path, e))?;
+        let file = open_read(path).map_err(|e| self.error(path, e))?;
         let kind = FileKind::of(&file);
-        pread_all(&file, bytes, one_read_is_whole(kind, path))
-            .map_err(|e| ReadError::from_io(path, e))?;
+        pread_all(&file, bytes, one_read_is_whole(kind, path)).map_err(|e| self.error(path, e))?;
         self.keep(st, path, file, kind);
         Ok(())
     }

@@ -6,6 +6,7 @@ mod registry;
 
 use std::collections::{BTreeSet, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nodemedic_collect::sources::CgroupSelection;
@@ -27,6 +28,7 @@ use nodemedic_detect::{CommitLatencyConfig, CommitLatencyDetector};
 use nodemedic_detect::{PressureConfig, PressureDetector};
 use nodemedic_detect::{TuningConfig, TuningDetector};
 use nodemedic_kernel::counter::Widener;
+use nodemedic_sample::host::HostAccess;
 use nodemedic_sample::Sample;
 pub use registry::{Build, Registry};
 
@@ -57,6 +59,10 @@ pub struct EngineConfig {
     pub pressure: PressureConfig,
     /// The tuning collector and audit (docs/tuning.md).
     pub tuning: TuningSetup,
+    /// What the process found at start about its access to the host
+    /// (`nodemedic_collect::host_access`): its LSM labels, which name a refused read, and the
+    /// host mounts it could write, a finding in every sample.
+    pub host: Arc<HostAccess>,
 }
 
 /// Where the tuning collector gets each NIC's channels and rings.
@@ -112,6 +118,7 @@ impl Default for EngineConfig {
             cgroups_interval: Duration::ZERO,
             pressure: PressureConfig::default(),
             tuning: TuningSetup::default(),
+            host: Arc::default(),
         }
     }
 }
@@ -136,6 +143,10 @@ pub struct Engine {
     /// Lists of a past sample given back by its holder ([`Engine::recycle`]), emptied, for the
     /// next sample to fill: its collectors' states and its findings.
     spare: (Vec<CollectorStatus>, Vec<Finding>),
+    /// What the process found at start about its access to the host, in every sample.
+    host: Arc<HostAccess>,
+    /// The finding of the host mounts it could write, when there are any.
+    host_finding: Option<Finding>,
 }
 
 impl Engine {
@@ -147,11 +158,23 @@ impl Engine {
     /// An engine over `registry`'s collectors that `config` does not switch off.
     pub fn with_registry(config: EngineConfig, registry: Registry<'_>) -> Self {
         let built = registry.build(&config);
+        let host_finding = config.host.writable_message().map(|message| Finding {
+            kind: nodemedic_detect::FindingKind::HostMountWritable,
+            // A warning, not a failed collector: every source still reads what it should; the
+            // daemon's container can change the host it only meant to watch, which its
+            // operator must fix in the deployment.
+            severity: Severity::Warning,
+            subject: "host mounts".into(),
+            message,
+        });
+        if let Some(f) = &host_finding {
+            tracing::warn!("{}", f.message);
+        }
         Self {
             commit_detector: CommitLatencyDetector::new(config.commit_latency),
             collectors: CollectorSet::new(built.collectors)
                 .with_rescan_interval(config.rescan_interval)
-                .with_reader(Reader::with_config(config.reader)),
+                .with_reader(Reader::with_config(config.reader).with_lsm(config.host.lsm.clone())),
             disabled: built
                 .disabled
                 .into_iter()
@@ -167,6 +190,8 @@ impl Engine {
             widener: Widener::default(),
             failing: HashMap::new(),
             spare: Default::default(),
+            host: config.host,
+            host_finding,
         }
     }
 
@@ -191,6 +216,11 @@ impl Engine {
 
     pub fn paths(&self) -> &Paths {
         &self.paths
+    }
+
+    /// What the process found at start about its access to the host.
+    pub fn host(&self) -> &Arc<HostAccess> {
+        &self.host
     }
 
     fn log_state_changes(&mut self, runs: &[CollectorRun]) {
@@ -277,6 +307,7 @@ impl Engine {
         };
         findings.extend(tuning.as_ref().map(tuning_findings).unwrap_or_default());
         findings.extend(failed);
+        findings.extend(self.host_finding.iter().cloned());
         for c in &collectors {
             if let CollectorState::Failed { reason } = &c.state {
                 findings.push(Finding {
@@ -304,6 +335,7 @@ impl Engine {
             duration: start.elapsed(),
             samples_total: self.samples,
             reader: self.collectors.reader_status(),
+            host: self.host.clone(),
         }
     }
 }
@@ -369,6 +401,60 @@ mod tests {
         );
         assert_eq!(guarded("pressure", &mut failed, || Some(3)), Some(3));
         assert_eq!(failed.len(), 1, "a detector that works adds nothing");
+    }
+
+    /// Host mounts the container can write are one warning finding in every sample, naming
+    /// them; nothing else of the sample changes, and every sample carries what was found.
+    #[test]
+    fn writable_host_mounts_are_a_warning_in_every_sample() {
+        let paths = Paths::under(nodemedic_testkit::fixture("8cpu-collapsed"));
+        let host = HostAccess {
+            read_only: vec!["/host".into()],
+            writable_mounts: vec![nodemedic_kernel::mounts::WritableMount {
+                mount_point: "/host/sys/fs/cgroup/cpu".into(),
+                fs_type: "cgroup".into(),
+            }],
+            ..Default::default()
+        };
+        let mut plain = Engine::new(EngineConfig {
+            paths: paths.clone(),
+            ..Default::default()
+        });
+        let mut warned = Engine::new(EngineConfig {
+            paths,
+            host: Arc::new(host.clone()),
+            ..Default::default()
+        });
+        for _ in 0..2 {
+            let (a, b) = (plain.sample(), warned.sample());
+            let extra: Vec<&Finding> = b
+                .findings
+                .iter()
+                .filter(|f| !a.findings.contains(f))
+                .collect();
+            assert_eq!(extra.len(), 1, "{:?}", b.findings);
+            assert_eq!(
+                extra[0].kind,
+                nodemedic_detect::FindingKind::HostMountWritable
+            );
+            assert_eq!(extra[0].severity, Severity::Warning);
+            assert!(
+                extra[0]
+                    .message
+                    .starts_with("host mount /host/sys/fs/cgroup/cpu (cgroup) is writable"),
+                "{}",
+                extra[0].message
+            );
+            assert_eq!(a.findings.len() + 1, b.findings.len());
+            assert_eq!(*b.host, host);
+            let states = |s: &Sample| -> Vec<(String, bool, bool)> {
+                s.verdicts
+                    .iter()
+                    .map(|v| (v.group.name.clone(), v.collapsed, v.hurting))
+                    .collect()
+            };
+            assert_eq!(states(&a), states(&b));
+        }
     }
 
     #[test]

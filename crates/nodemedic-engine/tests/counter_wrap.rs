@@ -69,6 +69,7 @@ fn exposition(sample: &Sample) -> BTreeMap<String, f64> {
         process: None,
         remediation: None,
         pressure: sample.pressure.as_ref(),
+        host: Some(&sample.host),
     };
     let opts = MetricsOptions {
         per_irq_per_cpu: true,

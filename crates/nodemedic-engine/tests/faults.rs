@@ -26,6 +26,8 @@ use std::time::Duration;
 use nodemedic_collect::sources::DEFAULT_AFFINITY_REFRESH;
 use nodemedic_collect::{CollectorState, Paths};
 use nodemedic_engine::{Engine, EngineConfig};
+use nodemedic_kernel::lsm::{LsmContext, LsmFiles};
+use nodemedic_sample::host::HostAccess;
 use nodemedic_sample::Sample;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -515,10 +517,24 @@ fn inject(
 /// An engine on `root`, rescanning every `rescan`, every IRQ's affinity re-read within
 /// `affinity_refresh` (or when its counts say it moved).
 fn engine(root: &Path, rescan: Duration, affinity_refresh: Duration) -> Engine {
+    engine_under(root, rescan, affinity_refresh, LsmContext::default())
+}
+
+/// [`engine`] for a process whose LSM labels are `lsm`.
+fn engine_under(
+    root: &Path,
+    rescan: Duration,
+    affinity_refresh: Duration,
+    lsm: LsmContext,
+) -> Engine {
     let mut config = EngineConfig {
         paths: Paths::under(root.to_path_buf()),
         rescan_interval: rescan,
         affinity_refresh,
+        host: std::sync::Arc::new(HostAccess {
+            lsm,
+            ..Default::default()
+        }),
         ..Default::default()
     };
     config.collapse.raise_after = 1;
@@ -617,7 +633,30 @@ fn run_refreshing(
 
 /// The same as [`run`] with nothing between the samples, in a child process as uid 65534.
 fn run_unprivileged(root: &Path) -> Summary {
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
+    run_unprivileged_under(root, LsmFiles::default())
+}
+
+/// The LSM attribute files a child is given, in its environment.
+const CHILD_LSM_FILES: [&str; 3] = [
+    "NODEMEDIC_FAULT_CHILD_APPARMOR_CURRENT",
+    "NODEMEDIC_FAULT_CHILD_ATTR_CURRENT",
+    "NODEMEDIC_FAULT_CHILD_SELINUX_ENFORCE",
+];
+
+/// [`run_unprivileged`] in a child whose LSM context is made of `lsm` (this machine has no
+/// LSM: the context is injected, the refusal is the kernel's).
+fn run_unprivileged_under(root: &Path, lsm: LsmFiles<'_>) -> Summary {
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+    for (name, value) in
+        CHILD_LSM_FILES
+            .iter()
+            .zip([lsm.apparmor_current, lsm.current, lsm.selinux_enforce])
+    {
+        if let Some(v) = value {
+            child.env(name, v);
+        }
+    }
+    let out = child
         .args(["--ignored", "--exact", "unprivileged_child", "--nocapture"])
         .env("NODEMEDIC_FAULT_CHILD_ROOT", root)
         .uid(65534)
@@ -645,11 +684,107 @@ fn run_unprivileged(root: &Path) -> Summary {
 #[ignore = "run by the fault harness as an unprivileged child"]
 fn unprivileged_child() {
     let root = std::env::var("NODEMEDIC_FAULT_CHILD_ROOT").expect("run by the harness");
-    let summary = run(Path::new(&root), Duration::ZERO, || {});
+    let [apparmor_current, current, selinux_enforce] =
+        CHILD_LSM_FILES.map(|name| std::env::var(name).ok());
+    let lsm = LsmContext::from_files(&LsmFiles {
+        apparmor_current: apparmor_current.as_deref(),
+        current: current.as_deref(),
+        lsm: None,
+        selinux_enforce: selinux_enforce.as_deref(),
+    });
+    let mut e = engine_under(
+        Path::new(&root),
+        Duration::ZERO,
+        DEFAULT_AFFINITY_REFRESH,
+        lsm,
+    );
+    e.sample();
+    let summary = summarize(&e.sample());
     println!(
         "<<<SUMMARY\n{}SUMMARY>>>",
         serde_json::to_string(&summary).unwrap()
     );
+}
+
+/// A refused read names the security module confining the process, with its profile or
+/// label, and changes nothing else (issue 52, point 5): the EACCES is the kernel's (a child
+/// as uid 65534 over files it cannot read), the LSM context is injected (this machine has
+/// none). A collector that fails (softirqs) and one that warns (irq_affinity) say it in full;
+/// every verdict, count and state is the plain EACCES run's.
+#[test]
+fn a_refused_read_names_the_lsm_confining_the_process() {
+    let dir = copy_fixture(IRQ_SIDE);
+    let root = dir.path();
+    let softirqs = root.join("proc/softirqs");
+    let irq = expand(root, "proc/irq/*/smp_affinity")
+        .into_iter()
+        .next()
+        .map(|rel| root.join(rel))
+        .unwrap();
+    for p in [&softirqs, &irq] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o000)).unwrap();
+    }
+    let plain = run_unprivileged(root);
+    let said = |s: &Summary, c: &str| s[&format!("collector/{c}/said")].clone();
+    let line = |p: &Path, words: &str| format!("{}: {words}", p.display());
+    let unconfined = "permission denied (nodemedic needs root or CAP_SYS_ADMIN to read it)";
+    assert!(
+        said(&plain, "softirqs").contains(&line(&softirqs, unconfined)),
+        "{plain:?}"
+    );
+    assert!(
+        said(&plain, "irq_affinity").contains(&line(&irq, unconfined)),
+        "{plain:?}"
+    );
+    assert_eq!(plain["collector/softirqs/state"], "failed");
+    let apparmor = "read denied by AppArmor (profile cri-containerd.apparmor.d, enforce mode)";
+    let selinux = "read denied by SELinux (label system_u:system_r:container_t:s0:c12,c34)";
+    for (files, words) in [
+        (
+            LsmFiles {
+                apparmor_current: Some("cri-containerd.apparmor.d (enforce)\n"),
+                ..Default::default()
+            },
+            apparmor,
+        ),
+        (
+            LsmFiles {
+                // Without SELinux's final NUL, which an environment cannot carry (the
+                // kernel crate's tests read it with one).
+                current: Some("system_u:system_r:container_t:s0:c12,c34"),
+                selinux_enforce: Some("1\n"),
+                ..Default::default()
+            },
+            selinux,
+        ),
+    ] {
+        let got = run_unprivileged_under(root, files);
+        assert_eq!(said(&got, "softirqs"), line(&softirqs, words), "{got:?}");
+        assert!(
+            said(&got, "irq_affinity").contains(&line(&irq, words)),
+            "{got:?}"
+        );
+        for (key, want) in &plain {
+            let have = &got[key];
+            if key.ends_with("/said") {
+                assert_eq!(&have.replace(words, unconfined), want, "{key}");
+            } else {
+                assert_eq!(have, want, "{key} changed under {words}");
+            }
+        }
+        assert_eq!(got.len(), plain.len());
+    }
+    // Complain mode and unconfined name nothing.
+    for text in ["cri-containerd.apparmor.d (complain)\n", "unconfined\n"] {
+        let got = run_unprivileged_under(
+            root,
+            LsmFiles {
+                apparmor_current: Some(text),
+                ..Default::default()
+            },
+        );
+        assert_eq!(got, plain, "{text:?}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -129,6 +129,7 @@ fn main() {
         }),
         remediation: None,
         pressure: None,
+        host: None,
     };
     let default_opts = MetricsOptions::default();
     let matrix_opts = MetricsOptions {

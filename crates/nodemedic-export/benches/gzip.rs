@@ -61,6 +61,7 @@ fn table(tree: &str, paths: &Paths) {
             process: None,
             remediation: None,
             pressure: None,
+            host: None,
         };
         let mut renders = Vec::new();
         let mut body = String::new();

@@ -439,6 +439,7 @@ pub fn render_sample_into(
         process,
         pressure: sample.and_then(|s| s.pressure.as_ref()),
         remediation: Some(remedy),
+        host: sample.map(|s| &*s.host),
     };
     render_with_tuning_into(
         &input,
@@ -477,6 +478,9 @@ struct StatusBody<'a> {
     pressure: Option<PressureReport>,
     /// The tuning audit's findings, each with its evidence, cost and fix.
     tuning: Option<TuningReport>,
+    /// The LSM labels nodemedic runs under (a refusal names them) and the host mounts its
+    /// container can write.
+    host_access: Option<&'a nodemedic_sample::host::HostAccess>,
     /// Open connections, the cap, and connections evicted or refused to stay under it.
     web: WebStats,
     web_config: WebConfigStatus,
@@ -529,6 +533,7 @@ async fn status(State(shared): State<Arc<Endpoint>>) -> Response {
         wakeup_storm: sample.as_ref().and_then(|s| s.storm.as_ref()),
         pressure: sample.as_ref().map(|s| PressureReport::of(s, false)),
         tuning: sample.as_ref().map(|s| TuningReport::of(s, false)),
+        host_access: sample.as_ref().map(|s| &*s.host),
         web: web_stats(&shared.web),
         web_config: shared.web_config.status(),
         irqbalance_package: sample

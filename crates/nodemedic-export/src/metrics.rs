@@ -50,6 +50,8 @@ pub struct ExportInput<'a> {
     pub remediation: Option<&'a RemedyState>,
     /// The pressure detector's verdicts (quota-bound, starved, node saturated).
     pub pressure: Option<&'a nodemedic_sample::PressureVerdict>,
+    /// What the daemon found at start about its access to the host.
+    pub host: Option<&'a nodemedic_sample::host::HostAccess>,
 }
 
 pub fn render(input: &ExportInput<'_>, opts: &MetricsOptions, format: Format) -> (String, usize) {
@@ -89,6 +91,9 @@ pub fn render_with_tuning_into(
 ) -> (String, usize) {
     let mut e = Encoder::with_buffer(format, buf, expected_bytes(input.snapshot, opts));
     self_metrics(&mut e, input);
+    if let Some(h) = input.host {
+        host_access(&mut e, h);
+    }
     if let Some(snap) = input.snapshot {
         node_facts(&mut e, snap, input.remediation);
         topology(&mut e, snap);
@@ -156,6 +161,20 @@ impl Values {
             .zip(&self.ends)
             .map(|(start, &end)| self.text.get(start..end).unwrap_or(""))
     }
+}
+
+/// The host mounts the daemon's container can write, when they were checked (a container
+/// reading the host's tree; on the node itself, or without mountinfo, there is no series).
+fn host_access(e: &mut Encoder, h: &nodemedic_sample::host::HostAccess) {
+    if !h.mounts_checked() {
+        return;
+    }
+    e.family(
+        "nodemedic_host_writable_mounts",
+        Kind::Gauge,
+        "Mounts of the host's tree under the paths nodemedic reads, expected read-only, that its container can write (0 on a safe install): the runtime did not make them read-only all the way down. /status names them (host_access.writable_mounts).",
+    );
+    e.sample(&[], h.writable_mounts.len() as f64);
 }
 
 fn self_metrics(e: &mut Encoder, input: &ExportInput<'_>) {
@@ -690,6 +709,50 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    /// The writable host mounts' gauge is there when they were checked, 0 when none is
+    /// writable, and absent when they were not (the node's own tree, fixture trees).
+    #[test]
+    fn host_writable_mounts_only_when_checked() {
+        use nodemedic_sample::host::HostAccess;
+        let render_host = |h: &HostAccess| {
+            let input = ExportInput {
+                snapshot: None,
+                verdicts: &[],
+                collectors: &[],
+                samples_total: 0,
+                process: None,
+                remediation: None,
+                pressure: None,
+                host: Some(h),
+            };
+            render(&input, &MetricsOptions::default(), Format::Text).0
+        };
+        let gauge = |text: &str| {
+            text.lines()
+                .find(|l| l.starts_with("nodemedic_host_writable_mounts "))
+                .map(str::to_owned)
+        };
+        let mut h = HostAccess {
+            read_only: vec!["/host".into()],
+            ..HostAccess::default()
+        };
+        assert_eq!(
+            gauge(&render_host(&h)).as_deref(),
+            Some("nodemedic_host_writable_mounts 0")
+        );
+        h.writable_mounts = vec![nodemedic_kernel::mounts::WritableMount {
+            mount_point: "/host/sys/fs/bpf".into(),
+            fs_type: "bpf".into(),
+        }];
+        assert_eq!(
+            gauge(&render_host(&h)).as_deref(),
+            Some("nodemedic_host_writable_mounts 1")
+        );
+        h.mounts_unchecked = Some("not in a container".into());
+        let text = render_host(&h);
+        assert!(!text.contains("nodemedic_host_writable_mounts"), "{text}");
+    }
 
     /// Per CPU: every IRQ's count, a short row included, plus what IRQs that went away had.
     #[test]

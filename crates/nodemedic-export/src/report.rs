@@ -73,6 +73,8 @@ pub struct CheckReport {
     pub perf: Option<nodemedic_sample::perf::PerfProbes>,
     pub pressure: PressureReport,
     pub tuning: TuningReport,
+    /// The LSM labels nodemedic runs under and the host mounts its container can write.
+    pub host_access: Arc<nodemedic_sample::host::HostAccess>,
 }
 
 /// Where work waited: node PSI over the interval, where the cgroup hierarchies were found,
@@ -303,6 +305,7 @@ pub fn build_report(first: &Sample, second: &Sample) -> CheckReport {
         perf: snap.perf.clone(),
         pressure: PressureReport::of(second, true),
         tuning: TuningReport::of(second, true),
+        host_access: second.host.clone(),
     }
 }
 

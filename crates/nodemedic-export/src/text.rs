@@ -37,8 +37,59 @@ pub fn render_text(r: &CheckReport) -> String {
     }
     pressure_text(&mut o, &r.pressure);
     tuning_text(&mut o, &r.tuning);
+    host_access_text(&mut o, &r.host_access);
     findings_text(&mut o, &r.findings);
     o
+}
+
+/// The labels nodemedic runs under, and whether the host mounts it reads are read-only (a
+/// writable one is a finding, said in full under Findings).
+fn host_access_text(o: &mut String, h: &nodemedic_sample::host::HostAccess) {
+    let _ = writeln!(o, "\nHost access:");
+    let labels: Vec<String> = h
+        .lsm
+        .labels
+        .iter()
+        .map(|l| match &l.mode {
+            Some(mode) => format!("{} {} ({mode})", l.lsm.name(), l.label),
+            None => format!("{} {}", l.lsm.name(), l.label),
+        })
+        .collect();
+    let active = h
+        .lsm
+        .active
+        .as_ref()
+        .map(|a| format!(" (active LSMs: {})", a.join(",")))
+        .unwrap_or_default();
+    let _ = writeln!(
+        o,
+        "  runs under: {}{active}",
+        if labels.is_empty() {
+            "no LSM label".to_string()
+        } else {
+            labels.join(", ")
+        }
+    );
+    let roots: Vec<String> = h
+        .read_only
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    match (&h.mounts_unchecked, h.writable_mounts.len()) {
+        (Some(why), _) => {
+            let _ = writeln!(o, "  host mounts: not checked: {why}");
+        }
+        (None, 0) => {
+            let _ = writeln!(o, "  host mounts: read-only under {}", roots.join(", "));
+        }
+        (None, n) => {
+            let _ = writeln!(
+                o,
+                "  host mounts: {n} WRITABLE under {} (see Findings)",
+                roots.join(", ")
+            );
+        }
+    }
 }
 
 /// A bar per CPU of its device interrupts, by rate when there were any during the interval.
@@ -490,6 +541,53 @@ mod tests {
         assert!(shown[0].ends_with(" 75.0%"), "{o}");
         assert_eq!(shown[1].matches('█').count(), 13, "{o}");
         assert!(!o.contains("quieter CPUs"), "{o}");
+    }
+
+    /// The labels nodemedic runs under, and the host mounts: read-only, writable (said in full
+    /// under Findings) or not checked, with why.
+    #[test]
+    fn host_access_names_the_labels_and_the_mounts() {
+        use nodemedic_kernel::lsm::{LsmContext, LsmFiles};
+        use nodemedic_kernel::mounts::WritableMount;
+        use nodemedic_sample::host::HostAccess;
+        let mut h = HostAccess {
+            lsm: LsmContext::from_files(&LsmFiles {
+                apparmor_current: Some("cri-containerd.apparmor.d (enforce)\n"),
+                lsm: Some("lockdown,capability,yama,apparmor\n"),
+                ..Default::default()
+            }),
+            read_only: vec!["/host".into()],
+            ..HostAccess::default()
+        };
+        let mut o = String::new();
+        host_access_text(&mut o, &h);
+        assert_eq!(
+            o,
+            "\nHost access:\n  runs under: AppArmor cri-containerd.apparmor.d (enforce) \
+             (active LSMs: lockdown,capability,yama,apparmor)\n  host mounts: read-only under \
+             /host\n"
+        );
+        h.writable_mounts = vec![WritableMount {
+            mount_point: "/host/sys/kernel/security".into(),
+            fs_type: "securityfs".into(),
+        }];
+        let mut o = String::new();
+        host_access_text(&mut o, &h);
+        assert!(
+            o.ends_with("  host mounts: 1 WRITABLE under /host (see Findings)\n"),
+            "{o}"
+        );
+        let own = HostAccess {
+            mounts_unchecked: Some("the node's own tree is read".into()),
+            ..HostAccess::default()
+        };
+        let mut o = String::new();
+        host_access_text(&mut o, &own);
+        assert_eq!(
+            o,
+            "\nHost access:\n  runs under: no LSM label\n  host mounts: not checked: the \
+             node's own tree is read\n"
+        );
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod cpuset;
 pub mod device;
 pub mod interrupts;
 pub mod irqbalance;
+pub mod lsm;
 pub mod mounts;
 pub mod pid_stat;
 pub mod psi;

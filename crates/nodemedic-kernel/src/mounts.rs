@@ -101,23 +101,76 @@ pub fn cgroup_mounts_under(
 }
 
 /// The visible cgroup mounts under `root` mounted read-write (see
-/// [`CgroupMounts::writable`]). A mount is hidden when a later one (mountinfo lists them in
-/// mount order) sits on its mount point or above it.
+/// [`CgroupMounts::writable`]).
 fn writable_cgroup_mounts(mounts: &[MountInfo], root: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for (i, m) in mounts.iter().enumerate() {
-        let cgroup = matches!(m.fs_type.as_str(), "cgroup" | "cgroup2");
-        if !cgroup || !m.mount_point.starts_with(root) || !m.mount_options.contains_key("rw") {
-            continue;
+    visible_read_write(mounts, |m| {
+        matches!(m.fs_type.as_str(), "cgroup" | "cgroup2") && m.mount_point.starts_with(root)
+    })
+    .map(|m| m.mount_point.clone())
+    .fold(Vec::new(), |mut out, p| {
+        if !out.contains(&p) {
+            out.push(p);
+        }
+        out
+    })
+}
+
+/// The visible mounts `pick` chooses that are mounted read-write, in mountinfo's order. A
+/// mount is hidden when a later one (mountinfo lists them in mount order) sits on its mount
+/// point or above it.
+fn visible_read_write<'a>(
+    mounts: &'a [MountInfo],
+    pick: impl Fn(&MountInfo) -> bool + 'a,
+) -> impl Iterator<Item = &'a MountInfo> + 'a {
+    mounts.iter().enumerate().filter_map(move |(i, m)| {
+        if !pick(m) || !m.mount_options.contains_key("rw") {
+            return None;
         }
         let hidden = mounts[i + 1..]
             .iter()
             .any(|later| m.mount_point.starts_with(&later.mount_point));
-        if !hidden && !out.contains(&m.mount_point) {
-            out.push(m.mount_point.clone());
+        (!hidden).then_some(m)
+    })
+}
+
+/// A mount of the host's tree that is meant to be read-only and that this process can write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WritableMount {
+    pub mount_point: PathBuf,
+    /// The filesystem (`cgroup2`, `tmpfs`, `securityfs`, `binfmt_misc`…).
+    pub fs_type: String,
+}
+
+/// The mounts of a mountinfo text at or below any of `read_only` (the host's paths a
+/// container reads: `/host`, or `/host/proc`, `/host/sys`…) that this process can write: the
+/// mount read-write (its own options: a bind mount's `ro` does not reach the mounts below it
+/// unless the runtime makes it recursive) on a filesystem that is not read-only itself, and
+/// visible (not covered by a later mount). A mount whose mount point is one of `writable` is
+/// meant to be (native rebalancing's `/host/proc/irq`) and is left out; the mounts below it
+/// are not. In mountinfo's order, each mount point once.
+pub fn writable_mounts(
+    text: &str,
+    read_only: &[PathBuf],
+    writable: &[PathBuf],
+) -> Result<Vec<WritableMount>, MountInfoError> {
+    let mounts = MountInfos::from_read(text.as_bytes())
+        .map_err(|e| MountInfoError::Parse(e.to_string()))?
+        .0;
+    let mut out: Vec<WritableMount> = Vec::new();
+    let picked = visible_read_write(&mounts, |m| {
+        read_only.iter().any(|r| m.mount_point.starts_with(r))
+            && !writable.contains(&m.mount_point)
+            && !m.super_options.contains_key("ro")
+    });
+    for m in picked {
+        if !out.iter().any(|w| w.mount_point == m.mount_point) {
+            out.push(WritableMount {
+                mount_point: m.mount_point.clone(),
+                fs_type: m.fs_type.clone(),
+            });
         }
     }
-    out
+    Ok(out)
 }
 
 /// How high a mount's root reaches in its hierarchy, seen from the reader's cgroup namespace:
@@ -277,6 +330,93 @@ mod tests {
             vec![PathBuf::from("/host/sys/fs/cgroup")]
         );
         assert!(writable_cgroup_mounts("garbage\n", Path::new("/host")).is_err());
+    }
+
+    /// A pod's mountinfo in the shape of this machine's (`/proc/self/mountinfo` of the
+    /// development VM: proc, sysfs, a v1 cgroup tree under a tmpfs), with the chart's host
+    /// mounts on a runtime without recursive read-only mounts (containerd 1.7, `cgroupMount:
+    /// subPath`): /host/proc and /host/sys are read-only binds, but the mounts below them stay
+    /// read-write; native rebalancing's /host/proc/irq is writable on purpose.
+    const POD_WITHOUT_RRO: &str = "\
+1200 1100 0:150 / / ro,relatime - overlay overlay rw,lowerdir=/l,upperdir=/u,workdir=/w
+1201 1200 0:151 / /proc rw,nosuid,nodev,noexec,relatime - proc proc rw
+1202 1200 0:152 / /sys ro,nosuid,nodev,noexec,relatime - sysfs sysfs ro
+1203 1202 0:153 / /sys/fs/cgroup ro,nosuid,nodev,noexec,relatime - cgroup2 cgroup2 rw
+1204 1200 254:0 /var/lib/kubelet/pods/p/volumes/kubernetes.io~configmap/config /etc/nodemedic ro,relatime - ext4 /dev/vda rw
+1300 1200 0:21 / /host/proc ro,relatime - proc proc rw
+1301 1300 0:39 / /host/proc/sys/fs/binfmt_misc rw,relatime - autofs systemd-1 rw,fd=29,pgrp=1
+1302 1301 0:40 / /host/proc/sys/fs/binfmt_misc rw,nosuid,nodev,noexec,relatime - binfmt_misc binfmt_misc rw
+1303 1300 0:21 /irq /host/proc/irq rw,relatime - proc proc rw
+1310 1200 0:22 / /host/sys ro,relatime - sysfs sysfs rw
+1311 1310 0:7 / /host/sys/kernel/security rw,nosuid,nodev,noexec,relatime - securityfs securityfs rw
+1312 1310 0:28 / /host/sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+1313 1312 0:29 / /host/sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+1314 1312 0:30 / /host/sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct
+1315 1312 0:38 / /host/sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+1316 1310 0:12 / /host/sys/kernel/tracing rw,nosuid,nodev,noexec,relatime - tracefs tracefs rw
+1317 1310 0:41 / /host/sys/fs/pstore ro,nosuid,nodev,noexec,relatime - pstore pstore rw
+1320 1200 0:28 / /host/sys/fs/cgroup ro,relatime - tmpfs tmpfs rw,mode=755
+1330 1200 0:25 / /host/run/dbus ro,nosuid,nodev - tmpfs tmpfs rw,size=2466364k,mode=755
+1340 1200 254:0 /etc/default /host/etc/default ro,relatime - ext4 /dev/vda rw
+1341 1200 254:0 /var/lib/dpkg /host/var/lib/dpkg ro,relatime - ext4 /dev/vda rw
+";
+
+    fn points(w: &[WritableMount]) -> Vec<String> {
+        w.iter()
+            .map(|m| format!("{} {}", m.mount_point.display(), m.fs_type))
+            .collect()
+    }
+
+    /// Every writable mount under the host's root is named, once, but the ones a later mount
+    /// covers (the chart's own /host/sys/fs/cgroup over the one the /host/sys bind brought)
+    /// and the one meant to be writable.
+    #[test]
+    fn writable_host_mounts_below_a_read_only_bind() {
+        let host = [PathBuf::from("/host")];
+        let irq = [PathBuf::from("/host/proc/irq")];
+        let w = writable_mounts(POD_WITHOUT_RRO, &host, &irq).unwrap();
+        assert_eq!(
+            points(&w),
+            [
+                "/host/proc/sys/fs/binfmt_misc binfmt_misc",
+                "/host/sys/kernel/security securityfs",
+                "/host/sys/kernel/tracing tracefs",
+            ]
+        );
+        // Without native rebalancing, /host/proc/irq is one of them.
+        let w = writable_mounts(POD_WITHOUT_RRO, &host, &[]).unwrap();
+        assert!(
+            points(&w).contains(&"/host/proc/irq proc".to_string()),
+            "{w:?}"
+        );
+        // Only the roots asked about; the container's own mounts are never the host's.
+        let w = writable_mounts(POD_WITHOUT_RRO, &[PathBuf::from("/host/sys")], &[]).unwrap();
+        assert_eq!(points(&w).len(), 2, "{w:?}");
+        let own = [PathBuf::from("/proc"), PathBuf::from("/sys")];
+        assert_eq!(
+            points(&writable_mounts(POD_WITHOUT_RRO, &own, &[]).unwrap()),
+            ["/proc proc"]
+        );
+    }
+
+    /// The chart's defaults where the runtime makes mounts read-only all the way down
+    /// (containerd 2, `recursiveReadOnly`): nothing. A read-only filesystem mounted read-write
+    /// cannot be written either.
+    #[test]
+    fn nothing_writable_with_recursive_read_only_mounts() {
+        let rro: String = POD_WITHOUT_RRO
+            .lines()
+            .map(|l| match l.split_once(" rw,") {
+                Some((head, tail)) if l.contains("/host/") => format!("{head} ro,{tail}\n"),
+                _ => format!("{l}\n"),
+            })
+            .collect();
+        let host = [PathBuf::from("/host")];
+        assert_eq!(writable_mounts(&rro, &host, &[]).unwrap(), []);
+        let ro_super = "1400 1200 0:50 / /host/x rw,relatime - squashfs /dev/loop0 ro\n";
+        assert_eq!(writable_mounts(ro_super, &host, &[]).unwrap(), []);
+        assert_eq!(writable_mounts("", &host, &[]).unwrap(), []);
+        assert!(writable_mounts("garbage\n", &host, &[]).is_err());
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::{FEntry, KProbe};
 use aya::{Btf, Ebpf, EbpfLoader};
+use nodemedic_kernel::lsm::LsmContext;
 use serde::{Deserialize, Serialize};
 
 use crate::abi::{CpuCounts, OwnerCounts, RawCpuCounts, RawOwner};
@@ -90,6 +91,10 @@ pub struct ProbeOptions {
     /// Ask the kernel to count the probes' run time (BPF_ENABLE_STATS, held only while the
     /// probes are loaded; the `kernel.bpf_stats_enabled` sysctl is never written).
     pub bpf_stats: bool,
+    /// The daemon's LSM labels (read once at start), which name a load or an attach a
+    /// security policy refuses. Handed to the loader child with the rest.
+    #[serde(default)]
+    pub lsm: LsmContext,
 }
 
 impl Default for ProbeOptions {
@@ -101,6 +106,7 @@ impl Default for ProbeOptions {
             ring_buffer_wakeup_bytes: 4 * 1024,
             storm_wakeups_per_cpu: 1000,
             bpf_stats: false,
+            lsm: LsmContext::default(),
         }
     }
 }
@@ -128,6 +134,15 @@ pub enum ProbeError {
         what: String,
         kernel: String,
         limit: String,
+    },
+    /// Refused with EACCES or EPERM while a security module confines the process (and not
+    /// for a capability it lacks): `denial` names the call, the module and the profile or
+    /// label.
+    #[error("{what}: {denial}: {detail}")]
+    Denied {
+        what: String,
+        denial: String,
+        detail: String,
     },
     #[error("the kernel's verifier rejected {program}: {log}")]
     Verifier { program: String, log: String },
@@ -174,8 +189,9 @@ fn log_tail(log: &str) -> String {
 }
 
 /// Names the cause of a failed load: permission problems are told apart by this process's
-/// capabilities and, on kernels before 5.11, its memlock limit.
-fn classify(what: String, err: &(dyn StdError + 'static)) -> ProbeError {
+/// capabilities, the security module confining it (`lsm`) and, on kernels before 5.11, its
+/// memlock limit.
+fn classify(what: String, err: &(dyn StdError + 'static), lsm: &LsmContext) -> ProbeError {
     if let Some(aya::programs::ProgramError::LoadError {
         verifier_log,
         io_error,
@@ -200,13 +216,26 @@ fn classify(what: String, err: &(dyn StdError + 'static)) -> ProbeError {
         }
         _ => error_chain(err),
     };
-    if io_error_in(err).and_then(io::Error::raw_os_error) == Some(libc_eperm()) {
+    let errno = io_error_in(err).and_then(io::Error::raw_os_error);
+    if errno == Some(libc_eperm()) {
         if let Some(missing) = host::own_missing_caps().filter(|m| !m.is_empty()) {
             return ProbeError::Permission {
                 what,
                 missing: missing.join(" and "),
             };
         }
+    }
+    // With the capabilities there (or EACCES, which no capability check gives), a module
+    // confining the process may be what refused: a profile without `capability bpf`, or
+    // SELinux's bpf and perf_event classes.
+    if let Some(denial) = lsm.denial("bpf()", errno) {
+        return ProbeError::Denied {
+            what,
+            denial,
+            detail,
+        };
+    }
+    if errno == Some(libc_eperm()) {
         if let Some((maj, min)) = host::kernel_version() {
             if (maj, min) < (5, 11) {
                 let limit = match host::own_memlock_soft() {
@@ -340,7 +369,13 @@ impl PerfProbes {
             .map_max_entries("owners", opts.max_owners.max(1))
             .map_max_entries("events", opts.ring_buffer_bytes)
             .load(OBJECT)
-            .map_err(|e| classify("loading the BPF object (creating its maps)".to_owned(), &e))?;
+            .map_err(|e| {
+                classify(
+                    "loading the BPF object (creating its maps)".to_owned(),
+                    &e,
+                    &opts.lsm,
+                )
+            })?;
 
         // Run-time accounting, before attaching so the first calls count too.
         let (stats, stats_error) = if opts.bpf_stats {
@@ -362,11 +397,17 @@ impl PerfProbes {
         };
 
         let (method, hooks) = match opts.attach {
-            AttachMode::Fentry => (Method::Fentry, attach_all(&mut ebpf, &btf, Method::Fentry)?),
-            AttachMode::Kprobe => (Method::Kprobe, attach_all(&mut ebpf, &btf, Method::Kprobe)?),
-            AttachMode::Auto => match attach_all(&mut ebpf, &btf, Method::Fentry) {
+            AttachMode::Fentry => (
+                Method::Fentry,
+                attach_all(&mut ebpf, &btf, Method::Fentry, &opts.lsm)?,
+            ),
+            AttachMode::Kprobe => (
+                Method::Kprobe,
+                attach_all(&mut ebpf, &btf, Method::Kprobe, &opts.lsm)?,
+            ),
+            AttachMode::Auto => match attach_all(&mut ebpf, &btf, Method::Fentry, &opts.lsm) {
                 Ok(h) => (Method::Fentry, h),
-                Err(fentry_err) => match attach_all(&mut ebpf, &btf, Method::Kprobe) {
+                Err(fentry_err) => match attach_all(&mut ebpf, &btf, Method::Kprobe, &opts.lsm) {
                     Ok(h) => {
                         tracing::info!(error = %fentry_err, "fentry unavailable, probes attached as kprobes");
                         (Method::Kprobe, h)
@@ -510,12 +551,17 @@ fn take_map(ebpf: &mut Ebpf, name: &str) -> Result<aya::maps::Map, ProbeError> {
 /// Loads and attaches one program per hook with `method`. A required hook failing fails the
 /// set (the caller may retry with the other method; aya detaches what was attached when the
 /// programs are unloaded).
-fn attach_all(ebpf: &mut Ebpf, btf: &Btf, method: Method) -> Result<Vec<HookStatus>, ProbeError> {
+fn attach_all(
+    ebpf: &mut Ebpf,
+    btf: &Btf,
+    method: Method,
+    lsm: &LsmContext,
+) -> Result<Vec<HookStatus>, ProbeError> {
     let mut statuses = Vec::new();
     let mut loaded: Vec<String> = Vec::new();
     for hook in HOOKS {
         let name = program_name(method, hook.function);
-        match attach_one(ebpf, btf, method, hook.function, &name) {
+        match attach_one(ebpf, btf, method, hook.function, &name, lsm) {
             Ok(()) => {
                 loaded.push(name);
                 statuses.push(HookStatus {
@@ -563,6 +609,7 @@ fn attach_one(
     method: Method,
     function: &str,
     name: &str,
+    lsm: &LsmContext,
 ) -> Result<(), ProbeError> {
     let prog = ebpf.program_mut(name).ok_or_else(|| ProbeError::Other {
         what: format!("program {name}"),
@@ -572,20 +619,25 @@ fn attach_one(
         Method::Fentry => {
             let p: &mut FEntry = prog
                 .try_into()
-                .map_err(|e| classify(format!("program {name}"), &e))?;
+                .map_err(|e| classify(format!("program {name}"), &e, lsm))?;
             p.load(function, btf)
-                .map_err(|e| classify(format!("loading {name}"), &e))?;
-            p.attach().map_err(|e| ProbeError::Attach {
-                function: format!("fentry {function}"),
-                detail: error_chain(&e),
+                .map_err(|e| classify(format!("loading {name}"), &e, lsm))?;
+            p.attach().map_err(|e| {
+                attach_error(
+                    format!("fentry {function}"),
+                    "bpf()",
+                    &e,
+                    error_chain(&e),
+                    lsm,
+                )
             })?;
         }
         Method::Kprobe => {
             let p: &mut KProbe = prog
                 .try_into()
-                .map_err(|e| classify(format!("program {name}"), &e))?;
+                .map_err(|e| classify(format!("program {name}"), &e, lsm))?;
             p.load()
-                .map_err(|e| classify(format!("loading {name}"), &e))?;
+                .map_err(|e| classify(format!("loading {name}"), &e, lsm))?;
             p.attach(function, 0).map_err(|e| {
                 let mut detail = error_chain(&e);
                 if detail.contains("devices/kprobe/type") {
@@ -593,19 +645,106 @@ fn attach_one(
                         " (this kernel has no kprobe PMU: CONFIG_KPROBES/CONFIG_KPROBE_EVENTS off)",
                     );
                 }
-                ProbeError::Attach {
-                    function: format!("kprobe {function}"),
+                attach_error(
+                    format!("kprobe {function}"),
+                    "perf_event_open()",
+                    &e,
                     detail,
-                }
+                    lsm,
+                )
             })?;
         }
     }
     Ok(())
 }
 
+/// An attach that failed: refused under a confining security module (EACCES, EPERM: SELinux's
+/// perf_event and bpf classes, a profile without `capability perfmon`), named as the
+/// module's; else as it failed.
+fn attach_error(
+    function: String,
+    call: &str,
+    err: &(dyn StdError + 'static),
+    detail: String,
+    lsm: &LsmContext,
+) -> ProbeError {
+    let errno = io_error_in(err).and_then(io::Error::raw_os_error);
+    match lsm.denial(call, errno) {
+        Some(denial) => ProbeError::Denied {
+            what: format!("attaching {function}"),
+            denial,
+            detail,
+        },
+        None => ProbeError::Attach { function, detail },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A load or an attach refused with EACCES or EPERM names the module confining the
+    /// process (its capabilities are there: this test runs as root); without one the reason
+    /// is what it was.
+    #[test]
+    fn a_refused_load_or_attach_names_the_lsm() {
+        use nodemedic_kernel::lsm::LsmFiles;
+        let selinux = LsmContext::from_files(&LsmFiles {
+            current: Some("system_u:system_r:container_t:s0:c12,c34\0"),
+            selinux_enforce: Some("1\n"),
+            ..Default::default()
+        });
+        let eacces = io::Error::from_raw_os_error(13);
+        let e = classify("loading perf_wakeup".into(), &eacces, &selinux);
+        assert_eq!(
+            e.to_string(),
+            "loading perf_wakeup: bpf() denied by SELinux (label \
+             system_u:system_r:container_t:s0:c12,c34): Permission denied (os error 13)"
+        );
+        let e = classify(
+            "loading perf_wakeup".into(),
+            &eacces,
+            &LsmContext::default(),
+        );
+        assert!(matches!(e, ProbeError::Other { .. }), "{e}");
+        let apparmor = LsmContext::from_files(&LsmFiles {
+            apparmor_current: Some("nodemedic (enforce)\n"),
+            ..Default::default()
+        });
+        let eperm = io::Error::from_raw_os_error(1);
+        let e = attach_error(
+            "kprobe perf_event_output".into(),
+            "perf_event_open()",
+            &eperm,
+            eperm.to_string(),
+            &apparmor,
+        );
+        assert_eq!(
+            e.to_string(),
+            "attaching kprobe perf_event_output: perf_event_open() denied by AppArmor (profile \
+             nodemedic, enforce mode): Operation not permitted (os error 1)"
+        );
+        let enoent = io::Error::from_raw_os_error(2);
+        let e = attach_error(
+            "kprobe x".into(),
+            "perf_event_open()",
+            &enoent,
+            enoent.to_string(),
+            &apparmor,
+        );
+        assert!(matches!(e, ProbeError::Attach { .. }), "{e}");
+        // The reason crosses from the loader child as it is.
+        let json =
+            serde_json::to_string(&classify("x".into(), &eacces, &selinux)).unwrap_or_default();
+        let back: Result<ProbeError, _> = serde_json::from_str(&json);
+        assert!(matches!(back, Ok(ProbeError::Denied { .. })), "{json}");
+        let opts = ProbeOptions {
+            lsm: selinux,
+            ..ProbeOptions::default()
+        };
+        let json = serde_json::to_string(&opts).unwrap_or_default();
+        assert_eq!(serde_json::from_str::<ProbeOptions>(&json).ok(), Some(opts));
+    }
 
     #[test]
     fn program_counters_come_from_the_fds_fdinfo() {

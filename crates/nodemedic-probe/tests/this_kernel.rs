@@ -115,3 +115,77 @@ fn load_attaches_or_names_the_cause() {
         load_as_expected(mode, &expect(mode, fentry_works));
     }
 }
+
+/// The probes loaded in a child whose `bpf()` calls the kernel refuses with EACCES (a seccomp
+/// filter, python3-seccomp, as crates/nodemedic-collect/tests/reader_real.rs makes one), under
+/// an injected SELinux context (this machine has no LSM): the reason is the load's own path
+/// naming the module, the label and the call (issue 52, point 5); without the context it is
+/// the plain one.
+#[test]
+fn a_refused_bpf_call_names_the_lsm() {
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() || !privileged() {
+        panic!("needs kernel BTF and CAP_BPF/CAP_PERFMON (root): the refusal must be the seccomp filter's");
+    }
+    let run = |label: Option<&str>| -> String {
+        let script = "import errno, os, sys, seccomp\n\
+             f = seccomp.SyscallFilter(defaction=seccomp.ALLOW)\n\
+             f.add_rule(seccomp.ERRNO(errno.EACCES), 'bpf')\n\
+             f.load()\n\
+             os.execv(sys.argv[1], sys.argv[1:])\n";
+        let mut child = std::process::Command::new("/usr/bin/python3");
+        child.args(["-c", script]);
+        child.arg(std::env::current_exe().unwrap_or_default());
+        child.args([
+            "--exact",
+            "refused_bpf_child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ]);
+        if let Some(l) = label {
+            child.env("NODEMEDIC_PROBE_CHILD_SELINUX", l);
+        }
+        let out = child.output().unwrap_or_else(|e| panic!("python3: {e}"));
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        stdout
+            .lines()
+            .find_map(|l| l.find("REASON ").map(|at| l[at + 7..].to_string()))
+            .unwrap_or_else(|| {
+                panic!(
+                    "no reason from the child (is python3-seccomp installed?): {stdout}\n{}",
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            })
+    };
+    let named = run(Some("system_u:system_r:container_t:s0:c12,c34"));
+    let want = "loading the BPF object (creating its maps): bpf() denied by SELinux (label \
+                system_u:system_r:container_t:s0:c12,c34): ";
+    assert!(named.starts_with(want), "{named}");
+    assert!(named.contains("os error 13"), "{named}");
+    let plain = run(None);
+    assert!(
+        plain.starts_with("loading the BPF object (creating its maps): ")
+            && !plain.contains("SELinux"),
+        "{plain}"
+    );
+}
+
+/// Not a test: the child of [`a_refused_bpf_call_names_the_lsm`].
+#[test]
+#[ignore = "run by a_refused_bpf_call_names_the_lsm under a seccomp filter"]
+fn refused_bpf_child() {
+    let label = std::env::var("NODEMEDIC_PROBE_CHILD_SELINUX").ok();
+    let lsm = nodemedic_kernel::lsm::LsmContext::from_files(&nodemedic_kernel::lsm::LsmFiles {
+        current: label.as_deref(),
+        selinux_enforce: label.as_ref().map(|_| "1"),
+        ..Default::default()
+    });
+    let opts = ProbeOptions {
+        lsm,
+        ..ProbeOptions::default()
+    };
+    match PerfProbes::load(&opts) {
+        Ok(_) => println!("REASON none: loaded"),
+        Err(e) => println!("REASON {e}"),
+    }
+}

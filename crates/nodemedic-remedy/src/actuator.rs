@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use nodemedic_kernel::lsm::{dbus_refusal, LsmContext};
 use nodemedic_kernel::CpuSet;
 use zbus::zvariant::OwnedObjectPath;
 
@@ -49,6 +50,11 @@ pub enum DbusError {
     Timeout(&'static str),
     #[error(transparent)]
     Bus(#[from] zbus::Error),
+    /// The bus refused the call for a security module's policy (dbus-daemon's AppArmor or
+    /// SELinux mediation): `denial` names the call, the module and the profile or label;
+    /// the bus's own words follow.
+    #[error("{denial}: {source}")]
+    Denied { denial: String, source: zbus::Error },
 }
 
 impl DbusError {
@@ -57,6 +63,8 @@ impl DbusError {
     pub fn class(&self) -> FailureClass {
         let bus = match self {
             DbusError::Timeout(_) => return FailureClass::Timeout,
+            // An AccessDenied, as any other: the same class.
+            DbusError::Denied { .. } => return FailureClass::Permission,
             DbusError::Bus(e) => e,
         };
         match bus {
@@ -84,6 +92,41 @@ impl DbusError {
     }
 }
 
+impl DbusError {
+    /// The same error, naming `call` and the security module when the bus says one of its
+    /// policies refused it (`TryRestartUnit(irqbalance.service) denied by AppArmor (profile
+    /// …, enforce mode)`): the profile or label is this process's own from `lsm`, else the
+    /// one the bus logged. Any other error is returned as it is.
+    pub fn named(self, call: impl FnOnce() -> String, lsm: &LsmContext) -> Self {
+        let DbusError::Bus(e) = self else {
+            return self;
+        };
+        let refusal = method_error(&e).and_then(|(name, message)| dbus_refusal(&name, &message));
+        match refusal {
+            Some(r) => DbusError::Denied {
+                denial: r.denial(&call(), lsm),
+                source: e,
+            },
+            None => DbusError::Bus(e),
+        }
+    }
+}
+
+/// The D-Bus error name and message of a method's error reply (the bus's or the callee's).
+fn method_error(e: &zbus::Error) -> Option<(String, String)> {
+    use zbus::DBusError as _;
+    match e {
+        zbus::Error::MethodError(name, detail, _) => {
+            Some((name.to_string(), detail.clone().unwrap_or_default()))
+        }
+        zbus::Error::FDO(fdo) => Some((
+            fdo.name().to_string(),
+            fdo.description().unwrap_or_default().to_owned(),
+        )),
+        _ => None,
+    }
+}
+
 /// `f` with the D-Bus timeout: a wedged bus or systemd must not wedge remediation.
 async fn bounded<T>(
     what: &'static str,
@@ -101,20 +144,43 @@ fn failed(class: FailureClass, detail: String) -> Outcome {
 /// Talks to systemd about irqbalance, over the system D-Bus.
 pub struct Systemd {
     cfg: IrqbalanceStep,
+    /// This process's LSM labels, which name a call the bus refuses for a policy.
+    lsm: LsmContext,
 }
 
 impl Systemd {
     pub fn new(cfg: IrqbalanceStep) -> Self {
-        Self { cfg }
+        Self::under(cfg, LsmContext::default())
+    }
+
+    /// A client for a process whose LSM labels are `lsm` (read once at start).
+    pub fn under(cfg: IrqbalanceStep, lsm: LsmContext) -> Self {
+        Self { cfg, lsm }
+    }
+
+    /// `e`, naming `call` on the unit when a security policy refused it.
+    fn named(&self, e: DbusError, call: &str) -> DbusError {
+        e.named(|| format!("{call}({})", self.cfg.unit), &self.lsm)
+    }
+
+    /// What a failed `call` on the unit says: `Call(unit): error`, or the denial alone,
+    /// which names the call.
+    fn failure(&self, e: DbusError, call: &str) -> String {
+        match self.named(e, call) {
+            d @ DbusError::Denied { .. } => d.to_string(),
+            e => format!("{call}({}): {e}", self.cfg.unit),
+        }
     }
 
     async fn manager(&self) -> Result<ManagerProxy<'static>, DbusError> {
         let address = format!("unix:path={}", self.cfg.dbus_socket);
+        // The bus answers the connection's Hello: the first call a policy can refuse.
         let conn = bounded(
             "connecting to the system bus",
             zbus::connection::Builder::address(address.as_str())?.build(),
         )
-        .await?;
+        .await
+        .map_err(|e| e.named(|| "Hello (connecting to the system bus)".into(), &self.lsm))?;
         bounded(
             "systemd manager proxy",
             ManagerProxy::builder(&conn)
@@ -158,7 +224,7 @@ impl Systemd {
             Ok(p) => p,
             Err(e) => {
                 return IrqbalanceState::Unknown {
-                    detail: format!("LoadUnit({}): {e}", self.cfg.unit),
+                    detail: self.failure(e, "LoadUnit"),
                     version,
                 }
             }
@@ -189,10 +255,11 @@ impl Systemd {
         let (load, active) = match states.await {
             Ok(s) => s,
             Err(e) => {
-                return IrqbalanceState::Unknown {
-                    detail: format!("{}: {e}", self.cfg.unit),
-                    version,
-                }
+                let detail = match self.named(e, "Properties.Get") {
+                    d @ DbusError::Denied { .. } => d.to_string(),
+                    e => format!("{}: {e}", self.cfg.unit),
+                };
+                return IrqbalanceState::Unknown { detail, version };
             }
         };
         let file = bounded("UnitFileState", unit.unit_file_state())
@@ -219,7 +286,8 @@ impl Systemd {
                         "TryRestartUnit",
                         manager.try_restart_unit(&self.cfg.unit, "replace"),
                     )
-                    .await?;
+                    .await
+                    .map_err(|e| self.named(e, "TryRestartUnit"))?;
                     Ok::<String, DbusError>(format!(
                         "TryRestartUnit({}) queued job {}",
                         self.cfg.unit,
@@ -231,7 +299,8 @@ impl Systemd {
                         "KillUnit",
                         manager.kill_unit(&self.cfg.unit, "main", SIGHUP),
                     )
-                    .await?;
+                    .await
+                    .map_err(|e| self.named(e, "KillUnit"))?;
                     Ok(format!("KillUnit({}, main, SIGHUP)", self.cfg.unit))
                 }
             }
@@ -293,12 +362,20 @@ const SIGHUP: i32 = 1;
 /// Writes `smp_affinity` under a procfs root.
 pub struct AffinityWriter {
     procfs: PathBuf,
+    /// This process's LSM labels, which name a write a policy refuses.
+    lsm: LsmContext,
 }
 
 impl AffinityWriter {
     pub fn new(procfs: impl Into<PathBuf>) -> Self {
+        Self::under(procfs, LsmContext::default())
+    }
+
+    /// A writer for a process whose LSM labels are `lsm` (read once at start).
+    pub fn under(procfs: impl Into<PathBuf>, lsm: LsmContext) -> Self {
         Self {
             procfs: procfs.into(),
+            lsm,
         }
     }
 
@@ -308,6 +385,10 @@ impl AffinityWriter {
     pub fn spread(&self, targets: &[Target]) -> Outcome {
         let mut written = Vec::new();
         let mut skipped = Vec::new();
+        // IRQs whose write a security module may have refused (and the first one's errno):
+        // one entry, the words once.
+        let mut denied: Vec<u32> = Vec::new();
+        let mut denied_errno = None;
         // The class of the first refusal: all of them when nothing could be written.
         let mut class = FailureClass::Other;
         for t in targets {
@@ -315,17 +396,23 @@ impl AffinityWriter {
                 match write_affinity(&self.procfs, irq, &CpuSet::from_cpus([cpu])) {
                     Ok(()) => written.push(format!("{irq}->{cpu}")),
                     Err(e) => {
-                        if skipped.is_empty() {
+                        if skipped.is_empty() && denied.is_empty() {
                             class = FailureClass::of_io(&e);
                         }
-                        skipped.push(if e.raw_os_error() == Some(5) {
-                            format!("{irq} (kernel-managed, EIO)")
+                        if e.raw_os_error() == Some(5) {
+                            skipped.push(format!("{irq} (kernel-managed, EIO)"));
+                        } else if self.lsm.refusing(e.raw_os_error()).is_some() {
+                            denied_errno = denied_errno.or(e.raw_os_error());
+                            denied.push(irq);
                         } else {
-                            format!("{irq} ({e})")
-                        });
+                            skipped.push(format!("{irq} ({e})"));
+                        }
                     }
                 }
             }
+        }
+        if let Some(words) = self.denied_writes(&denied, denied_errno) {
+            skipped.push(words);
         }
         let detail = format!(
             "wrote smp_affinity {}{}",
@@ -344,11 +431,29 @@ impl AffinityWriter {
     }
 }
 
+impl AffinityWriter {
+    /// `24, 25 (writes of /host/proc/irq/N/smp_affinity denied by AppArmor (profile …, enforce
+    /// mode))` for the IRQs whose write a module confining this process refused with `errno`;
+    /// `None` for none.
+    fn denied_writes(&self, irqs: &[u32], errno: Option<i32>) -> Option<String> {
+        let first = *irqs.first()?;
+        let list: Vec<String> = irqs.iter().map(u32::to_string).collect();
+        let operation = if irqs.len() == 1 {
+            format!("write of {}", affinity_path(&self.procfs, first).display())
+        } else {
+            format!("writes of {}", affinity_path(&self.procfs, "N").display())
+        };
+        let words = self.lsm.denial(&operation, errno)?;
+        Some(format!("{} ({words})", list.join(", ")))
+    }
+}
+
+fn affinity_path(procfs: &Path, irq: impl std::fmt::Display) -> PathBuf {
+    procfs.join(format!("irq/{irq}/smp_affinity"))
+}
+
 fn write_affinity(procfs: &Path, irq: u32, cpus: &CpuSet) -> std::io::Result<()> {
-    std::fs::write(
-        procfs.join(format!("irq/{irq}/smp_affinity")),
-        cpus.to_mask_string(),
-    )
+    std::fs::write(affinity_path(procfs, irq), cpus.to_mask_string())
 }
 
 /// Carries out a step with the right actuator.
@@ -357,7 +462,7 @@ pub async fn execute(step: &Step, systemd: &Systemd, writer: &AffinityWriter) ->
         crate::ActionKind::IrqbalanceRestart => systemd.rebalance().await,
         crate::ActionKind::NativeRebalance => {
             let targets = step.targets.clone();
-            let w = AffinityWriter::new(writer.procfs.clone());
+            let w = AffinityWriter::under(writer.procfs.clone(), writer.lsm.clone());
             tokio::task::spawn_blocking(move || w.spread(&targets))
                 .await
                 .unwrap_or_else(|e| failed(FailureClass::Other, format!("writer task: {e}")))

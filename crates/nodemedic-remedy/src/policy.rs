@@ -64,6 +64,9 @@ enum Stage {
 #[derive(Debug, Clone)]
 struct Episode {
     stage: Stage,
+    /// What the last step said when it failed outright (not when it ran and did not help):
+    /// the escalation names it (a refusal by the bus or an LSM, say).
+    failed: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -153,6 +156,7 @@ impl Policy {
         let collapsed: Vec<&GroupVerdict> = verdicts.iter().filter(|v| v.collapsed).collect();
         for v in &collapsed {
             self.episodes.entry(v.group.key.clone()).or_insert(Episode {
+                failed: None,
                 stage: Stage::Fresh,
             });
         }
@@ -216,12 +220,12 @@ impl Policy {
         let mut irqbalance_groups = Vec::new();
         let mut native_groups = Vec::new();
         for v in collapsed {
-            let stage = self
+            let (stage, failed) = self
                 .episodes
                 .get(&v.group.key)
-                .map(|e| e.stage)
-                .unwrap_or(Stage::Fresh);
-            match self.next_step(stage, v, irqbalance) {
+                .map(|e| (e.stage, e.failed.clone()))
+                .unwrap_or((Stage::Fresh, None));
+            match self.next_step(stage, failed.as_deref(), v, irqbalance) {
                 Want::Irqbalance => irqbalance_groups.push(*v),
                 Want::Native => native_groups.push(*v),
                 Want::Escalate(reason) => log.push(self.escalate(timestamp, v, reason)),
@@ -363,6 +367,9 @@ impl Policy {
             Outcome::Failed(failure) => {
                 for t in &step.targets {
                     self.fail_stage(&t.key, step.kind);
+                    if let Some(e) = self.episodes.get_mut(&t.key) {
+                        e.failed = Some(failure.detail.clone());
+                    }
                 }
                 self.entry(
                     timestamp,
@@ -437,6 +444,9 @@ impl Policy {
                 }
             } else {
                 self.fail_stage(&b.key, v.kind);
+                if let Some(e) = self.episodes.get_mut(&b.key) {
+                    e.failed = None;
+                }
             }
             out.push(self.entry(
                 timestamp,
@@ -454,7 +464,15 @@ impl Policy {
         out
     }
 
-    fn next_step(&self, stage: Stage, v: &GroupVerdict, irqb: &IrqbalanceState) -> Want {
+    /// What the group wants next at `stage`; `failed`: what its last step said when it
+    /// failed outright, which an escalation names.
+    fn next_step(
+        &self,
+        stage: Stage,
+        failed: Option<&str>,
+        v: &GroupVerdict,
+        irqb: &IrqbalanceState,
+    ) -> Want {
         let native_ok = self.cfg.native.enabled && (v.hurting || !self.cfg.native.require_hurting);
         let native_or = |why: String| {
             if native_ok {
@@ -468,12 +486,19 @@ impl Policy {
         };
         match stage {
             Stage::Resolved | Stage::Escalated => Want::Nothing,
-            Stage::NativeFailed => {
-                Want::Escalate("native rebalance did not spread the IRQs".into())
-            }
-            Stage::IrqbalanceFailed => native_or(
-                "irqbalance did not spread the IRQs and native rebalance is disabled".into(),
-            ),
+            Stage::NativeFailed => Want::Escalate(match failed {
+                Some(detail) => format!("native rebalance failed: {detail}"),
+                None => "native rebalance did not spread the IRQs".into(),
+            }),
+            Stage::IrqbalanceFailed => native_or(match failed {
+                Some(detail) => format!(
+                    "asking irqbalance to re-place the IRQs failed ({detail}) and native \
+                     rebalance is disabled"
+                ),
+                None => {
+                    "irqbalance did not spread the IRQs and native rebalance is disabled".into()
+                }
+            }),
             Stage::Fresh => match irqb {
                 IrqbalanceState::Running { .. } if self.cfg.irqbalance.enabled => Want::Irqbalance,
                 other => native_or(format!(

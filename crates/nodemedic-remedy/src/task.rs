@@ -11,6 +11,7 @@ use crate::{
     RemedyState,
 };
 use nodemedic_collect::Paths;
+use nodemedic_kernel::lsm::LsmContext;
 use tokio::sync::watch;
 
 use nodemedic_sample::Sample;
@@ -31,10 +32,12 @@ pub struct RealActuators {
 }
 
 impl RealActuators {
-    pub fn new(cfg: &RemediationConfig, paths: &Paths) -> Self {
+    /// `lsm`: this process's LSM labels (read once at start), which name a call or a write
+    /// a security policy refuses.
+    pub fn new(cfg: &RemediationConfig, paths: &Paths, lsm: &LsmContext) -> Self {
         Self {
-            systemd: Systemd::new(cfg.irqbalance.clone()),
-            writer: AffinityWriter::new(paths.procfs.clone()),
+            systemd: Systemd::under(cfg.irqbalance.clone(), lsm.clone()),
+            writer: AffinityWriter::under(paths.procfs.clone(), lsm.clone()),
         }
     }
 }
@@ -284,6 +287,7 @@ mod tests {
                 duration: Duration::ZERO,
                 samples_total: i + 1,
                 reader: Default::default(),
+                host: Default::default(),
             })));
             tokio::time::sleep(Duration::from_secs(5)).await;
             while erx.try_recv().is_ok() {}

@@ -143,6 +143,86 @@ fn sustained_collapse_acts_once_then_escalates_once() {
     );
 }
 
+/// A step that failed outright (a refusal by the bus or a security module) is named by the
+/// escalation, which went on saying "did not spread the IRQs" as if the step had run; a step
+/// that ran and did not help still says so. Results and counts are as before.
+#[test]
+fn an_escalation_names_the_failure_of_the_step() {
+    let denied = "D-Bus: TryRestartUnit(irqbalance.service) denied by AppArmor (profile \
+                  cri-containerd.apparmor.d, enforce mode): org.freedesktop.DBus.Error.AccessDenied: \
+                  An AppArmor policy prevents this sender from sending this message to this \
+                  recipient";
+    let refused = |_: ActionKind| {
+        Outcome::Failed(nodemedic_remedy::StepFailure {
+            class: nodemedic_remedy::FailureClass::Permission,
+            detail: denied.into(),
+        })
+    };
+    let mut sim = Sim::new(RemediationConfig::default());
+    for _ in 0..(3600 / INTERVAL) {
+        sim.tick(true, &running(), &refused);
+    }
+    assert_eq!(
+        sim.results("irqbalance_restart"),
+        vec!["pending", "failed_permission"]
+    );
+    let escalations: Vec<&str> = sim
+        .log
+        .iter()
+        .filter(|d| d.action.as_str() == "escalate")
+        .map(|d| d.reason.as_str())
+        .collect();
+    assert_eq!(
+        escalations,
+        vec![format!(
+            "asking irqbalance to re-place the IRQs failed ({denied}) and native rebalance is \
+             disabled"
+        )]
+    );
+    // Native rebalancing's refused writes, the same.
+    let cfg = RemediationConfig {
+        native: NativeStep {
+            enabled: true,
+            require_hurting: false,
+        },
+        ..Default::default()
+    };
+    let writes = "wrote smp_affinity ; skipped 24, 25 (writes of /host/proc/irq/N/smp_affinity \
+                  denied by SELinux (label system_u:system_r:container_t:s0:c12,c34))";
+    let mut sim = Sim::new(cfg);
+    for _ in 0..(3600 / INTERVAL) {
+        sim.tick(true, &IrqbalanceState::NotInstalled, &|_| {
+            Outcome::Failed(nodemedic_remedy::StepFailure {
+                class: nodemedic_remedy::FailureClass::Permission,
+                detail: writes.into(),
+            })
+        });
+    }
+    let escalation = sim
+        .log
+        .iter()
+        .find(|d| d.action.as_str() == "escalate")
+        .unwrap();
+    assert_eq!(
+        escalation.reason,
+        format!("native rebalance failed: {writes}")
+    );
+    // A step that ran and did not help: as before.
+    let mut sim = Sim::new(RemediationConfig::default());
+    for _ in 0..(3600 / INTERVAL) {
+        sim.tick(true, &running(), &done);
+    }
+    let escalation = sim
+        .log
+        .iter()
+        .find(|d| d.action.as_str() == "escalate")
+        .unwrap();
+    assert_eq!(
+        escalation.reason,
+        "irqbalance did not spread the IRQs and native rebalance is disabled"
+    );
+}
+
 #[test]
 fn ladder_goes_to_native_then_escalates() {
     let cfg = RemediationConfig {

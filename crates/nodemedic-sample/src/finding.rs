@@ -35,6 +35,8 @@ pub enum FindingKind {
     DetectorFailed,
     RemediationEscalated,
     IrqbalanceRebalanceBug,
+    /// A mount of the host's tree that nodemedic reads, expected read-only, is writable.
+    HostMountWritable,
     /// A tuning audit rule (`tuning_<rule>`).
     Tuning(crate::verdict::TuningRule),
 }
@@ -59,6 +61,7 @@ impl FindingKind {
             Self::DetectorFailed => "detector_failed",
             Self::RemediationEscalated => "remediation_escalated",
             Self::IrqbalanceRebalanceBug => "irqbalance_rebalance_bug",
+            Self::HostMountWritable => "host_mount_writable",
             Self::Tuning(rule) => rule.finding_kind(),
         }
     }

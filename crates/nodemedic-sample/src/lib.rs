@@ -11,10 +11,13 @@
 //! - [`status`]: how each collector and the read layer fared;
 //! - [`verdict`] and [`finding`]: what the detectors concluded;
 //! - [`Sample`]: all of the above for one sample, as the engine hands it to the outputs;
+//! - [`host`]: what the daemon found at start about its access to the host (its LSM
+//!   label, host mounts it could write), carried by every sample;
 //! - [`remedy`] and [`kube`]: what the outputs tell each other and `/status`, carried by
 //!   the binary (no output crate imports another).
 
 pub mod finding;
+pub mod host;
 pub mod kube;
 pub mod names;
 pub mod perf;
@@ -51,4 +54,7 @@ pub struct Sample {
     pub samples_total: u64,
     /// The read layer after this sample (backend, kept-open files, fallbacks).
     pub reader: ReaderStatus,
+    /// What the daemon found at start about its access to the host (the same for every
+    /// sample).
+    pub host: std::sync::Arc<host::HostAccess>,
 }

@@ -27,6 +27,7 @@ pub fn run(config: &Config, args: &CheckArgs, files: FileLimit) -> anyhow::Resul
     (c.tuning.audit.raise_after, c.tuning.audit.clear_after) = (1, 1);
     // Both samples read the cgroups, however far apart they are.
     c.cgroups_interval = std::time::Duration::ZERO;
+    engine_config.host = std::sync::Arc::new(config.host_access());
     let registry = crate::collectors::registry(config, crate::collectors::For::Check);
     let mut engine = Engine::with_registry(engine_config, registry);
     let first = engine.sample();

@@ -22,9 +22,10 @@ pub enum For {
 pub fn registry(config: &Config, who: For) -> Registry<'_> {
     Registry::new()
         .build_with(CollectorName::KubePods, move |_| pod_names(config, who))
-        .build_with(CollectorName::PerfProbes, move |_| {
+        .build_with(CollectorName::PerfProbes, move |engine| {
             Some(Box::new(crate::probes::collector(
                 config,
+                &engine.host.lsm,
                 who == For::Daemon,
             )))
         })

@@ -270,6 +270,10 @@ pub struct PathsConfig {
     pub sysfs: Option<PathBuf>,
     pub cgroupfs: Option<PathBuf>,
     pub rootfs: Option<PathBuf>,
+    /// Mounts under the host's paths that are meant to be writable: the check at start of
+    /// the host mounts a container can write leaves them out. Native rebalancing's
+    /// `<procfs>/irq` is left out when it is on, without being listed.
+    pub writable_mounts: Vec<PathBuf>,
 }
 
 /// Each collector of [`CollectorName::SWITCHABLE`] can be switched off, under its name; all
@@ -421,6 +425,8 @@ impl ProbesConfig {
                 ring_buffer_wakeup_bytes: self.ring_buffer_wakeup_bytes,
                 storm_wakeups_per_cpu: self.storm_wakeups_per_cpu,
                 bpf_stats: self.bpf_stats,
+                // The process's, read at start: crate::probes::collector sets it.
+                lsm: Default::default(),
             },
             top_owners: self.top_owners,
             per_cpu: self.per_cpu,
@@ -622,7 +628,22 @@ impl Config {
                 nic_limits: self.tuning.nic_limits,
                 audit: self.tuning.audit(),
             },
+            // Read from the process and its mounts by `run` and `check` ([`Config::host_access`]):
+            // not a setting.
+            host: Default::default(),
         }
+    }
+
+    /// What the process can do to the host, read now (once: it does not change while the
+    /// process runs): its LSM labels, and the host mounts it can write but the ones meant to
+    /// be writable ([`PathsConfig::writable_mounts`], native rebalancing's `/proc/irq`).
+    pub fn host_access(&self) -> nodemedic_sample::host::HostAccess {
+        let paths = self.resolved_paths();
+        let mut meant = self.paths.writable_mounts.clone();
+        if self.remediation.native.enabled {
+            meant.push(paths.procfs.join("irq"));
+        }
+        nodemedic_collect::host_access::host_access(&paths, &meant)
     }
 
     pub fn resolved_paths(&self) -> Paths {

@@ -57,7 +57,9 @@ async fn serve(config: Config, faults: Faults, files: FileLimit) -> anyhow::Resu
     }
     let web = bind(&config, &files).await?;
     let registry = crate::collectors::registry(&config, crate::collectors::For::Daemon);
-    let engine = Engine::with_registry(config.engine_config(&files), registry);
+    let mut engine_config = config.engine_config(&files);
+    engine_config.host = Arc::new(config.host_access());
+    let engine = Engine::with_registry(engine_config, registry);
     let listening: Vec<String> = web.listeners.iter().map(Listener::local).collect();
     tracing::info!(
         listen = %listening.join(","),
@@ -67,6 +69,7 @@ async fn serve(config: Config, faults: Faults, files: FileLimit) -> anyhow::Resu
         sysfs = %engine.paths().sysfs.display(),
         rootfs = %engine.paths().rootfs.display(),
         interval = %humantime::format_duration(config.sample_interval),
+        lsm = %lsm_labels(&engine.host().lsm),
         "nodemedic started"
     );
     let (samples, _) = tokio::sync::watch::channel(None);
@@ -114,6 +117,24 @@ async fn serve(config: Config, faults: Faults, files: FileLimit) -> anyhow::Resu
     outputs.stop().await;
     tracing::info!("nodemedic stopped");
     Ok(())
+}
+
+/// The LSM labels of the process for the start line: `AppArmor cri-containerd.apparmor.d
+/// (enforce)`, or `none`.
+fn lsm_labels(lsm: &nodemedic_kernel::lsm::LsmContext) -> String {
+    let labels: Vec<String> = lsm
+        .labels
+        .iter()
+        .map(|l| match &l.mode {
+            Some(mode) => format!("{} {} ({mode})", l.lsm.name(), l.label),
+            None => format!("{} {}", l.lsm.name(), l.label),
+        })
+        .collect();
+    if labels.is_empty() {
+        "none".into()
+    } else {
+        labels.join(", ")
+    }
 }
 
 /// The endpoint's side of the web toolkit: its configuration file (watched for changes), the
@@ -206,7 +227,7 @@ fn start_outputs(
         let faults = faults.clone();
         let task = nodemedic_remedy::task::run(
             config.remediation.clone(),
-            RealActuators::new(&config.remediation, engine.paths()),
+            RealActuators::new(&config.remediation, engine.paths(), &engine.host().lsm),
             samples.subscribe(),
             remedy_tx,
             pause.clone(),

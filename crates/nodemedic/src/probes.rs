@@ -18,10 +18,16 @@ pub const LOADER_SUBCOMMAND: &str = "load-probes";
 const LOADER_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The probe collector, loaded and attached now (a failure is kept as its reason, never
-/// fatal); the engine does not build it when the probes are switched off. With
-/// `spawn_reader`, its ring buffer reader starts on the current tokio runtime.
-pub fn collector(config: &Config, spawn_reader: bool) -> PerfProbeCollector {
-    let opts = config.probes.collector_options();
+/// fatal); the engine does not build it when the probes are switched off. `lsm`: the
+/// process's LSM labels, which name a load a security policy refuses. With `spawn_reader`,
+/// its ring buffer reader starts on the current tokio runtime.
+pub fn collector(
+    config: &Config,
+    lsm: &nodemedic_kernel::lsm::LsmContext,
+    spawn_reader: bool,
+) -> PerfProbeCollector {
+    let mut opts = config.probes.collector_options();
+    opts.probe.lsm = lsm.clone();
     // Before the loader starts: it inherits the limit.
     raise_memlock();
     // The load parses the kernel's BTF (megabytes, the daemon's peak when it was done here)

@@ -496,3 +496,176 @@ fn tuning_on_this_machine() {
         assert_eq!(text.matches(evidence).count(), 1, "{evidence}\n{text}");
     }
 }
+
+/// A copy of a healthy fixture read as a container reads the host (`--host-root`), whose
+/// `proc/self/mountinfo` has a read-only `sys`, and below it a writable `sys/kernel/security`
+/// and `proc/irq` (issue 52, point 6).
+fn tree_with_writable_mounts() -> tempfile::TempDir {
+    let tree = copy_fixture("8cpu-balanced");
+    let root = tree.path();
+    let line = |id: u32, point: &str, opts: &str, fs: &str| {
+        format!(
+            "{id} 1 0:{id} / {}/{point} {opts},relatime - {fs} {fs} rw\n",
+            root.display()
+        )
+    };
+    std::fs::create_dir_all(root.join("proc/self")).unwrap();
+    std::fs::write(
+        root.join("proc/self/mountinfo"),
+        line(10, "sys", "ro", "sysfs")
+            + &line(11, "sys/kernel/security", "rw", "securityfs")
+            + &line(12, "proc/irq", "rw", "proc"),
+    )
+    .unwrap();
+    tree
+}
+
+/// The host mounts a container can write are a warning finding naming them, `check` (exit
+/// 1, JSON and text) and `run` (`/status`, `nodemedic_host_writable_mounts`) say so, and a
+/// mount meant to be writable (native rebalancing's `/proc/irq`) is left out.
+#[test]
+fn writable_host_mounts_are_named() {
+    let tree = tree_with_writable_mounts();
+    let root = tree.path();
+    let config = root.join("nodemedic.toml");
+    let run_check = |native: bool, format: &str| {
+        std::fs::write(
+            &config,
+            format!("[probes]\nenabled = false\n[remediation.native]\nenabled = {native}\n"),
+        )
+        .unwrap();
+        let args = [
+            "--config",
+            config.to_str().unwrap(),
+            "--host-root",
+            root.to_str().unwrap(),
+            "--interval",
+            "50ms",
+            "--format",
+            format,
+        ];
+        check(&args)
+    };
+    let security = root.join("sys/kernel/security").display().to_string();
+    let out = run_check(true, "json");
+    let r = json(&out);
+    assert_eq!(out.status.code(), Some(1), "{}", r["findings"]);
+    let found: Vec<&Value> = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "host_mount_writable")
+        .collect();
+    assert_eq!(found.len(), 1, "{}", r["findings"]);
+    assert_eq!(found[0]["severity"], "warning");
+    assert_eq!(
+        found[0]["message"].as_str().unwrap(),
+        format!(
+            "host mount {security} (securityfs) is writable from nodemedic's container: the \
+             runtime did not make the mount read-only all the way down (recursive read-only \
+             mounts need Linux 5.12 and a runtime that makes them, such as containerd 2 or \
+             CRI-O 1.30); mount it read-only on its own, or leave it out of the pod"
+        )
+    );
+    // Nothing else is a warning: the fixture is healthy (the tuning audit's info remains).
+    let warnings = r["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["severity"] != "info")
+        .count();
+    assert_eq!(warnings, 1, "{}", r["findings"]);
+    let w = &r["host_access"]["writable_mounts"];
+    assert_eq!(
+        w,
+        &serde_json::json!([{"mount_point": security, "fs_type": "securityfs"}])
+    );
+    assert_eq!(r["host_access"]["read_only"], serde_json::json!([root]));
+    let text = String::from_utf8_lossy(&run_check(true, "text").stdout).into_owned();
+    assert!(
+        text.contains(&format!(
+            "Host access:\n  runs under: no LSM label\n  host mounts: 1 WRITABLE under {}",
+            root.display()
+        )),
+        "{text}"
+    );
+    // Without native rebalancing /proc/irq is one of them.
+    let r = json(&run_check(false, "json"));
+    assert_eq!(
+        r["host_access"]["writable_mounts"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2,
+        "{}",
+        r["host_access"]
+    );
+    // The fixture as it is (no mountinfo): not checked, with why, and healthy.
+    let out = check_fixture("8cpu-balanced", &["--format", "json"]);
+    let r = json(&out);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        r["host_access"]["mounts_unchecked"]
+            .as_str()
+            .unwrap()
+            .contains("self/mountinfo"),
+        "{}",
+        r["host_access"]
+    );
+
+    // `run`: /status names them, the gauge counts them.
+    let mut server = common::start_server("nodemedic", "/healthz", |port, dir| {
+        let cfg = dir.join("nodemedic.toml");
+        std::fs::write(&cfg, "[probes]\nenabled = false\n").unwrap();
+        let mut cmd = Command::new(common::nodemedic_bin());
+        cmd.arg("--config")
+            .arg(&cfg)
+            .arg("--host-root")
+            .arg(root)
+            .arg("--web.listen-address")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("run")
+            .env_remove("NODEMEDIC_CONFIG")
+            .env("NO_COLOR", "1");
+        cmd
+    });
+    common::wait_for_samples(&mut server, 1);
+    let status: Value = serde_json::from_str(
+        &common::http_get(server.addr(), "/status", &[])
+            .unwrap()
+            .body,
+    )
+    .unwrap();
+    assert_eq!(
+        status["host_access"]["writable_mounts"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2,
+        "{}",
+        status["host_access"]
+    );
+    assert!(
+        status["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["kind"] == "host_mount_writable"),
+        "{}",
+        status["findings"]
+    );
+    let metrics = common::http_get(server.addr(), "/metrics", &[])
+        .unwrap()
+        .body;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "nodemedic_host_writable_mounts 2"),
+        "{metrics}"
+    );
+    assert!(
+        server.log().contains("host mounts"),
+        "the start logs it: {}",
+        server.log()
+    );
+}

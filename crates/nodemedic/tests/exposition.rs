@@ -703,6 +703,7 @@ fn exposition_perf_probes() {
         process: None,
         remediation: None,
         pressure: None,
+        host: None,
     };
     let (raw, _) = render(&input, &MetricsOptions::default(), Format::Text);
     for line in [

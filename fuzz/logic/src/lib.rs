@@ -4,7 +4,7 @@
 //! parser or here, is a bug.
 
 use nodemedic_kernel::{
-    cgroup, cpuset::CpuSet, device, interrupts, irqbalance, mounts, pid_stat, psi, softirqs,
+    cgroup, cpuset::CpuSet, device, interrupts, irqbalance, lsm, mounts, pid_stat, psi, softirqs,
     softnet, tuning,
 };
 
@@ -227,6 +227,25 @@ pub fn mountinfo(data: &[u8]) {
             );
         }
     }
+    // The writable host mounts: under a root asked about, not one meant to be writable,
+    // each mount point once; the text parses for both functions or for neither.
+    let roots = [root.to_path_buf()];
+    let meant = [root.join("proc/irq")];
+    let writable = mounts::writable_mounts(&text, &roots, &meant);
+    assert_eq!(
+        writable.is_ok(),
+        mounts::cgroup_mounts_under(&text, root, true).is_ok()
+    );
+    if let Ok(w) = writable {
+        for (i, m) in w.iter().enumerate() {
+            assert!(m.mount_point.starts_with(root), "{m:?}");
+            assert!(!meant.contains(&m.mount_point), "{m:?}");
+            assert!(
+                !w[..i].iter().any(|o| o.mount_point == m.mount_point),
+                "{m:?} named twice"
+            );
+        }
+    }
 }
 
 /// `/proc/cmdline`: every argument kept is one the text spells out, and the IOMMU request
@@ -332,6 +351,63 @@ pub fn cpuinfo(data: &[u8]) {
     }
 }
 
+/// The process's LSM attributes (`/proc/self/attr/apparmor/current`, `/proc/self/attr/current`,
+/// `/sys/kernel/security/lsm`, `/sys/fs/selinux/enforce`: the input's first four lines, and the
+/// whole input as each of them) and a D-Bus error message (the whole input): every label
+/// found is text of its file, a denial names it, and a D-Bus refusal is one the message names.
+pub fn lsm(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let mut lines = text.split('\n');
+    let split = lsm::LsmFiles {
+        apparmor_current: lines.next(),
+        current: lines.next(),
+        lsm: lines.next(),
+        selinux_enforce: lines.next(),
+    };
+    let whole = lsm::LsmFiles {
+        apparmor_current: Some(&text),
+        current: Some(&text),
+        lsm: Some(&text),
+        selinux_enforce: Some(&text),
+    };
+    for files in [split, whole] {
+        let c = lsm::LsmContext::from_files(&files);
+        let sources = [files.apparmor_current, files.current];
+        for l in &c.labels {
+            assert!(!l.label.is_empty());
+            assert!(
+                sources.iter().flatten().any(|s| s.contains(&l.label)),
+                "{l:?} is in no attribute file"
+            );
+            if let Some(active) = &c.active {
+                assert!(active.iter().any(|a| a == l.lsm.id()), "{l:?} not active");
+            }
+        }
+        for errno in [lsm::EACCES, lsm::EPERM, 2] {
+            match c.denial("read of /x", Some(errno)) {
+                Some(d) => {
+                    assert!(errno != 2);
+                    let l = c.refusing(Some(errno));
+                    assert!(
+                        l.is_some_and(|l| l.refuses() && d.contains(&l.label)),
+                        "{d}"
+                    );
+                    assert!(d.starts_with("read of /x denied by "), "{d}");
+                }
+                None => assert!(errno == 2 || c.labels.iter().all(|l| !l.refuses())),
+            }
+        }
+        if let Some(r) = lsm::dbus_refusal(lsm::DBUS_ACCESS_DENIED, &text) {
+            assert!(text.to_ascii_lowercase().contains(r.lsm.id()));
+            if let Some(s) = &r.sender_label {
+                assert!(text.contains(&format!("label=\"{s}\"")), "{s:?}");
+            }
+            let d = r.denial("Call(x)", &c);
+            assert!(d.starts_with("Call(x) denied by "), "{d}");
+        }
+    }
+}
+
 /// A fuzz entry point.
 pub type Target = fn(&[u8]);
 
@@ -352,4 +428,5 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("tuning_queue", tuning_queue),
     ("cpuinfo", cpuinfo),
     ("pid_stat", pid_stat),
+    ("lsm", lsm),
 ];

@@ -9,6 +9,7 @@ use nodemedic_kernel::cgroup::{
     classify, parse_cfs, parse_cpu_max, parse_cpu_stat, parse_cpuacct_usage, CgroupPressure,
     CgroupStats, Cgroups, Workload,
 };
+use nodemedic_kernel::lsm::LsmContext;
 use nodemedic_kernel::mounts::{cgroup_mounts_under, CgroupMounts};
 use nodemedic_kernel::psi;
 use nodemedic_sample::Snapshot;
@@ -126,6 +127,7 @@ impl CgroupsCollector {
     /// changed since and this is not a rescan, else a new walk's.
     fn list(
         &self,
+        reader: &Reader,
         walk_root: &Path,
         rescan: bool,
         warnings: &mut Vec<String>,
@@ -155,11 +157,12 @@ impl CgroupsCollector {
             walk_root,
             "",
             &self.selection,
+            reader.lsm(),
             &mut found,
             &mut walk_warnings,
             &mut on_dir,
         )
-        .map_err(|e| ReadError::from_io(walk_root, e))?;
+        .map_err(|e| reader.error(walk_root, e))?;
         // In the map's order, so that each reading's map is built without searching it
         // ([`read_all`]). Compared a word at a time: the paths share their first 70 bytes.
         found.sort_unstable_by(|a, b| nodemedic_kernel::bytes::cmp(a.0.as_bytes(), b.0.as_bytes()));
@@ -231,7 +234,7 @@ impl Collector for CgroupsCollector {
             ));
             return Ok(out);
         };
-        let found = self.list(&walk_root, ctx.rescan, &mut out.warnings)?;
+        let found = self.list(ctx.reader, &walk_root, ctx.rescan, &mut out.warnings)?;
         let groups = read_all(ctx.reader, &mounts, found, &mut out.warnings);
         let cpu_usage_us = node_cpu_usage(ctx.reader, &mounts, &mut out.warnings);
         let cgroups = Arc::new(Cgroups {
@@ -357,11 +360,13 @@ fn discover(root: &Path) -> CgroupMounts {
 
 /// Lists the watched cgroups under `dir` (relative path `rel`). Only the root's listing
 /// failing is an error; a subtree that vanished or cannot be listed is a warning.
-/// `on_dir` is called with every directory before it is listed.
+/// `on_dir` is called with every directory before it is listed. A listing refused under
+/// `lsm` names the module.
 fn walk(
     base: &Path,
     rel: &str,
     selection: &CgroupSelection,
+    lsm: &LsmContext,
     found: &mut Vec<(String, Workload)>,
     warnings: &mut Vec<String>,
     on_dir: &mut dyn FnMut(&Path),
@@ -377,7 +382,10 @@ fn walk(
         Err(e) if rel.is_empty() => return Err(e),
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
         Err(e) => {
-            warnings.push(format!("{}: cannot list: {e}", dir.display()));
+            warnings.push(match lsm.denial("listing", e.raw_os_error()) {
+                Some(denied) => format!("{}: {denied}", dir.display()),
+                None => format!("{}: cannot list: {e}", dir.display()),
+            });
             return Ok(());
         }
     };
@@ -410,7 +418,7 @@ fn walk(
             found.push((child.clone(), workload));
         }
         if descend {
-            walk(base, &child, selection, found, warnings, on_dir)?;
+            walk(base, &child, selection, lsm, found, warnings, on_dir)?;
         }
     }
     Ok(())
@@ -785,6 +793,7 @@ mod tests {
             root,
             "",
             &CgroupSelection::default(),
+            &LsmContext::default(),
             &mut found,
             &mut warnings,
             &mut |_| {},

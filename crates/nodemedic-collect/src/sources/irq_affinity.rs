@@ -10,7 +10,6 @@ use nodemedic_sample::snapshot::IrqAffinity;
 use nodemedic_sample::Snapshot;
 
 use super::complete;
-use crate::fsread::read_dir;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError, Reader};
 
 /// `/proc/irq/N/{smp_affinity,effective_affinity,node}`.
@@ -143,7 +142,9 @@ impl Collector for IrqAffinityCollector {
         let dir = ctx.paths.procfs.join("irq");
         let mut listed = self.listed.lock().unwrap_or_else(|p| p.into_inner());
         if ctx.rescan || listed.is_empty() {
-            *listed = read_dir(&dir)?
+            *listed = ctx
+                .reader
+                .read_dir(&dir)?
                 .flatten()
                 .filter_map(|e| e.file_name().to_str()?.parse().ok())
                 .collect();

@@ -15,7 +15,6 @@ use nodemedic_kernel::CpuSet;
 use nodemedic_sample::Snapshot;
 
 use super::RescanCache;
-use crate::fsread::read_dir;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError, Reader};
 
 /// Channels and rings of one interface, as the driver reports them.
@@ -541,8 +540,8 @@ fn word(reader: &Reader, path: &Path, warnings: &mut Vec<String>) -> Option<Stri
 
 /// The entries of a directory, sorted by name; empty when it does not exist (a warning when
 /// it exists but cannot be listed).
-fn entries(dir: &Path, warnings: &mut Vec<String>) -> Vec<(String, PathBuf)> {
-    let list = match read_dir(dir) {
+fn entries(r: &Reader, dir: &Path, warnings: &mut Vec<String>) -> Vec<(String, PathBuf)> {
+    let list = match r.read_dir(dir) {
         Ok(l) => l,
         Err(e) if e.is_missing() => return Vec::new(),
         Err(e) => {
@@ -620,7 +619,7 @@ fn read_settings(
     };
     s.iommu_groups = iommu_groups(r, &sys.join("kernel/iommu_groups"), w);
     s.iommu_groups_present = !s.iommu_groups.is_empty();
-    for (name, path) in entries(&cpu.join("vulnerabilities"), w) {
+    for (name, path) in entries(r, &cpu.join("vulnerabilities"), w) {
         let text = optional(
             r,
             &path,
@@ -652,14 +651,14 @@ fn read_settings(
 
 fn iommu_groups(r: &Reader, dir: &Path, w: &mut Vec<String>) -> Vec<IommuGroup> {
     let mut groups = Vec::new();
-    for (name, path) in entries(dir, w) {
+    for (name, path) in entries(r, dir, w) {
         let Ok(id) = name.parse::<u32>() else {
             continue;
         };
         // `type` appeared in Linux 5.2; a group without it is still a group.
         let domain = optional(r, &path.join("type"), tuning::parse_iommu_group_type, w)
             .unwrap_or_else(|| tuning::IommuDomain::Unknown(String::new()));
-        let devices = entries(&path.join("devices"), w)
+        let devices = entries(r, &path.join("devices"), w)
             .into_iter()
             .map(|(d, _)| d)
             .collect();
@@ -677,7 +676,7 @@ fn cpufreq(r: &Reader, dir: &Path, w: &mut Vec<String>) -> Vec<CpufreqPolicy> {
     let mut out = Vec::new();
     // One cpufreq driver serves every policy: its name is read once, not 256 times.
     let mut driver: Option<Option<String>> = None;
-    for (name, path) in entries(dir, w) {
+    for (name, path) in entries(r, dir, w) {
         let Some(policy) = tuning::parse_indexed(&name, "policy") else {
             continue;
         };
@@ -717,7 +716,7 @@ fn cpuidle(r: &Reader, cpu: &Path, first_cpu: u32, w: &mut Vec<String>) -> Optio
         governor,
         ..Default::default()
     };
-    for (name, path) in entries(&cpu.join(format!("cpu{first_cpu}/cpuidle")), w) {
+    for (name, path) in entries(r, &cpu.join(format!("cpu{first_cpu}/cpuidle")), w) {
         let Some(index) = tuning::parse_indexed(&name, "state") else {
             continue;
         };
@@ -754,7 +753,7 @@ fn nics(
     w: &mut Vec<String>,
 ) -> BTreeMap<String, NicSettings> {
     let mut out = BTreeMap::new();
-    for (name, path) in entries(class, w) {
+    for (name, path) in entries(r, class, w) {
         // Only interfaces backed by a device: a Kubernetes node has hundreds of veths, and
         // bridges, bonds and tunnels have no queues of their own to tune.
         if !path.join("device").exists() {
@@ -769,7 +768,7 @@ fn nics(
             channels: Queried::Absent("not queried".into()),
             rings: Queried::Absent("not queried".into()),
         };
-        for (q, qpath) in entries(&path.join("queues"), w) {
+        for (q, qpath) in entries(r, &path.join("queues"), w) {
             match tuning::parse_queue_name(&q) {
                 Some(QueueName::Rx(n)) => {
                     nic.rx_queues += 1;
