@@ -1195,7 +1195,7 @@ def apparmor_localhost():
         assert counts == {"done": 0, "failed_permission": 1}, counts
         logs = kubectl("logs", "-n", NAMESPACE, pod["metadata"]["name"]).stdout
         refused = [l for l in logs.splitlines() if "action=native_rebalance" in l and "failed_permission" in l]
-        assert refused and "denied by AppArmor (profile nodemedic)" in refused[0], refused
+        assert refused and "denied by AppArmor (profile nodemedic, enforce mode)" in refused[0], refused
         denied = apparmor_denials("nodemedic")
         assert denied and all(re.search(r'name="/host/proc/irq/[0-9]+/smp_affinity', l) for l in denied), denied
         assert spread() == 1, "the IRQs moved under a profile that refuses the write"

@@ -58,7 +58,7 @@ apparmor_native() {
         bash -c "$(declare -f audit_count); [ \$(audit_count native_rebalance failed_permission) -ge 1 ]"
     journalctl -u nodemedic -o cat --no-pager | grep 'remediation decision' | grep 'action=native_rebalance' | tail -n 2
     check native_denied_in_kernel_log bash -c "journalctl -k -o cat --no-pager | grep 'apparmor=\"DENIED\"' | grep 'profile=\"nodemedic\"' | grep -q 'name=\"/proc/irq/[0-9]*/smp_affinity'"
-    check native_denied_named bash -c "journalctl -u nodemedic -o cat --no-pager | grep 'action=native_rebalance' | grep -q 'denied by AppArmor (profile nodemedic)'"
+    check native_denied_named bash -c "journalctl -u nodemedic -o cat --no-pager | grep 'action=native_rebalance' | grep -q 'denied by AppArmor (profile nodemedic, enforce mode)'"
     check native_denied_nothing_moved [ "$(distinct)" -eq 1 ]
     echo "after the refused write: $(affinities)"
     # The profile that allows them, as the package's drop-in selects it.
