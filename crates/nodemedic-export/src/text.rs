@@ -46,15 +46,7 @@ pub fn render_text(r: &CheckReport) -> String {
 /// writable one is a finding, said in full under Findings).
 fn host_access_text(o: &mut String, h: &nodemedic_sample::host::HostAccess) {
     let _ = writeln!(o, "\nHost access:");
-    let labels: Vec<String> = h
-        .lsm
-        .labels
-        .iter()
-        .map(|l| match &l.mode {
-            Some(mode) => format!("{} {} ({mode})", l.lsm.name(), l.label),
-            None => format!("{} {}", l.lsm.name(), l.label),
-        })
-        .collect();
+    let labels: Vec<String> = h.lsm.labels.iter().map(ToString::to_string).collect();
     let active = h
         .lsm
         .active

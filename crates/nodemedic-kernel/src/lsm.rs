@@ -64,6 +64,18 @@ pub struct Label {
     pub mode: Option<String>,
 }
 
+/// `AppArmor cri-containerd.apparmor.d (enforce)`, `SELinux system_u:system_r:spc_t:s0
+/// (enforcing)`: the module's name, the label, and its mode where known.
+impl std::fmt::Display for Label {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.lsm.name(), self.label)?;
+        match &self.mode {
+            Some(mode) => write!(f, " ({mode})"),
+            None => Ok(()),
+        }
+    }
+}
+
 /// AppArmor modes in which a profile refuses what it does not allow. `mixed` is a stack of
 /// profiles in different modes, of which at least one is not complaining.
 const APPARMOR_REFUSING_MODES: [&str; 4] = ["enforce", "kill", "mixed", "prompt"];

@@ -122,14 +122,7 @@ async fn serve(config: Config, faults: Faults, files: FileLimit) -> anyhow::Resu
 /// The LSM labels of the process for the start line: `AppArmor cri-containerd.apparmor.d
 /// (enforce)`, or `none`.
 fn lsm_labels(lsm: &nodemedic_kernel::lsm::LsmContext) -> String {
-    let labels: Vec<String> = lsm
-        .labels
-        .iter()
-        .map(|l| match &l.mode {
-            Some(mode) => format!("{} {} ({mode})", l.lsm.name(), l.label),
-            None => format!("{} {}", l.lsm.name(), l.label),
-        })
-        .collect();
+    let labels: Vec<String> = lsm.labels.iter().map(ToString::to_string).collect();
     if labels.is_empty() {
         "none".into()
     } else {

@@ -10,7 +10,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{helm, nodemedic_bin, render, workspace_root};
+use common::{helm_template, nodemedic_bin, render, workspace_root};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{
     Container, HostPathVolumeSource, Namespace, PodSpec, Probe, VolumeMount,
@@ -290,12 +290,7 @@ fn privileges_mounts_and_rbac_follow_the_features() {
     );
     assert!(host_path(&sub_pod, "cgroup").is_none());
     // Any other value is refused when rendering, not taken as one of the two.
-    let bad = Command::new(helm())
-        .args(["template", "nodemedic", "deploy/helm/nodemedic"])
-        .args(["--set", "cgroupMount=readOnly"])
-        .current_dir(workspace_root())
-        .output()
-        .unwrap();
+    let bad = helm_template(&["cgroupMount=readOnly"]);
     assert!(!bad.status.success());
     assert!(
         String::from_utf8_lossy(&bad.stderr)
@@ -405,13 +400,7 @@ fn a_release_from_before_a_value_existed_renders_with_its_default() {
 
 /// `helm template` with `set` that must fail: its stderr.
 fn render_error(set: &[&str]) -> String {
-    let mut cmd = Command::new(helm());
-    cmd.args(["template", "nodemedic", "deploy/helm/nodemedic"])
-        .current_dir(workspace_root());
-    for s in set {
-        cmd.args(["--set", s]);
-    }
-    let out = cmd.output().unwrap();
+    let out = helm_template(set);
     assert!(!out.status.success(), "{set:?} rendered");
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
@@ -784,17 +773,7 @@ fn web_config_secret_is_mounted_passed_and_probed_accordingly() {
     assert_eq!(ds.matches("tcpSocket:").count(), 2, "{ds}");
     assert!(!ds.contains("httpGet"), "{ds}");
 
-    let out = Command::new(helm())
-        .args(["template", "nodemedic", "deploy/helm/nodemedic"])
-        .args([
-            "--set",
-            "webConfig.secretName=x",
-            "--set",
-            "webConfig.probe=http",
-        ])
-        .current_dir(workspace_root())
-        .output()
-        .unwrap();
+    let out = helm_template(&["webConfig.secretName=x", "webConfig.probe=http"]);
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("webConfig.probe must be https or tcp"),

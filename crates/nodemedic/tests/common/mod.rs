@@ -598,15 +598,20 @@ pub fn helm() -> &'static PathBuf {
     })
 }
 
-/// `helm template nodemedic deploy/helm/nodemedic --set …`.
-pub fn render(set: &[&str]) -> String {
+/// `helm template nodemedic deploy/helm/nodemedic --set …`, run: its output, whatever it was.
+pub fn helm_template(set: &[&str]) -> std::process::Output {
     let mut cmd = Command::new(helm());
     cmd.args(["template", "nodemedic", "deploy/helm/nodemedic"])
         .current_dir(workspace_root());
     for s in set {
         cmd.args(["--set", s]);
     }
-    let out = cmd.output().unwrap();
+    cmd.output().unwrap()
+}
+
+/// `helm template nodemedic deploy/helm/nodemedic --set …`, which must render.
+pub fn render(set: &[&str]) -> String {
+    let out = helm_template(set);
     assert!(
         out.status.success(),
         "helm template {set:?}: {}",
