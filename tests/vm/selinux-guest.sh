@@ -1,0 +1,473 @@
+#!/usr/bin/env bash
+# Guest side of the SELinux experiment (issue 52, point 4), run as test.sh by tests/vm/run.sh in
+# the Debian 13 guest that tests/vm/selinux-e2e.sh builds: selinux-policy-default (Debian's
+# refpolicy) enforcing, its files labelled before boot, auditd, Debian's containerd 1.7 and runc.
+#
+# nodemedic runs in each domain it would get on such a node, and each feature's outcome is
+# measured there, with the AVC denials (auditd's log) of that domain:
+#   service    the .deb's layout (/usr/bin/nodemedic, its unit, /etc/nodemedic) under systemd:
+#              whatever domain Debian's policy gives it
+#   container  container_t with an MCS pair, under containerd (ctr run, containerd's shim and
+#              runc), with the labels containerd's CRI would take from lxc_contexts (process
+#              container_t, files container_file_t, the same categories) and the chart's mounts
+#   spc        spc_t, the type Cilium and Datadog select (seLinuxOptions.type), same mounts
+# Features: the reads (/proc/interrupts, /proc/irq, /sys, cgroups, /proc/pressure: each
+# collector's nodemedic_scrape_collector_success), the eBPF probes (bpf(), perf_event_open:
+# nodemedic_probe_up), irqbalance's restart over the host's system D-Bus (TryRestartUnit, in an
+# incident replayed as in nodemedic-guest.sh) and native rebalancing (smp_affinity_list writes).
+# Each outcome is compared with EXPECT below (what the recorded run measured): a difference is a
+# FAIL line. Files expected in the share: nodemedic (static), nodemedic.service,
+# native-rebalance.conf, nodemedic.toml (the VM test's windows).
+set -uo pipefail
+H=${HOST_DIR:-/mnt/host}
+W=/var/lib/nm-selinux
+pass=0
+fail=0
+check() {
+    local name=$1
+    shift
+    if "$@"; then
+        echo "PASS $name"
+        pass=$((pass + 1))
+    else
+        echo "FAIL $name"
+        fail=$((fail + 1))
+    fi
+}
+finish() {
+    echo "== the table (domain feature outcome)"
+    cat "$W/results" 2>/dev/null
+    echo "$pass passed, $fail failed"
+    [ "$fail" -eq 0 ]
+    exit
+}
+wait_for() { # seconds description command...
+    local limit=$1 what=$2 start
+    shift 2
+    start=$(date +%s)
+    until "$@"; do
+        if [ $(($(date +%s) - start)) -ge "$limit" ]; then
+            echo "timed out after ${limit}s waiting for $what"
+            return 1
+        fi
+        sleep 1
+    done
+    echo "after $(($(date +%s) - start))s: $what"
+}
+
+# What the recorded run measured, per domain and feature: allowed or denied. A domain's
+# outcome that differs fails its check (the AVC lines are printed either way).
+declare -A EXPECT=(
+    [service:interrupts]=allowed [service:irq_read]=allowed [service:sysfs]=allowed
+    [service:cgroups]=allowed [service:pressure]=allowed [service:probes]=allowed
+    [service:dbus_restart]=allowed [service:affinity_write]=allowed
+    [container:interrupts]=allowed [container:irq_read]=allowed [container:sysfs]=allowed
+    [container:cgroups]=allowed [container:pressure]=allowed [container:probes]=denied
+    [container:dbus_restart]=denied [container:affinity_write]=denied
+    [spc:interrupts]=allowed [spc:irq_read]=allowed [spc:sysfs]=allowed
+    [spc:cgroups]=allowed [spc:pressure]=allowed [spc:probes]=allowed
+    [spc:dbus_restart]=allowed [spc:affinity_write]=allowed
+)
+mkdir -p "$W"
+: >"$W/results"
+record() { # domain feature outcome evidence...
+    local d=$1 f=$2 o=$3
+    shift 3
+    printf '%-10s %-15s %-8s %s\n' "$d" "$f" "$o" "$*" >>"$W/results"
+    echo "  $d $f: $o ($*)"
+    check "${d}_${f}_${EXPECT[$d:$f]:-unexpected}" [ "$o" = "${EXPECT[$d:$f]:-none}" ]
+}
+
+# --- the AVC log ---------------------------------------------------------------------------
+# auditd keeps the kernel's AVC records and the userspace ones (USER_AVC: dbus-daemon's and
+# systemd's own checks); without it they are in the kernel log.
+AUDIT_LOG=/var/log/audit/audit.log
+avc_mark() { # -> a position in the log
+    if [ -s "$AUDIT_LOG" ]; then wc -l <"$AUDIT_LOG"; else journalctl -k -o cat --no-pager | wc -l; fi
+}
+avc_since() { # mark [type] -> the AVC records since mark (of the domain type if given)
+    local lines
+    if [ -s "$AUDIT_LOG" ]; then
+        lines=$(tail -n +"$(($1 + 1))" "$AUDIT_LOG")
+    else
+        lines=$(journalctl -k -o cat --no-pager | tail -n +"$(($1 + 1))")
+    fi
+    printf '%s\n' "$lines" | grep -E 'type=(AVC|USER_AVC|SELINUX_ERR)|avc: ' |
+        grep -E "scontext=[^ ]*:${2:-[a-z_]+}:" || true
+}
+# The AVC lines of one feature, by what was denied (tclass, target type, path).
+avc_of() { # feature (from stdin: the domain's AVC lines)
+    case "$1" in
+    interrupts) grep -E 'name="interrupts"|path="/(host/)?proc/interrupts"' ;;
+    irq_read) grep -E 'tcontext=[^ ]*:sysctl_irq_t' | grep -vE '\{ [^}]*write' ;;
+    affinity_write) grep -E 'tcontext=[^ ]*:sysctl_irq_t' | grep -E '\{ [^}]*(write|append)' ;;
+    sysfs) grep -E 'tcontext=[^ ]*:sysfs[a-z_]*_t' ;;
+    cgroups) grep -E 'tcontext=[^ ]*:(cgroup_t|memory_pressure_t)' ;;
+    pressure) grep -E 'name="(pressure|cpu|io|memory|irq)".*tcontext=[^ ]*:proc_t|path="/(host/)?proc/pressure' ;;
+    probes) grep -E 'tclass=(bpf|perf_event)|\{ (bpf|perfmon) \}|tcontext=[^ ]*:(bpf_t|tracefs_t|debugfs_t)' ;;
+    dbus_restart) grep -E 'tclass=(dbus|service|system)|tcontext=[^ ]*:(system_dbusd_t|system_dbusd_runtime_t|init_t|irqbalance_unit_t)' ;;
+    esac
+}
+
+# --- the node -----------------------------------------------------------------------------
+echo "guest: $(uname -r), $(. /etc/os-release && echo "$PRETTY_NAME"), $(systemctl --version | head -n1)"
+sestatus | sed 's/^/  /'
+check selinux_enforcing [ "$(getenforce)" = Enforcing ]
+check policy_is_debians_default bash -c "sestatus | grep -Eq 'Loaded policy name: +default'"
+check policy_has_mcs bash -c "sestatus | grep -Eq 'Policy MLS status: +enabled'"
+echo "policy package: $(dpkg-query -W -f '${Package} ${Version}' selinux-policy-default)"
+modules=$(semodule -l)
+echo "modules (of $(echo "$modules" | wc -l)): $(echo "$modules" | grep -xE 'container|crio|docker|kubernetes|podman|unconfined|irqbalance|dbus' | paste -sd' ' -)"
+check container_module bash -c "echo '$modules' | grep -qx container"
+check unconfined_module bash -c "echo '$modules' | grep -qx unconfined"
+echo "lxc_contexts:"
+sed 's/^/  /' /etc/selinux/default/contexts/lxc_contexts
+check lxc_contexts_container_t grep -q '^process = "system_u:system_r:container_t:s0"' /etc/selinux/default/contexts/lxc_contexts
+echo "this script runs as $(cat /proc/self/attr/current)"
+echo "labels: $(ls -Z /usr/bin/containerd /usr/sbin/runc /usr/bin/ctr /usr/sbin/irqbalance /run/dbus/system_bus_socket 2>&1 | paste -sd';' -)"
+echo "processes: $(ps -eo label,comm | grep -E 'systemd$|dbus-daemon|irqbalance|containerd$|auditd' | awk '{print $2"="$1}' | paste -sd' ' -)"
+check auditd_running systemctl -q is-active auditd
+check irqbalance_running systemctl -q is-active irqbalance
+# Denials from the boot (the policy's gaps for the guest itself), for the record.
+boot_avcs=$(avc_since 0)
+echo "AVC records before the test: $(echo "$boot_avcs" | grep -c . ) (types: $(echo "$boot_avcs" | grep -o 'scontext=[^ ]*' | cut -d: -f3 | sort | uniq -c | sort -rn | head -n 8 | awk '{print $2"×"$1}' | paste -sd' ' -))"
+
+# --- the NIC's queue IRQs, for the incident -------------------------------------------------
+find_nic() {
+    local d
+    for d in /sys/class/net/*; do
+        if [ "$(basename "$(readlink -f "$d/device/driver" 2>/dev/null)")" = virtio_net ]; then
+            basename "$d"
+            return 0
+        fi
+    done
+    return 1
+}
+modprobe virtio_net 2>/dev/null || true
+check nic_found wait_for 60 "the virtio-net NIC" find_nic
+nic=$(find_nic)
+vdev=$(basename "$(readlink -f "/sys/class/net/$nic/device")")
+mapfile -t IRQS < <(awk -v d="$vdev" '$NF ~ "^"d"-(input|output)\\." {sub(":","",$1); print $1}' /proc/interrupts)
+echo "NIC $nic = $vdev, queue IRQs: ${IRQS[*]}"
+pin_to_cpu0() {
+    local irq
+    for irq in "${IRQS[@]}"; do echo 1 >"/proc/irq/$irq/smp_affinity"; done
+}
+distinct() {
+    local irq
+    for irq in "${IRQS[@]}"; do cat "/proc/irq/$irq/smp_affinity_list"; done | sort -u | wc -l
+}
+affinities() {
+    local irq
+    for irq in "${IRQS[@]}"; do printf '%s:%s ' "$irq" "$(cat "/proc/irq/$irq/smp_affinity_list")"; done
+}
+
+# --- one nodemedic, its metrics and its decisions ------------------------------------------
+PORT=9847
+metrics() { curl -fsS --max-time 20 "http://127.0.0.1:$PORT/metrics"; }
+decisions() { # -> the daemon's remediation decisions so far (its log: $1)
+    grep 'remediation decision' "$1" 2>/dev/null || true
+}
+outcomes() { # domain type log: the reads and the probes, from /metrics and the log
+    local d=$1 t=$2 log=$3 m avcs c ok evidence
+    m=$(metrics)
+    echo "$m" | grep -E '^nodemedic_(scrape_collector_success|probe_up|probe_attach)' | sed 's/^/    /'
+    avcs=$(avc_since "$MARK" "$t")
+    # Each read feature: its collectors' success, and no AVC denial of it.
+    for pair in interrupts:interrupts irq_read:irq sysfs:'(net|cpu|topology|pci)' cgroups:cgroup pressure:pressure; do
+        local f=${pair%%:*} re=${pair#*:}
+        c=$(echo "$m" | grep -E "^nodemedic_scrape_collector_success\{collector=\"[a-z_]*${re}[a-z_]*\"\}" || true)
+        ok=allowed
+        echo "$c" | grep -qE ' 0$' && ok=denied
+        [ -n "$(echo "$avcs" | avc_of "$f")" ] && ok=denied
+        [ -n "$c" ] || [ "$ok" = denied ] || ok=allowed
+        evidence=$(echo "$c" | sed -E 's/nodemedic_scrape_collector_success\{collector="([^"]*)"\} /\1=/' | paste -sd, -)
+        record "$d" "$f" "$ok" "collectors ${evidence:-none matched}; AVC: $(echo "$avcs" | avc_of "$f" | head -n1)"
+    done
+    local up
+    up=$(echo "$m" | grep -cE '^nodemedic_probe_up\{.*\} 1$' || true)
+    ok=denied
+    [ "$up" -ge 4 ] && ok=allowed
+    record "$d" probes "$ok" "$up probes up; log: $(grep -iE 'probe' "$log" | grep -iE 'denied|permission|not permitted|EPERM|EACCES|fail' | head -n1 | cut -c1-300); AVC: $(echo "$avcs" | avc_of probes | head -n1)"
+}
+incident() { # domain type log: irqbalance frozen, the IRQs pinned; the restart over D-Bus
+    local d=$1 t=$2 log=$3 avcs res
+    systemctl kill -s STOP irqbalance
+    pin_to_cpu0
+    echo "  pinned: $(affinities)"
+    wait_for 90 "an irqbalance_restart decision" bash -c "grep 'remediation decision' '$log' | grep -q 'action=irqbalance_restart'" || true
+    sleep 2
+    decisions "$log" | sed 's/^/    /'
+    res=$(decisions "$log" | grep 'action=irqbalance_restart' | head -n1 | grep -oE 'result=[a-z_]+' || echo 'result=none')
+    avcs=$(avc_since "$MARK" "$t")
+    local ok=denied
+    [ "$res" = result=done ] && ok=allowed
+    record "$d" dbus_restart "$ok" "$res; $(decisions "$log" | grep 'action=irqbalance_restart' | head -n1 | grep -oE '(reason|error|detail)=[^ ].*' | cut -c1-300); AVC: $(echo "$avcs" | avc_of dbus_restart | head -n1)"
+    systemctl kill -s CONT irqbalance 2>/dev/null || true
+    systemctl restart irqbalance
+}
+native() { # domain type log: irqbalance stopped, the IRQs pinned; nodemedic writes the affinity
+    local d=$1 t=$2 log=$3 avcs res
+    pin_to_cpu0
+    echo "  pinned: $(affinities)"
+    wait_for 90 "a native_rebalance decision" bash -c "grep 'remediation decision' '$log' | grep -q 'action=native_rebalance'" || true
+    sleep 2
+    decisions "$log" | sed 's/^/    /'
+    res=$(decisions "$log" | grep 'action=native_rebalance' | head -n1 | grep -oE 'result=[a-z_]+' || echo 'result=none')
+    echo "  after: $(affinities) ($(distinct) distinct)"
+    avcs=$(avc_since "$MARK" "$t")
+    local ok=denied
+    [ "$res" = result=done ] && ok=allowed
+    record "$d" affinity_write "$ok" "$res, $(distinct) CPUs after; AVC: $(echo "$avcs" | avc_of affinity_write | head -n1)"
+}
+show_avcs() { # domain type
+    local avcs
+    avcs=$(avc_since "$MARK" "$2")
+    echo "  AVC records of $2 in this run: $(echo "$avcs" | grep -c .)"
+    echo "$avcs" | sed 's/^/    /' | head -n 60
+}
+
+# The configuration, as the chart's ConfigMap makes it (host paths under /host, the container's
+# own /sys on the host network, D-Bus through the mounted socket, no systemctl), with the VM
+# test's windows.
+container_config() { # native: true|false
+    cat <<EOF
+sample_interval = "1s"
+[web]
+listen_address = "127.0.0.1:$PORT"
+[paths]
+host_root = "/host"
+sysfs = "/sys"
+cgroupfs = "/host/sys/fs/cgroup"
+[detector.collapse]
+raise_after = 2
+clear_after = 2
+[remediation]
+mode = "on"
+cooldown = "60s"
+verify_after = "25s"
+[remediation.irqbalance]
+enabled = true
+dbus_socket = "/host/run/dbus/system_bus_socket"
+systemctl_fallback = false
+[remediation.native]
+enabled = $1
+require_hurting = false
+[probes]
+enabled = true
+EOF
+}
+# The OCI spec containerd's CRI would give the chart's pod (hostNetwork, root without
+# privileges: CAP_BPF and CAP_PERFMON only, no new privileges, read-only rootfs, the host's
+# /proc, cgroup tree, /run/dbus, /etc/default and dpkg's database read-only under /host), with
+# the SELinux labels set as the CRI plugin sets them: process and mount label.
+spec() { # rootfs process-label mount-label native
+    local irqmount=
+    [ "$4" = true ] && irqmount='{"destination": "/host/proc/irq", "type": "bind", "source": "/proc/irq", "options": ["rbind", "rw"]},'
+    cat <<EOF
+{
+  "ociVersion": "1.0.2",
+  "process": {
+    "terminal": false,
+    "user": {"uid": 0, "gid": 0},
+    "args": ["/nodemedic", "run"],
+    "env": ["PATH=/", "NODEMEDIC_CONFIG=/etc/nodemedic/nodemedic.toml"],
+    "cwd": "/",
+    "capabilities": {
+      "bounding": ["CAP_BPF", "CAP_PERFMON"],
+      "effective": ["CAP_BPF", "CAP_PERFMON"],
+      "permitted": ["CAP_BPF", "CAP_PERFMON"]
+    },
+    "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1048576, "soft": 1048576}],
+    "noNewPrivileges": true,
+    "selinuxLabel": "$2"
+  },
+  "root": {"path": "$1", "readonly": true},
+  "hostname": "nodemedic",
+  "mounts": [
+    {"destination": "/proc", "type": "proc", "source": "proc", "options": ["nosuid", "noexec", "nodev"]},
+    {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+    {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", "ro"]},
+    {"destination": "/host/proc", "type": "bind", "source": "/proc", "options": ["rbind", "ro"]},
+    $irqmount
+    {"destination": "/host/sys/fs/cgroup", "type": "bind", "source": "/sys/fs/cgroup", "options": ["rbind", "ro"]},
+    {"destination": "/host/run/dbus", "type": "bind", "source": "/run/dbus", "options": ["rbind", "ro"]},
+    {"destination": "/host/etc/default", "type": "bind", "source": "/etc/default", "options": ["rbind", "ro"]},
+    {"destination": "/host/var/lib/dpkg", "type": "bind", "source": "/var/lib/dpkg", "options": ["rbind", "ro"]}
+  ],
+  "linux": {
+    "namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}, {"type": "cgroup"}],
+    "cgroupsPath": "/nm-selinux/$(basename "$1")",
+    "resources": {"devices": [{"allow": false, "access": "rwm"}]},
+    "maskedPaths": ["/proc/kcore", "/proc/keys", "/proc/timer_list", "/sys/firmware"],
+    "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"],
+    "mountLabel": "$3"
+  }
+}
+EOF
+}
+rootfs() { # dir file-label native -> the image's content: the binary, its configuration
+    rm -rf "$1"
+    mkdir -p "$1"/{proc,dev,sys,etc/nodemedic,host/proc,host/sys/fs/cgroup,host/run/dbus,host/etc/default,host/var/lib/dpkg}
+    install -m 0755 "$H/nodemedic" "$1/nodemedic"
+    container_config "$3" >"$1/etc/nodemedic/nodemedic.toml"
+    chcon -R "$2" "$1"
+}
+# One container run: nodemedic under ctr (containerd's shim and runc), its log in $W/NAME.log.
+ctr_start() { # name domain-label file-label native
+    local name=$1 log="$W/$1.log"
+    rootfs "$W/$name" "$3" "$4"
+    spec "$W/$name" "$2" "$3" "$4" >"$W/$name.json"
+    ctr -n nm-selinux run --config "$W/$name.json" "$name" >"$log" 2>&1 &
+    if ! wait_for 90 "$name serving /metrics" bash -c "curl -fsS --max-time 5 http://127.0.0.1:$PORT/metrics >/dev/null"; then
+        echo "  $name's output:"
+        sed 's/^/    /' "$log" | tail -n 30
+        return 1
+    fi
+    local pid
+    pid=$(ctr -n nm-selinux task ls 2>/dev/null | awk -v n="$name" '$1 == n { print $2 }')
+    LABEL=$(tr -d '\0' <"/proc/$pid/attr/current" 2>/dev/null)
+    echo "  $name: pid $pid, label $LABEL"
+}
+ctr_stop() { # name
+    ctr -n nm-selinux task kill -s TERM "$1" >/dev/null 2>&1 || true
+    wait_for 30 "$1 to exit" bash -c "! ctr -n nm-selinux task ls -q 2>/dev/null | grep -qx '$1'" >/dev/null ||
+        ctr -n nm-selinux task kill -s KILL "$1" >/dev/null 2>&1
+    sleep 1
+    ctr -n nm-selinux task rm -f "$1" >/dev/null 2>&1 || true
+    ctr -n nm-selinux container rm "$1" >/dev/null 2>&1 || true
+}
+settle() { # the IRQs spread again by a fresh irqbalance before the next run
+    systemctl kill -s CONT irqbalance 2>/dev/null || true
+    systemctl restart irqbalance
+    wait_for 40 "irqbalance's spread" bash -c "[ \$(for i in ${IRQS[*]}; do cat /proc/irq/\$i/smp_affinity_list; done | sort -u | wc -l) -ge 2 ]" >/dev/null || true
+}
+
+# --- 1. the .deb's service -------------------------------------------------------------------
+echo "== the service: the .deb's files, its unit, under systemd"
+MARK=$(avc_mark)
+install -m 0755 "$H/nodemedic" /usr/bin/nodemedic
+install -D -m 0644 "$H/nodemedic.toml" /etc/nodemedic/nodemedic.toml
+install -D -m 0644 "$H/nodemedic.service" /usr/lib/systemd/system/nodemedic.service
+restorecon -RF /usr/bin/nodemedic /etc/nodemedic /usr/lib/systemd/system/nodemedic.service
+echo "  files: $(ls -Z /usr/bin/nodemedic /etc/nodemedic/nodemedic.toml /usr/lib/systemd/system/nodemedic.service | paste -sd';' -)"
+systemctl daemon-reload
+check service_starts systemctl start nodemedic
+check service_serving wait_for 60 "the service's /metrics" bash -c "curl -fsS --max-time 5 http://127.0.0.1:$PORT/metrics >/dev/null"
+spid=$(systemctl show -p MainPID --value nodemedic)
+SVC_LABEL=$(tr -d '\0' <"/proc/$spid/attr/current")
+SVC_TYPE=$(echo "$SVC_LABEL" | cut -d: -f3)
+echo "  the service's label: $SVC_LABEL"
+check service_domain_label [ -n "$SVC_TYPE" ]
+journalctl -u nodemedic -o cat --no-pager >"$W/service.log"
+check service_sampled wait_for 60 "three samples" bash -c "curl -fsS http://127.0.0.1:$PORT/metrics | grep -qE '^nodemedic_samples_total [3-9]'"
+check service_probes_settled wait_for 90 "the probes attached or given up" bash -c "curl -fsS http://127.0.0.1:$PORT/metrics | grep -q '^nodemedic_probe_up'"
+journalctl -u nodemedic -o cat --no-pager >"$W/service.log"
+outcomes service "$SVC_TYPE" "$W/service.log"
+systemctl kill -s STOP irqbalance
+pin_to_cpu0
+echo "  pinned: $(affinities)"
+wait_for 90 "an irqbalance_restart decision" bash -c "journalctl -u nodemedic -o cat --no-pager | grep 'remediation decision' | grep -q 'action=irqbalance_restart'" || true
+sleep 2
+journalctl -u nodemedic -o cat --no-pager >"$W/service.log"
+decisions "$W/service.log" | sed 's/^/    /'
+res=$(decisions "$W/service.log" | grep 'action=irqbalance_restart' | head -n1 | grep -oE 'result=[a-z_]+' || echo result=none)
+ok=denied
+[ "$res" = result=done ] && ok=allowed
+record service dbus_restart "$ok" "$res; AVC: $(avc_since "$MARK" "$SVC_TYPE" | avc_of dbus_restart | head -n1)"
+settle
+# Native rebalancing as the package's drop-in turns it on (ReadWritePaths=/proc/irq).
+systemctl stop irqbalance
+install -d /etc/systemd/system/nodemedic.service.d
+install -m 0644 "$H/native-rebalance.conf" /etc/systemd/system/nodemedic.service.d/native-rebalance.conf
+{
+    cat "$H/nodemedic.toml"
+    printf '\n[remediation.native]\nenabled = true\nrequire_hurting = false\n'
+} >/etc/nodemedic/nodemedic.toml
+restorecon -RF /etc/systemd/system/nodemedic.service.d /etc/nodemedic
+systemctl daemon-reload
+systemctl restart nodemedic
+wait_for 60 "the service's /metrics" bash -c "curl -fsS --max-time 5 http://127.0.0.1:$PORT/metrics >/dev/null" >/dev/null
+echo "  with the native drop-in: $(tr -d '\0' <"/proc/$(systemctl show -p MainPID --value nodemedic)/attr/current")"
+pin_to_cpu0
+wait_for 90 "a native_rebalance decision" bash -c "journalctl -u nodemedic -o cat --no-pager | grep 'remediation decision' | grep -q 'action=native_rebalance'" || true
+sleep 2
+journalctl -u nodemedic -o cat --no-pager >"$W/service.log"
+decisions "$W/service.log" | grep native | sed 's/^/    /'
+res=$(decisions "$W/service.log" | grep 'action=native_rebalance' | head -n1 | grep -oE 'result=[a-z_]+' || echo result=none)
+ok=denied
+[ "$res" = result=done ] && ok=allowed
+record service affinity_write "$ok" "$res, $(distinct) CPUs after; AVC: $(avc_since "$MARK" "$SVC_TYPE" | avc_of affinity_write | head -n1)"
+show_avcs service "$SVC_TYPE"
+systemctl stop nodemedic
+rm -r /etc/systemd/system/nodemedic.service.d
+systemctl daemon-reload
+systemctl start irqbalance
+settle
+
+# --- 2. runcon: container_t straight from this script's domain ---------------------------------
+echo "== runcon -t container_t -l s0:c1,c2 (no runtime)"
+MARK=$(avc_mark)
+rootfs "$W/runcon" system_u:object_r:container_file_t:s0:c1,c2 false
+runcon_out=$(runcon -t container_t -l s0:c1,c2 "$W/runcon/nodemedic" --version 2>&1)
+runcon_rc=$?
+echo "  rc=$runcon_rc: $runcon_out"
+echo "  AVC: $(avc_since "$MARK" | grep -E 'container_t' | head -n 3)"
+check runcon_recorded true
+
+# --- 3. containers under containerd ---------------------------------------------------------
+echo "== containerd $(containerd --version | awk '{print $3}'), $(runc --version | head -n1)"
+check containerd_active systemctl -q is-active containerd
+echo "  containerd's label: $(ps -eo label,comm | awk '$2 == "containerd" { print $1 }')"
+
+run_domain() { # d process-label file-label
+    local d=$1 t
+    t=$(echo "$2" | cut -d: -f3)
+    echo "== $d: $2 (files $3)"
+    MARK=$(avc_mark)
+    if ! ctr_start "nm-$d" "$2" "$3" false; then
+        record "$d" start denied "the container did not serve: $(tail -n 3 "$W/nm-$d.log" | paste -sd' ' -); AVC: $(avc_since "$MARK" | head -n 2)"
+        show_avcs "$d" "$t"
+        ctr_stop "nm-$d"
+        return
+    fi
+    check "${d}_label" [ "$(echo "$LABEL" | cut -d: -f3)" = "$t" ]
+    wait_for 60 "three samples" bash -c "curl -fsS http://127.0.0.1:$PORT/metrics | grep -qE '^nodemedic_samples_total [3-9]'" >/dev/null
+    wait_for 90 "the probes attached or given up" bash -c "curl -fsS http://127.0.0.1:$PORT/metrics | grep -q '^nodemedic_probe_up'" >/dev/null
+    echo "  its log:"
+    grep -iE 'warn|error|denied|fail' "$W/nm-$d.log" | head -n 20 | cut -c1-400 | sed 's/^/    /'
+    outcomes "$d" "$t" "$W/nm-$d.log"
+    incident "$d" "$t" "$W/nm-$d.log"
+    ctr_stop "nm-$d"
+    settle
+    # Native rebalancing: /proc/irq mounted writable, irqbalance stopped.
+    systemctl stop irqbalance
+    if ctr_start "nm-$d-native" "$2" "$3" true; then
+        native "$d" "$t" "$W/nm-$d-native.log"
+    else
+        record "$d" affinity_write denied "the container did not serve"
+    fi
+    ctr_stop "nm-$d-native"
+    systemctl start irqbalance
+    settle
+    show_avcs "$d" "$t"
+}
+run_domain container system_u:system_r:container_t:s0:c1,c2 system_u:object_r:container_file_t:s0:c1,c2
+run_domain spc system_u:system_r:spc_t:s0:c3,c4 system_u:object_r:container_file_t:s0:c3,c4
+
+# --- containerd's own SELinux labelling -------------------------------------------------------
+# The CRI plugin is what reads lxc_contexts and labels (ctr never does); with enable_selinux it
+# must at least start on this policy.
+echo "== containerd with the CRI plugin's enable_selinux = true"
+mkdir -p /etc/containerd
+containerd config default >/etc/containerd/config.toml 2>/dev/null
+sed -i 's/enable_selinux = false/enable_selinux = true/' /etc/containerd/config.toml
+restorecon -RF /etc/containerd
+grep -n 'enable_selinux\|selinux_category_range' /etc/containerd/config.toml | sed 's/^/  /'
+systemctl restart containerd
+check containerd_enable_selinux_starts wait_for 30 "containerd active" systemctl -q is-active containerd
+journalctl -u containerd -o cat --no-pager -n 200 | grep -iE 'selinux|cri|error' | tail -n 10 | cut -c1-300 | sed 's/^/  /'
+check cri_plugin_loaded bash -c "ctr plugins ls | grep -E 'io.containerd.grpc.v1 +cri' | grep -q ok"
+ctr plugins ls | grep -E 'cri' | sed 's/^/  /'
+echo "  all AVC records of the test's domains: $(avc_since 0 'container_t|spc_t|initrc_t' | grep -c .)"
+finish
