@@ -67,6 +67,7 @@ declare -A EXPECT=(
     [spc:interrupts]=allowed [spc:irq_read]=allowed [spc:sysfs]=allowed
     [spc:cgroups]=allowed [spc:pressure]=allowed [spc:probes]=allowed
     [spc:dbus_restart]=allowed [spc:affinity_write]=allowed
+    [container:chart_mounts]=denied [spc:chart_mounts]=denied
 )
 mkdir -p "$W"
 : >"$W/results"
@@ -78,19 +79,26 @@ record() { # domain feature outcome evidence...
     check "${d}_${f}_${EXPECT[$d:$f]:-unexpected}" [ "$o" = "${EXPECT[$d:$f]:-none}" ]
 }
 
+# journalctl runs in its own domain, which Debian's policy does not let read the journal
+# ("No journal files were opened due to insufficient permissions", enforcing): this script's own
+# copy (bin_t) runs in the script's domain.
+JOURNALCTL=/usr/local/sbin/nm-journalctl
+install -m 0755 /usr/bin/journalctl "$JOURNALCTL"
+restorecon -F "$JOURNALCTL" 2>/dev/null
+
 # --- the AVC log ---------------------------------------------------------------------------
 # auditd keeps the kernel's AVC records and the userspace ones (USER_AVC: dbus-daemon's and
 # systemd's own checks); without it they are in the kernel log.
 AUDIT_LOG=/var/log/audit/audit.log
 avc_mark() { # -> a position in the log
-    if [ -s "$AUDIT_LOG" ]; then wc -l <"$AUDIT_LOG"; else journalctl -k -o cat --no-pager | wc -l; fi
+    if [ -s "$AUDIT_LOG" ]; then wc -l <"$AUDIT_LOG"; else $JOURNALCTL -k -o cat --no-pager | wc -l; fi
 }
 avc_since() { # mark [type] -> the AVC records since mark (of the domain type if given)
     local lines
     if [ -s "$AUDIT_LOG" ]; then
         lines=$(tail -n +"$(($1 + 1))" "$AUDIT_LOG")
     else
-        lines=$(journalctl -k -o cat --no-pager | tail -n +"$(($1 + 1))")
+        lines=$($JOURNALCTL -k -o cat --no-pager | tail -n +"$(($1 + 1))")
     fi
     printf '%s\n' "$lines" | grep -E 'type=(AVC|USER_AVC|SELINUX_ERR)|avc: ' |
         grep -E "scontext=[^ ]*:${2:-[a-z_]+}:" || true
@@ -188,9 +196,11 @@ outcomes() { # domain type log: the reads and the probes, from /metrics and the 
     echo "$m" | grep -E '^nodemedic_(scrape_collector_success|probe_up|probe_attach)' | sed 's/^/    /'
     avcs=$(avc_since "$MARK" "$t")
     # Each read feature: its collectors' success, and no AVC denial of it.
-    for pair in interrupts:interrupts irq_read:irq sysfs:'(net|cpu|topology|pci)' cgroups:cgroup pressure:pressure; do
+    # The collectors of each read: /proc/interrupts; /proc/irq/N/*_affinity*; sysfs (CPU
+    # topology, PCI devices); the cgroup tree; /proc/pressure.
+    for pair in interrupts:interrupts irq_read:irq_affinity sysfs:'topology|pci_devices' cgroups:cgroups pressure:pressure; do
         local f=${pair%%:*} re=${pair#*:}
-        c=$(echo "$m" | grep -E "^nodemedic_scrape_collector_success\{collector=\"[a-z_]*${re}[a-z_]*\"\}" || true)
+        c=$(echo "$m" | grep -E "^nodemedic_scrape_collector_success\{collector=\"(${re})\"\}" || true)
         ok=allowed
         echo "$c" | grep -qE ' 0$' && ok=denied
         [ -n "$(echo "$avcs" | avc_of "$f")" ] && ok=denied
@@ -276,7 +286,10 @@ EOF
 # /proc, cgroup tree, /run/dbus, /etc/default and dpkg's database read-only under /host), with
 # the SELinux labels set as the CRI plugin sets them: process and mount label.
 spec() { # rootfs process-label mount-label native
-    local irqmount=
+    local irqmount='' dpkgmount=''
+    [ "${DPKG_MOUNT:-true}" = true ] &&
+        dpkgmount=',
+    {"destination": "/host/var/lib/dpkg", "type": "bind", "source": "/var/lib/dpkg", "options": ["rbind", "ro"]}'
     [ "$4" = true ] && irqmount='{"destination": "/host/proc/irq", "type": "bind", "source": "/proc/irq", "options": ["rbind", "rw"]},'
     cat <<EOF
 {
@@ -306,8 +319,7 @@ spec() { # rootfs process-label mount-label native
     $irqmount
     {"destination": "/host/sys/fs/cgroup", "type": "bind", "source": "/sys/fs/cgroup", "options": ["rbind", "ro"]},
     {"destination": "/host/run/dbus", "type": "bind", "source": "/run/dbus", "options": ["rbind", "ro"]},
-    {"destination": "/host/etc/default", "type": "bind", "source": "/etc/default", "options": ["rbind", "ro"]},
-    {"destination": "/host/var/lib/dpkg", "type": "bind", "source": "/var/lib/dpkg", "options": ["rbind", "ro"]}
+    {"destination": "/host/etc/default", "type": "bind", "source": "/etc/default", "options": ["rbind", "ro"]}$dpkgmount
   ],
   "linux": {
     "namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}, {"type": "cgroup"}],
@@ -339,7 +351,7 @@ ctr_start() { # name domain-label file-label native
     rootfs "$W/$name" "$3" "$4"
     spec "$W/$name" "$2" "$3" "$4" >"$W/$name.json"
     ctr -n nm-selinux run --config "$W/$name.json" "$name" >"$log" 2>&1 &
-    if ! wait_for 90 "$name serving /metrics" bash -c "curl -fsS --max-time 5 http://127.0.0.1:$PORT/metrics >/dev/null"; then
+    if ! wait_for 90 "$name serving /metrics" bash -c "curl -fsS --max-time 5 http://127.0.0.1:$PORT/metrics >/dev/null 2>&1"; then
         echo "  $name's output:"
         sed 's/^/    /' "$log" | tail -n 30
         return 1
@@ -373,23 +385,23 @@ restorecon -RF /usr/bin/nodemedic /etc/nodemedic /usr/lib/systemd/system/nodemed
 echo "  files: $(ls -Z /usr/bin/nodemedic /etc/nodemedic/nodemedic.toml /usr/lib/systemd/system/nodemedic.service | paste -sd';' -)"
 systemctl daemon-reload
 check service_starts systemctl start nodemedic
-check service_serving wait_for 60 "the service's /metrics" bash -c "curl -fsS --max-time 5 http://127.0.0.1:$PORT/metrics >/dev/null"
+check service_serving wait_for 60 "the service's /metrics" bash -c "curl -fsS --max-time 5 http://127.0.0.1:$PORT/metrics >/dev/null 2>&1"
 spid=$(systemctl show -p MainPID --value nodemedic)
 SVC_LABEL=$(tr -d '\0' <"/proc/$spid/attr/current")
 SVC_TYPE=$(echo "$SVC_LABEL" | cut -d: -f3)
 echo "  the service's label: $SVC_LABEL"
 check service_domain_label [ -n "$SVC_TYPE" ]
-journalctl -u nodemedic -o cat --no-pager >"$W/service.log"
-check service_sampled wait_for 60 "three samples" bash -c "curl -fsS http://127.0.0.1:$PORT/metrics | grep -qE '^nodemedic_samples_total [3-9]'"
-check service_probes_settled wait_for 90 "the probes attached or given up" bash -c "curl -fsS http://127.0.0.1:$PORT/metrics | grep -q '^nodemedic_probe_up'"
-journalctl -u nodemedic -o cat --no-pager >"$W/service.log"
+$JOURNALCTL -u nodemedic -o cat --no-pager >"$W/service.log"
+check service_sampled wait_for 60 "three samples" bash -c "curl -fsS http://127.0.0.1:$PORT/metrics 2>/dev/null | grep -qE '^nodemedic_samples_total [3-9]'"
+check service_probes_settled wait_for 90 "the probes attached or given up" bash -c "curl -fsS http://127.0.0.1:$PORT/metrics 2>/dev/null | grep -q '^nodemedic_probe_up'"
+$JOURNALCTL -u nodemedic -o cat --no-pager >"$W/service.log"
 outcomes service "$SVC_TYPE" "$W/service.log"
 systemctl kill -s STOP irqbalance
 pin_to_cpu0
 echo "  pinned: $(affinities)"
-wait_for 90 "an irqbalance_restart decision" bash -c "journalctl -u nodemedic -o cat --no-pager | grep 'remediation decision' | grep -q 'action=irqbalance_restart'" || true
+wait_for 90 "an irqbalance_restart decision" bash -c "$JOURNALCTL -u nodemedic -o cat --no-pager | grep 'remediation decision' | grep -q 'action=irqbalance_restart'" || true
 sleep 2
-journalctl -u nodemedic -o cat --no-pager >"$W/service.log"
+$JOURNALCTL -u nodemedic -o cat --no-pager >"$W/service.log"
 decisions "$W/service.log" | sed 's/^/    /'
 res=$(decisions "$W/service.log" | grep 'action=irqbalance_restart' | head -n1 | grep -oE 'result=[a-z_]+' || echo result=none)
 ok=denied
@@ -407,12 +419,12 @@ install -m 0644 "$H/native-rebalance.conf" /etc/systemd/system/nodemedic.service
 restorecon -RF /etc/systemd/system/nodemedic.service.d /etc/nodemedic
 systemctl daemon-reload
 systemctl restart nodemedic
-wait_for 60 "the service's /metrics" bash -c "curl -fsS --max-time 5 http://127.0.0.1:$PORT/metrics >/dev/null" >/dev/null
+wait_for 60 "the service's /metrics" bash -c "curl -fsS --max-time 5 http://127.0.0.1:$PORT/metrics >/dev/null 2>&1" >/dev/null
 echo "  with the native drop-in: $(tr -d '\0' <"/proc/$(systemctl show -p MainPID --value nodemedic)/attr/current")"
 pin_to_cpu0
-wait_for 90 "a native_rebalance decision" bash -c "journalctl -u nodemedic -o cat --no-pager | grep 'remediation decision' | grep -q 'action=native_rebalance'" || true
+wait_for 90 "a native_rebalance decision" bash -c "$JOURNALCTL -u nodemedic -o cat --no-pager | grep 'remediation decision' | grep -q 'action=native_rebalance'" || true
 sleep 2
-journalctl -u nodemedic -o cat --no-pager >"$W/service.log"
+$JOURNALCTL -u nodemedic -o cat --no-pager >"$W/service.log"
 decisions "$W/service.log" | grep native | sed 's/^/    /'
 res=$(decisions "$W/service.log" | grep 'action=native_rebalance' | head -n1 | grep -oE 'result=[a-z_]+' || echo result=none)
 ok=denied
@@ -440,23 +452,35 @@ echo "== containerd $(containerd --version | awk '{print $3}'), $(runc --version
 check containerd_active systemctl -q is-active containerd
 echo "  containerd's label: $(ps -eo label,comm | awk '$2 == "containerd" { print $1 }')"
 
-run_domain() { # d process-label file-label
-    local d=$1 t
-    t=$(echo "$2" | cut -d: -f3)
-    echo "== $d: $2 (files $3)"
+start_domain() { # d process-label file-label -> 0 once nodemedic serves in it
+    local d=$1
+    echo "== $d: $2 (files $3), $([ "$DPKG_MOUNT" = true ] && echo "the chart's mounts" || echo "the chart's mounts but /var/lib/dpkg")"
     MARK=$(avc_mark)
-    if ! ctr_start "nm-$d" "$2" "$3" false; then
-        echo "  $d did not start at $2"
-        printf '%-10s %-15s %-8s %s\n' "$d" "start@$(echo "$2" | cut -d: -f4-)" failed "$(tail -n 3 "$W/nm-$d.log" | paste -sd' ' -)" >>"$W/results"
-        echo "  the container did not serve: $(tail -n 5 "$W/nm-$d.log" | paste -sd' ' -)"
-        echo "  every AVC record since it was started:"
-        avc_since "$MARK" | head -n 30 | sed 's/^/    /'
-        ctr_stop "nm-$d"
-        return 1
+    ctr_start "nm-$d" "$2" "$3" false && return 0
+    local why
+    why=$(grep -o 'error during container init: .*' "$W/nm-$d.log" | head -n1 | cut -c1-240)
+    echo "  $d did not start at $2: ${why:-$(tail -n 3 "$W/nm-$d.log" | paste -sd' ' -)}"
+    echo "  every AVC record since it was started:"
+    avc_since "$MARK" | head -n 30 | sed 's/^/    /'
+    STARTS+=("$d $(echo "$2" | cut -d: -f4-) dpkg=$DPKG_MOUNT: ${why:-failed}; AVC: $(avc_since "$MARK" | grep -m1 -o 'avc: .*')")
+    ctr_stop "nm-$d"
+    return 1
+}
+run_domain() { # d process-label file-label: the chart's mounts, then without /var/lib/dpkg
+    local d=$1 t level
+    t=$(echo "$2" | cut -d: -f3)
+    level=$(echo "$2" | cut -d: -f4-)
+    DPKG_MOUNT=true
+    if start_domain "$@"; then
+        record "$d" chart_mounts allowed "the chart's mounts, /var/lib/dpkg included, at $level"
+    else
+        record "$d" chart_mounts denied "${STARTS[-1]}"
+        DPKG_MOUNT=false
+        start_domain "$@" || return 1
     fi
     check "${d}_label" [ "$(echo "$LABEL" | cut -d: -f3)" = "$t" ]
-    wait_for 60 "three samples" bash -c "curl -fsS http://127.0.0.1:$PORT/metrics | grep -qE '^nodemedic_samples_total [3-9]'" >/dev/null
-    wait_for 90 "the probes attached or given up" bash -c "curl -fsS http://127.0.0.1:$PORT/metrics | grep -q '^nodemedic_probe_up'" >/dev/null
+    wait_for 60 "three samples" bash -c "curl -fsS http://127.0.0.1:$PORT/metrics 2>/dev/null | grep -qE '^nodemedic_samples_total [3-9]'" >/dev/null
+    wait_for 90 "the probes attached or given up" bash -c "curl -fsS http://127.0.0.1:$PORT/metrics 2>/dev/null | grep -q '^nodemedic_probe_up'" >/dev/null
     echo "  its log:"
     grep -iE 'warn|error|denied|fail' "$W/nm-$d.log" | head -n 20 | cut -c1-400 | sed 's/^/    /'
     outcomes "$d" "$t" "$W/nm-$d.log"
@@ -468,19 +492,23 @@ run_domain() { # d process-label file-label
     if ctr_start "nm-$d-native" "$2" "$3" true; then
         native "$d" "$t" "$W/nm-$d-native.log"
     else
-        record "$d" affinity_write denied "the container did not serve"
+        echo "  $(grep -o 'error during container init: .*' "$W/nm-$d-native.log" | head -n1 | cut -c1-240)"
+        record "$d" affinity_write denied "the container with /proc/irq writable did not start; AVC: $(avc_since "$MARK" | grep -m1 -o 'avc: .*')"
     fi
     ctr_stop "nm-$d-native"
     systemctl start irqbalance
     settle
     show_avcs "$d" "$t"
 }
+STARTS=()
 # An MCS pair, as the CRI plugin allocates one; if the policy refuses the pair, the same
 # domain at s0 (the features' outcomes, whatever the categories).
 run_domain container system_u:system_r:container_t:s0:c1,c2 system_u:object_r:container_file_t:s0:c1,c2 ||
     run_domain container system_u:system_r:container_t:s0 system_u:object_r:container_file_t:s0
 run_domain spc system_u:system_r:spc_t:s0:c3,c4 system_u:object_r:container_file_t:s0:c3,c4 ||
     run_domain spc system_u:system_r:spc_t:s0 system_u:object_r:container_file_t:s0
+echo "== containers that did not start"
+printf '  %s\n' "${STARTS[@]}"
 
 # --- containerd's own SELinux labelling -------------------------------------------------------
 # The CRI plugin is what reads lxc_contexts and labels (ctr never does); with enable_selinux it
@@ -493,7 +521,7 @@ restorecon -RF /etc/containerd
 grep -n 'enable_selinux\|selinux_category_range' /etc/containerd/config.toml | sed 's/^/  /'
 systemctl restart containerd
 check containerd_enable_selinux_starts wait_for 30 "containerd active" systemctl -q is-active containerd
-journalctl -u containerd -o cat --no-pager -n 200 | grep -iE 'selinux|cri|error' | tail -n 10 | cut -c1-300 | sed 's/^/  /'
+$JOURNALCTL -u containerd -o cat --no-pager -n 200 | grep -iE 'selinux|cri|error' | tail -n 10 | cut -c1-300 | sed 's/^/  /'
 check cri_plugin_loaded bash -c "ctr plugins ls | grep -E 'io.containerd.grpc.v1 +cri' | grep -q ok"
 ctr plugins ls | grep -E 'cri' | sed 's/^/  /'
 echo "  all AVC records of the test's domains: $(avc_since 0 'container_t|spc_t|initrc_t' | grep -c .)"
