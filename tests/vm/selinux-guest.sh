@@ -66,7 +66,7 @@ declare -A EXPECT=(
     [container:dbus_restart]=denied [container:affinity_write]=denied
     [spc:interrupts]=allowed [spc:irq_read]=allowed [spc:sysfs]=allowed
     [spc:cgroups]=allowed [spc:pressure]=allowed [spc:probes]=allowed
-    [spc:dbus_restart]=allowed [spc:affinity_write]=allowed
+    [spc:dbus_restart]=denied [spc:affinity_write]=allowed
     [container:chart_mounts]=denied [spc:chart_mounts]=denied
     [service:tuning_netlink]=allowed [container:tuning_netlink]=denied [spc:tuning_netlink]=allowed
 )
