@@ -40,32 +40,8 @@
 set -uo pipefail
 H=${HOST_DIR:-/mnt/host}
 AA=/sys/kernel/security/apparmor
-pass=0
-fail=0
-check() {
-    local name=$1
-    shift
-    if "$@"; then
-        echo "PASS $name"
-        pass=$((pass + 1))
-    else
-        echo "FAIL $name"
-        fail=$((fail + 1))
-    fi
-}
-wait_for() { # seconds description command...
-    local limit=$1 what=$2 start
-    shift 2
-    start=$(date +%s)
-    until "$@"; do
-        if [ $(($(date +%s) - start)) -ge "$limit" ]; then
-            echo "timed out after ${limit}s waiting for $what"
-            return 1
-        fi
-        sleep 1
-    done
-    echo "after $(($(date +%s) - start))s: $what"
-}
+# shellcheck source=tests/vm/guest-lib.sh
+. "$H/guest-lib.sh"
 irqbalance_pid() { systemctl show -p MainPID --value irqbalance; }
 # Every AppArmor D-Bus line dbus-daemon logged since the boot (through libaudit to the
 # kernel's audit log when it can, else to its own log).

@@ -49,6 +49,7 @@ else
 fi
 cp "$HERE/nodemedic.toml" "$DIR/"
 cp "$HERE/nodemedic-guest.sh" "$DIR/test.sh"
+cp "$HERE/guest-lib.sh" "$DIR/"
 cp "$HERE/upgrade-guest.sh" "$HERE/probes-guest.sh" "$HERE/tuning-guest.sh" "$HERE/apparmor-guest.sh" "$DIR/"
 [ -z "${NODEMEDIC_VM_CAPTURE:-}" ] || cp "$HERE/capture-guest.sh" "$DIR/"
 if [ "$ARCH" != amd64 ]; then

@@ -18,19 +18,8 @@
 # must see what the .deb's does (image-guest.sh).
 set -uo pipefail
 H=/mnt/host
-pass=0
-fail=0
-check() {
-    local name=$1
-    shift
-    if "$@"; then
-        echo "PASS $name"
-        pass=$((pass + 1))
-    else
-        echo "FAIL $name"
-        fail=$((fail + 1))
-    fi
-}
+# shellcheck source=tests/vm/guest-lib.sh
+. "$H/guest-lib.sh"
 finish() {
     echo "-- nodemedic journal"
     journalctl -u nodemedic -o cat --no-pager | tail -n 60
@@ -50,19 +39,6 @@ http_get() { # path -> body (HTTP/1.0 over bash's /dev/tcp; the guest has no cur
     fi
     exec 3<&-
     printf '%s\n' "${body#*$'\r\n\r\n'}"
-}
-wait_for() { # seconds description command...
-    local limit=$1 what=$2 start
-    shift 2
-    start=$(date +%s)
-    until "$@"; do
-        if [ $(($(date +%s) - start)) -ge "$limit" ]; then
-            echo "timed out after ${limit}s waiting for $what"
-            return 1
-        fi
-        sleep 1
-    done
-    echo "after $(($(date +%s) - start))s: $what"
 }
 # shellcheck disable=SC2317 # called through `declare -f` and by the sourced probe test
 samples_total() { # -> nodemedic_samples_total in /metrics now, 0 before the first sample
@@ -104,38 +80,8 @@ install -m 0644 "$H/nodemedic.toml" /etc/nodemedic/nodemedic.toml
 check irqbalance_active systemctl -q is-active irqbalance
 echo "irqbalance $(irqbalance --version 2>&1 | head -n1)"
 
-find_nic() {
-    local d
-    for d in /sys/class/net/*; do
-        if [ "$(basename "$(readlink -f "$d/device/driver" 2>/dev/null)")" = virtio_net ]; then
-            basename "$d"
-            return 0
-        fi
-    done
-    return 1
-}
-# The test may start before udev has loaded virtio_net (Debian 13's boot under TCG did, as
-# node-agent.sh says): load it, and wait for the NIC.
-modprobe virtio_net 2>/dev/null || true
-check nic_found wait_for 60 "the virtio-net NIC" find_nic
-nic=$(find_nic)
-vdev=$(basename "$(readlink -f "/sys/class/net/$nic/device")")
-mapfile -t IRQS < <(awk -v d="$vdev" '$NF ~ "^"d"-(input|output)\\." {sub(":","",$1); print $1}' /proc/interrupts)
-echo "NIC $nic = $vdev, queue IRQs: ${IRQS[*]}"
+nic_queue_irqs
 check nic_has_queue_irqs [ "${#IRQS[@]}" -ge 4 ]
-pin_to_cpu0() { # the incident: every NIC queue IRQ on CPU 0
-    local irq
-    for irq in "${IRQS[@]}"; do echo 1 >"/proc/irq/$irq/smp_affinity"; done
-}
-affinities() {
-    local irq
-    for irq in "${IRQS[@]}"; do printf '%s:%s ' "$irq" "$(cat "/proc/irq/$irq/smp_affinity_list")"; done
-    echo
-}
-distinct() {
-    local irq
-    for irq in "${IRQS[@]}"; do cat "/proc/irq/$irq/smp_affinity_list"; done | sort -u | wc -l
-}
 
 # Type=notify: `enable --now` returns once nodemedic said READY=1, i.e. once it serves.
 check enable_now systemctl enable --now nodemedic

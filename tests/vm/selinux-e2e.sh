@@ -108,6 +108,7 @@ if [ "${NODEMEDIC_SELINUX_PREPARE_ONLY:-0}" = 1 ]; then
 fi
 SHARE=$(mktemp -d /var/tmp/nodemedic-selinux.XXXXXX)
 install -m 0644 "$HERE/selinux-guest.sh" "$SHARE/test.sh"
+install -m 0644 "$HERE/guest-lib.sh" "$SHARE/"
 install -m 0755 "$BIN" "$SHARE/nodemedic"
 [ "$BOOT" != permissive ] || touch "$SHARE/enforce-at-test"
 install -m 0644 "$REPO/deploy/systemd/nodemedic.service" "$REPO/deploy/systemd/native-rebalance.conf" \

@@ -21,38 +21,14 @@
 set -uo pipefail
 H=${HOST_DIR:-/mnt/host}
 W=/var/lib/nm-selinux
-pass=0
-fail=0
-check() {
-    local name=$1
-    shift
-    if "$@"; then
-        echo "PASS $name"
-        pass=$((pass + 1))
-    else
-        echo "FAIL $name"
-        fail=$((fail + 1))
-    fi
-}
+# shellcheck source=tests/vm/guest-lib.sh
+. "$H/guest-lib.sh"
 finish() {
     echo "== the table (domain feature outcome)"
     cat "$W/results" 2>/dev/null
     echo "$pass passed, $fail failed"
     [ "$fail" -eq 0 ]
     exit
-}
-wait_for() { # seconds description command...
-    local limit=$1 what=$2 start
-    shift 2
-    start=$(date +%s)
-    until "$@"; do
-        if [ $(($(date +%s) - start)) -ge "$limit" ]; then
-            echo "timed out after ${limit}s waiting for $what"
-            return 1
-        fi
-        sleep 1
-    done
-    echo "after $(($(date +%s) - start))s: $what"
 }
 
 # What the recorded run measured, per domain and feature: allowed or denied. A domain's
@@ -160,34 +136,7 @@ boot_avcs=$(avc_since 0)
 echo "AVC records before the test: $(echo "$boot_avcs" | grep -c . ) (types: $(echo "$boot_avcs" | grep -o 'scontext=[^ ]*' | cut -d: -f3 | sort | uniq -c | sort -rn | head -n 8 | awk '{print $2"×"$1}' | paste -sd' ' -))"
 
 # --- the NIC's queue IRQs, for the incident -------------------------------------------------
-find_nic() {
-    local d
-    for d in /sys/class/net/*; do
-        if [ "$(basename "$(readlink -f "$d/device/driver" 2>/dev/null)")" = virtio_net ]; then
-            basename "$d"
-            return 0
-        fi
-    done
-    return 1
-}
-modprobe virtio_net 2>/dev/null || true
-check nic_found wait_for 60 "the virtio-net NIC" find_nic
-nic=$(find_nic)
-vdev=$(basename "$(readlink -f "/sys/class/net/$nic/device")")
-mapfile -t IRQS < <(awk -v d="$vdev" '$NF ~ "^"d"-(input|output)\\." {sub(":","",$1); print $1}' /proc/interrupts)
-echo "NIC $nic = $vdev, queue IRQs: ${IRQS[*]}"
-pin_to_cpu0() {
-    local irq
-    for irq in "${IRQS[@]}"; do echo 1 >"/proc/irq/$irq/smp_affinity"; done
-}
-distinct() {
-    local irq
-    for irq in "${IRQS[@]}"; do cat "/proc/irq/$irq/smp_affinity_list"; done | sort -u | wc -l
-}
-affinities() {
-    local irq
-    for irq in "${IRQS[@]}"; do printf '%s:%s ' "$irq" "$(cat "/proc/irq/$irq/smp_affinity_list")"; done
-}
+nic_queue_irqs
 
 # --- one nodemedic, its metrics and its decisions ------------------------------------------
 PORT=9847
