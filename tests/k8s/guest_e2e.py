@@ -1177,6 +1177,11 @@ def native_under(profile):
             return counts
 
         return pod, poll(f"a native rebalance of {group} under {profile}", 120, acted)
+    except Exception:
+        # The release goes before main() saves the logs of a failed check: save them here.
+        save_daemon_logs(Path(ne.ENV["DIR"]), f"native-{profile}")
+        log("AppArmor denials on the guest:\n" + "\n".join(apparmor_denials(profile)[-20:]))
+        raise
     finally:
         stop.set()
         t.join()
