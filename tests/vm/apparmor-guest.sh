@@ -46,10 +46,11 @@ apparmor_native() {
     echo "== native rebalancing under AppArmor (irqbalance stopped on purpose)"
     systemctl stop irqbalance
     apparmor_native_config
-    # /proc/irq writable (systemd's ReadWritePaths) but the profile without the writes: the
-    # write reaches AppArmor, which refuses it.
+    # /proc/irq writable (the package's drop-in) but the profile without the writes (a
+    # later drop-in): the write reaches AppArmor, which refuses it.
     install -d "$dropin"
-    printf '[Service]\nReadWritePaths=/proc/irq\n' >"$dropin/writable-irq.conf"
+    install -m 0644 /usr/share/doc/nodemedic/native-rebalance.conf "$dropin/native-rebalance.conf"
+    printf '[Service]\nAppArmorProfile=-nodemedic\n' >"$dropin/zz-profile-without-writes.conf"
     systemctl daemon-reload
     systemctl restart nodemedic
     check native_denied_label bash -c "[ \"\$(cat /proc/\$(systemctl show -p MainPID --value nodemedic)/attr/current)\" = 'nodemedic (enforce)' ]"
@@ -62,8 +63,7 @@ apparmor_native() {
     check native_denied_nothing_moved [ "$(distinct)" -eq 1 ]
     echo "after the refused write: $(affinities)"
     # The profile that allows them, as the package's drop-in selects it.
-    rm -f "$dropin/writable-irq.conf"
-    install -m 0644 /usr/share/doc/nodemedic/native-rebalance.conf "$dropin/native-rebalance.conf"
+    rm -f "$dropin/zz-profile-without-writes.conf"
     systemctl daemon-reload
     systemctl restart nodemedic
     check native_label bash -c "[ \"\$(cat /proc/\$(systemctl show -p MainPID --value nodemedic)/attr/current)\" = 'nodemedic-native-rebalance (enforce)' ]"

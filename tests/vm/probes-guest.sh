@@ -125,6 +125,7 @@ echo "== the kprobe path, forced (kernels without BTF trampolines for these func
 probes_config kprobe
 systemctl restart nodemedic
 check kprobe_probes_attached wait_for 90 "every probe attached by kprobe" bash -c "$(declare -f http_get); [ \$(http_get /metrics | grep -c '^nodemedic_probe_up{.*} 1\$') -ge 4 ]"
+journalctl -u nodemedic -o cat --no-pager | grep -iE 'probe|kprobe|bpf' | tail -n 6 | cut -c1-400 | sed 's/^/  /'
 check probes_by_kprobe bash -c "$(declare -f http_get); http_get /metrics | grep -q '^nodemedic_probe_attach_info{method=\"kprobe\"} 1'"
 counts_match kprobe
 probes_config auto
