@@ -46,7 +46,6 @@ pub fn render_text(r: &CheckReport) -> String {
 /// writable one is a finding, said in full under Findings).
 fn host_access_text(o: &mut String, h: &nodemedic_sample::host::HostAccess) {
     let _ = writeln!(o, "\nHost access:");
-    let labels: Vec<String> = h.lsm.labels.iter().map(ToString::to_string).collect();
     let active = h
         .lsm
         .active
@@ -56,11 +55,7 @@ fn host_access_text(o: &mut String, h: &nodemedic_sample::host::HostAccess) {
     let _ = writeln!(
         o,
         "  runs under: {}{active}",
-        if labels.is_empty() {
-            "no LSM label".to_string()
-        } else {
-            labels.join(", ")
-        }
+        h.lsm.labels_text().as_deref().unwrap_or("no LSM label")
     );
     let roots: Vec<String> = h
         .read_only

@@ -131,6 +131,15 @@ pub struct LsmFiles<'a> {
 }
 
 impl LsmContext {
+    /// The labels as a reader is told them, `AppArmor nodemedic (enforce), …`; `None` for
+    /// no label at all.
+    pub fn labels_text(&self) -> Option<String> {
+        (!self.labels.is_empty()).then(|| {
+            let labels: Vec<String> = self.labels.iter().map(ToString::to_string).collect();
+            labels.join(", ")
+        })
+    }
+
     /// The context the files give. A label counts only for a module the active list names
     /// (when the list was readable); `/proc/self/attr/current` is read as AppArmor's when it
     /// has AppArmor's shape (`profile (mode)`, `unconfined`) and no `apparmor/` directory

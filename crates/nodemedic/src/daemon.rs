@@ -69,7 +69,7 @@ async fn serve(config: Config, faults: Faults, files: FileLimit) -> anyhow::Resu
         sysfs = %engine.paths().sysfs.display(),
         rootfs = %engine.paths().rootfs.display(),
         interval = %humantime::format_duration(config.sample_interval),
-        lsm = %lsm_labels(&engine.host().lsm),
+        lsm = %engine.host().lsm.labels_text().as_deref().unwrap_or("none"),
         "nodemedic started"
     );
     let (samples, _) = tokio::sync::watch::channel(None);
@@ -117,17 +117,6 @@ async fn serve(config: Config, faults: Faults, files: FileLimit) -> anyhow::Resu
     outputs.stop().await;
     tracing::info!("nodemedic stopped");
     Ok(())
-}
-
-/// The LSM labels of the process for the start line: `AppArmor cri-containerd.apparmor.d
-/// (enforce)`, or `none`.
-fn lsm_labels(lsm: &nodemedic_kernel::lsm::LsmContext) -> String {
-    let labels: Vec<String> = lsm.labels.iter().map(ToString::to_string).collect();
-    if labels.is_empty() {
-        "none".into()
-    } else {
-        labels.join(", ")
-    }
 }
 
 /// The endpoint's side of the web toolkit: its configuration file (watched for changes), the
