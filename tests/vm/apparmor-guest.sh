@@ -16,6 +16,7 @@
 aa_label() { # the service's main process's label
     cat "/proc/$(systemctl show -p MainPID --value nodemedic)/attr/current" 2>/dev/null
 }
+aa_label_is() { [ "$(aa_label)" = "$1" ]; }
 aa_denials() { # the kernel's AppArmor denials of nodemedic's profiles, one a line
     journalctl -k -o cat --no-pager | grep 'apparmor="DENIED"' | grep 'profile="nodemedic' || true
 }
@@ -24,7 +25,7 @@ apparmor_confined() {
     check apparmor_enabled bash -c '[ "$(cat /sys/module/apparmor/parameters/enabled)" = Y ]'
     check apparmor_profiles_enforced bash -c "grep -x 'nodemedic (enforce)' /sys/kernel/security/apparmor/profiles && grep -x 'nodemedic-native-rebalance (enforce)' /sys/kernel/security/apparmor/profiles"
     echo "nodemedic's label: $(aa_label)"
-    check apparmor_service_confined bash -c "[ \"\$(cat /proc/\$(systemctl show -p MainPID --value nodemedic)/attr/current)\" = 'nodemedic (enforce)' ]"
+    check apparmor_service_confined aa_label_is 'nodemedic (enforce)'
 }
 
 apparmor_no_denials() {
@@ -53,7 +54,7 @@ apparmor_native() {
     printf '[Service]\nAppArmorProfile=-nodemedic\n' >"$dropin/zz-profile-without-writes.conf"
     systemctl daemon-reload
     systemctl restart nodemedic
-    check native_denied_label bash -c "[ \"\$(cat /proc/\$(systemctl show -p MainPID --value nodemedic)/attr/current)\" = 'nodemedic (enforce)' ]"
+    check native_denied_label aa_label_is 'nodemedic (enforce)'
     pin_to_cpu0
     check native_denied_failed wait_for 60 "a native_rebalance that failed for permission" \
         bash -c "$(declare -f audit_count); [ \$(audit_count native_rebalance failed_permission) -ge 1 ]"
@@ -66,7 +67,7 @@ apparmor_native() {
     rm -f "$dropin/zz-profile-without-writes.conf"
     systemctl daemon-reload
     systemctl restart nodemedic
-    check native_label bash -c "[ \"\$(cat /proc/\$(systemctl show -p MainPID --value nodemedic)/attr/current)\" = 'nodemedic-native-rebalance (enforce)' ]"
+    check native_label aa_label_is 'nodemedic-native-rebalance (enforce)'
     check native_done wait_for 60 "a native_rebalance carried out" \
         bash -c "$(declare -f audit_count); [ \$(audit_count native_rebalance done) -ge 1 ]"
     check native_spread wait_for 30 "the queue IRQs on >= 2 CPUs" bash -c "[ \$(for i in ${IRQS[*]}; do cat /proc/irq/\$i/smp_affinity_list; done | sort -u | wc -l) -ge 2 ]"
