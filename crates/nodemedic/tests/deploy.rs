@@ -393,6 +393,7 @@ fn a_release_from_before_a_value_existed_renders_with_its_default() {
             "appArmorProfile=null",
             "seLinuxOptions=null",
             "openshift=null",
+            "dpkgDatabase=null",
         ]),
         render(&[])
     );
@@ -488,6 +489,43 @@ fn apparmor_profile_and_selinux_label_follow_the_values() {
         let err = render_error(set);
         assert!(err.contains(says), "{set:?}: {err}");
     }
+}
+
+/// The host's dpkg database (values.yaml, dpkgDatabase): mounted read-only by default, for
+/// irqbalance's version; `false` drops both the mount and the volume (RHEL and Bottlerocket
+/// have no dpkg, and Debian's SELinux policy refuses the runtime that directory:
+/// docs/selinux.md). Anything but a boolean fails the render.
+#[test]
+fn dpkg_database_mount_follows_its_value() {
+    let (pod, c) = daemonset(&render(&[]));
+    let dpkg = host_path(&pod, "dpkg").expect("the dpkg volume by default");
+    assert_eq!(
+        (dpkg.path.as_str(), dpkg.type_.as_deref()),
+        ("/var/lib/dpkg", Some("DirectoryOrCreate"))
+    );
+    assert_eq!(
+        mount(&c, "/host/var/lib/dpkg").and_then(|m| m.read_only),
+        Some(true)
+    );
+
+    let off = render(&["dpkgDatabase=false"]);
+    let (pod, c) = daemonset(&off);
+    assert!(host_path(&pod, "dpkg").is_none());
+    assert!(mount(&c, "/host/var/lib/dpkg").is_none());
+    assert!(!off.contains("/var/lib/dpkg"), "{off}");
+    // Nothing else changes: the other volumes are the default's.
+    let names = |pod: &PodSpec| -> Vec<String> {
+        pod.volumes.iter().flatten().map(|v| v.name.clone()).collect()
+    };
+    let mut default_names = names(&daemonset(&render(&[])).0);
+    default_names.retain(|n| n != "dpkg");
+    assert_eq!(names(&pod), default_names);
+
+    let err = render_error(&["dpkgDatabase=maybe"]);
+    assert!(
+        err.contains("dpkgDatabase must be true or false"),
+        "{err}"
+    );
 }
 
 /// The objects of `kind`, parsed.

@@ -227,11 +227,13 @@ spec:
             - name: etc-irqbalance
               mountPath: /host/etc/default
               readOnly: true
+            {{- if include "nodemedic.dpkgDatabase" . }}
             # irqbalance's version from dpkg's status database (a directory: dpkg replaces
             # the file); the 1.7.0/1.8.0 finding needs it, and systemd does not tell.
             - name: dpkg
               mountPath: /host/var/lib/dpkg
               readOnly: true
+            {{- end }}
             {{- with .Values.extraVolumeMounts }}
             {{- toYaml . | nindent 12 }}
             {{- end }}
@@ -289,10 +291,12 @@ spec:
           hostPath:
             path: /etc/default
             type: DirectoryOrCreate
+        {{- if include "nodemedic.dpkgDatabase" . }}
         - name: dpkg
           hostPath:
             path: /var/lib/dpkg
             type: DirectoryOrCreate
+        {{- end }}
         {{- with .Values.extraVolumes }}
         {{- toYaml . | nindent 8 }}
         {{- end }}

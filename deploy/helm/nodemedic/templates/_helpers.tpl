@@ -95,3 +95,16 @@ runtime's: container_t with a pair of MCS categories where the node enforces SEL
 {{- toYaml . }}
 {{- end }}
 {{- end }}
+
+{{/*
+"true" when the host's dpkg database is mounted (values.yaml, dpkgDatabase), else nothing.
+Unset (a release from before the value existed, upgraded with --reuse-values) means true.
+*/}}
+{{- define "nodemedic.dpkgDatabase" -}}
+{{- $v := .Values.dpkgDatabase }}
+{{- if kindIs "invalid" $v }}true
+{{- else if not (kindIs "bool" $v) }}
+{{- fail (printf "dpkgDatabase must be true or false, not %q" (toString $v)) }}
+{{- else if $v }}true
+{{- end }}
+{{- end }}
