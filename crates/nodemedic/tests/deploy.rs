@@ -515,17 +515,18 @@ fn dpkg_database_mount_follows_its_value() {
     assert!(!off.contains("/var/lib/dpkg"), "{off}");
     // Nothing else changes: the other volumes are the default's.
     let names = |pod: &PodSpec| -> Vec<String> {
-        pod.volumes.iter().flatten().map(|v| v.name.clone()).collect()
+        pod.volumes
+            .iter()
+            .flatten()
+            .map(|v| v.name.clone())
+            .collect()
     };
     let mut default_names = names(&daemonset(&render(&[])).0);
     default_names.retain(|n| n != "dpkg");
     assert_eq!(names(&pod), default_names);
 
     let err = render_error(&["dpkgDatabase=maybe"]);
-    assert!(
-        err.contains("dpkgDatabase must be true or false"),
-        "{err}"
-    );
+    assert!(err.contains("dpkgDatabase must be true or false"), "{err}");
 }
 
 /// The objects of `kind`, parsed.
