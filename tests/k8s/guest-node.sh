@@ -22,6 +22,9 @@
 #      (3072 MiB), NODEMEDIC_GUEST_READY_TIMEOUT (240 s from qemu start to Node Ready),
 #      NODEMEDIC_GUEST_RUNTIME=debian (Debian 13's own containerd 1.7 and runc instead of
 #      containerd 2; with a Kubernetes 1.35 cluster: tests/k8s/README.md, "containerd 1.7"),
+#      NODEMEDIC_GUEST_DBUS_MEDIATION=1 (trixie-backports' kernel with sid's AppArmor 5 and
+#      dbus, whose dbus-daemon mediates D-Bus by AppArmor label as Ubuntu's does; guest_e2e's
+#      G18, tests/k8s/README.md, "D-Bus mediated"),
 #      NODEMEDIC_GUEST_SIMULATE_HANG=1 (the first boot "hangs" after node-up.sh: a stall line
 #      on the console and an agent that stops answering; exercises the retry).
 # The guest image is tests/vm/build-image.sh's for Debian 13 with the node's packages and
@@ -40,6 +43,12 @@ built) export NODEMEDIC_VM_CACHE=${NODEMEDIC_GUEST_VM_CACHE:-/var/cache/nodemedi
 debian) export NODEMEDIC_VM_CACHE=${NODEMEDIC_GUEST_VM_CACHE:-/var/cache/nodemedic-vm-node-debian-containerd} ;;
 *) echo "NODEMEDIC_GUEST_RUNTIME: built or debian, not $RUNTIME" >&2; exit 2 ;;
 esac
+# D-Bus mediated by AppArmor, as on Ubuntu: trixie-backports' kernel with sid's AppArmor 5
+# and dbus (docs/dbus-mediation.md), in an image and cache of its own.
+DBUS_MEDIATION=${NODEMEDIC_GUEST_DBUS_MEDIATION:-0}
+if [ "$DBUS_MEDIATION" = 1 ]; then
+    export NODEMEDIC_VM_CACHE=${NODEMEDIC_GUEST_VM_CACHE:-$NODEMEDIC_VM_CACHE-dbus-mediation}
+fi
 
 log() { printf '[guest-node %s] %s\n' "$(date +%T)" "$*" >&2; }
 
@@ -63,6 +72,12 @@ build_image() {
     export NODEMEDIC_VM_FILES
     export NODEMEDIC_VM_ENABLE=containerd.service
     export NODEMEDIC_VM_IMG_SIZE=3G
+    if [ "$DBUS_MEDIATION" = 1 ]; then
+        # As tests/vm/dbus-mediation.sh: two kernels and sid's packages need the room.
+        export NODEMEDIC_VM_IMG_SIZE=4G
+        export NODEMEDIC_VM_APT_SOURCES='deb @MIRROR@ trixie-backports main; deb [check-valid-until=no] @MIRROR@ sid main'
+        export NODEMEDIC_VM_APT_INSTALL='linux-image-amd64/trixie-backports apparmor/sid libapparmor1/sid dbus/sid dbus-bin/sid dbus-daemon/sid dbus-system-bus-common/sid dbus-session-bus-common/sid libdbus-1-3/sid'
+    fi
     t=$(date +%s)
     bash "$VM/build-image.sh"
     log "guest image ready in $(($(date +%s) - t))s ($NODEMEDIC_VM_CACHE)"

@@ -51,6 +51,10 @@ def check(name):
 # The guest node on Debian 13's own containerd 1.7 (tests/k8s/guest-node.sh), for the recorded
 # run with Kubernetes 1.35 (tests/k8s/README.md, "containerd 1.7").
 DEBIAN_CONTAINERD = os.environ.get("NODEMEDIC_GUEST_RUNTIME") == "debian"
+# The guest node on trixie-backports' kernel with sid's AppArmor 5 and dbus, whose
+# dbus-daemon mediates D-Bus by AppArmor label as Ubuntu's does (tests/k8s/guest-node.sh;
+# the recorded run of tests/k8s/README.md, "D-Bus mediated"): G18 runs there.
+DBUS_MEDIATION = os.environ.get("NODEMEDIC_GUEST_DBUS_MEDIATION") == "1"
 
 T = {}  # timings, seconds
 EXPECTED = 0
@@ -1231,6 +1235,149 @@ def apparmor_localhost():
         guest_sh("systemctl start irqbalance", check=False)
 
 
+# containerd's default profile's shape (contrib/apparmor/template.go: base, network,
+# capability, file, umount, signals; no dbus rule) under AppArmor 5's policy ABI, which an
+# upstream kernel mediates D-Bus for (docs/dbus-mediation.md).
+NODBUS_PROFILE = """abi <abi/5.0>,
+include <tunables/global>
+
+profile nm-test-nodbus flags=(attach_disconnected,mediate_deleted) {
+  include <abstractions/base>
+
+  network,
+  capability,
+  file,
+  umount,
+  signal (receive) peer=unconfined,
+  deny mount,
+}
+"""
+
+RESTART_VALUES = """
+appArmorProfile: %s
+nodeSelector: {kubernetes.io/hostname: %s}
+""" + INCIDENT_VALUES % "on"
+
+
+def dbus_denials(since, label):
+    """dbus-daemon's AppArmor denials (through libaudit, in the journal) of LABEL since the
+    epoch second SINCE, one a line."""
+    out = guest_sh(f"journalctl --since @{int(since)} -o cat --no-pager | grep 'apparmor=\"DENIED\"' "
+                   "| grep 'operation=\"dbus_' || true").stdout
+    return [l for l in out.splitlines() if f'label="{label}' in l]
+
+
+def restart_pod_under(profile):
+    """The chart on the guest only, remediation on, under the AppArmor PROFILE (a values map);
+    returns the Ready pod once it has sampled, irqbalance as it sees it not yet collapsed."""
+    node = GUEST["GUEST_NODE"]
+    helm_uninstall(if_installed=True)
+    values = Path(ne.ENV["DIR"]) / "restart-under.yaml"
+    values.write_text(RESTART_VALUES % (json.dumps(profile), node))
+    helm_install(values=values)
+    pod = wait_ready([node])[node]
+
+    def sampled():
+        n = status_at(node).get("samples_total", 0)
+        if n < 3:
+            raise Pending(f"{n} samples")
+        return n
+
+    poll("3 samples on the guest", 60, sampled)
+    return pod
+
+
+@check("G18. D-Bus mediated by AppArmor, as on Ubuntu (the guest on trixie-backports' kernel with sid's AppArmor 5 and dbus: NODEMEDIC_GUEST_DBUS_MEDIATION=1): from a pod under a profile without dbus rules (containerd's default's shape, abi 5.0) the bus refuses Hello, /status names the call and the profile, and irqbalance is left as it was; under nodemedic's own profile (Localhost) the incident is repaired over D-Bus (TryRestartUnit) and verified, with no D-Bus denial of it")
+def dbus_mediated():
+    node = GUEST["GUEST_NODE"]
+    facts = guest_sh("cat /sys/kernel/security/apparmor/features/dbus/mask 2>/dev/null || echo none; uname -r; "
+                     "dpkg-query -W -f '${Package} ${Version}\\n' apparmor dbus-daemon containerd 2>/dev/null; "
+                     "containerd --version 2>/dev/null || true").stdout
+    log(f"{node}: dbus mask, kernel, packages: {' | '.join(facts.split(chr(10)))}")
+    assert facts.split("\n")[0] not in ("", "none"), \
+        f"the guest's AppArmor does not mediate D-Bus (no features/dbus/mask): {facts}"
+    guest = Path(ne.ENV["DIR"]) / "guest"
+    run(["cp", "-r", ROOT / "deploy/apparmor", guest])
+    (guest / "nm-test-nodbus").write_text(NODBUS_PROFILE)
+    guest_sh("install -D -m 0644 /mnt/host/apparmor/abstractions/nodemedic /etc/apparmor.d/abstractions/nodemedic; "
+             "install -m 0644 /mnt/host/apparmor/nodemedic /etc/apparmor.d/nodemedic; "
+             "install -m 0644 /mnt/host/nm-test-nodbus /etc/apparmor.d/nm-test-nodbus; "
+             "apparmor_parser -r -W /etc/apparmor.d/nodemedic /etc/apparmor.d/nm-test-nodbus; "
+             "grep -x 'nodemedic (enforce)' /sys/kernel/security/apparmor/profiles; "
+             "grep -x 'nm-test-nodbus (enforce)' /sys/kernel/security/apparmor/profiles")
+    try:
+        # Refused: Hello, the connection's first call, and nodemedic names it.
+        pod = restart_pod_under({"type": "Localhost", "localhostProfile": "nm-test-nodbus"})
+        got = apparmor_label(nodemedic_pid(node, pod))
+        assert got == "nm-test-nodbus (enforce)", got
+        t0 = time.time()
+        group = collapse()
+        want = "denied by AppArmor (profile nm-test-nodbus, enforce mode)"
+
+        def named():
+            irqb = status_at(node)["remediation"]["irqbalance"]
+            if want not in json.dumps(irqb):
+                raise Pending(f"irqbalance as the pod sees it: {json.dumps(irqb)[:300]}; {daemon_view(node, group)}")
+            return irqb
+
+        irqb = poll("the refusal named on /status", 90, named)
+        assert "Hello" in json.dumps(irqb), irqb
+        body = metrics_at(node)
+        assert metric(body, "nodemedic_remediation_actions_total", action="irqbalance_restart", result="done") == 0, \
+            "irqbalance restarted through a profile without dbus rules"
+        stat = guest_sh("ps -o stat= -C irqbalance").stdout.split()
+        assert stat and all("T" in s for s in stat), f"irqbalance not left as it was (stopped): {stat}"
+        denied = dbus_denials(t0 - 1, "nm-test-nodbus")
+        assert any('member="Hello"' in l for l in denied), f"no Hello denial of nm-test-nodbus logged: {denied}"
+        log(f"under nm-test-nodbus: {json.dumps(irqb)[:400]}; bus: {denied[0][-300:]}")
+
+        # Allowed: nodemedic's own profile, mediated (no abi rule: AppArmor 5's features).
+        pod = restart_pod_under({"type": "Localhost", "localhostProfile": "nodemedic"})
+        got = apparmor_label(nodemedic_pid(node, pod))
+        assert got == "nodemedic (enforce)", got
+        t0 = time.time()
+        collapse()
+
+        def restarted():
+            body = metrics_at(node)
+            if metric(body, "nodemedic_remediation_actions_total", action="irqbalance_restart", result="done") < 1:
+                raise Pending(f"no irqbalance_restart done; {daemon_view(node, group)}")
+            if metric(body, "nodemedic_remediation_actions_total", action="verify", result="verified") < 1:
+                raise Pending(f"not verified; spread over {spread()} CPUs")
+            return True
+
+        poll("irqbalance restarted over D-Bus and the spread verified under nodemedic", 180, restarted, every=1)
+        logs = kubectl("logs", "-n", NAMESPACE, pod["metadata"]["name"]).stdout
+        done = [l for l in logs.splitlines() if "remediation decision" in l and "result=done" in l]
+        assert done and "TryRestartUnit" in done[0], done
+        assert spread() >= 2, spread()
+        denied = dbus_denials(t0 - 1, "nodemedic")
+        assert not denied, "D-Bus denials of nodemedic:\n" + "\n".join(denied)
+        log(f"under nodemedic: restarted in {time.time() - t0:.0f}s and verified; {done[0][-300:]}")
+
+        # The runtime's own default profile (RuntimeDefault), reported: whether this node's
+        # containerd declares an ABI its kernel mediates D-Bus for.
+        pod = restart_pod_under({"type": "RuntimeDefault"})
+        t0 = time.time()
+        collapse()
+
+        def outcome():
+            body = metrics_at(node)
+            if metric(body, "nodemedic_remediation_actions_total", action="irqbalance_restart", result="done") >= 1:
+                return "restarted (not mediated)"
+            irqb = json.dumps(status_at(node)["remediation"]["irqbalance"])
+            if "denied by AppArmor" in irqb:
+                return f"refused: {irqb[:300]}"
+            raise Pending("neither")
+
+        log(f"NOTE under RuntimeDefault ({apparmor_label(nodemedic_pid(node, pod))}): "
+            f"{poll('the restart under the runtime default', 120, outcome, every=1)}; "
+            f"bus denials: {dbus_denials(t0 - 1, 'cri-containerd')[:1]}")
+    finally:
+        helm_uninstall(if_installed=True)
+        guest_sh("systemctl kill -s CONT irqbalance; systemctl restart irqbalance", check=False)
+
+
 def save_daemon_logs(d, name):
     """Each node's nodemedic log and /status at a failed check, into DIR/failed-NAME/: the
     next check replaces the pods, and the guest's pod logs go down with the guest."""
@@ -1287,7 +1434,9 @@ def main():
         steps = all_steps = [joined, install_defaults, guest_layout, no_warnings, apparmor_default,
                              cgroups_read_only, mixed_fleet, quota_bound, prometheus, probes, incident,
                              dry_run, tuning, churn_both, api_outage_both, io_uring_refused,
-                             apparmor_localhost]
+                             apparmor_localhost, dbus_mediated]
+        if not DBUS_MEDIATION:  # G18 needs the guest that mediates D-Bus
+            steps = [st for st in steps if st is not dbus_mediated]
         # NODEMEDIC_GUEST_INCIDENT=0 leaves the incident (G9) out, e.g. to time the rest.
         if os.environ.get("NODEMEDIC_GUEST_INCIDENT") == "0":
             steps = [st for st in steps if st is not incident]
