@@ -137,7 +137,7 @@ build_sbom() {
 # package and the image"), one per architecture: amd64 built natively, arm64 cross-built on
 # this x86-64 machine.
 # NODEMEDIC_ARCHES narrows what build-image.sh and tests/image.sh build, e.g. to amd64 alone:
-# tests/run-all.sh does so unless NODEMEDIC_ARM64_GUEST=1 (docs/ci.md, "arm64").
+# a quick local run; CI builds both (docs/ci.md, "arm64").
 MUSL_TARGET=x86_64-unknown-linux-musl
 ARCHES=${NODEMEDIC_ARCHES:-amd64 arm64}
 

@@ -6,14 +6,15 @@
 # configuration validates, and it runs as uid 65534 unless told otherwise. The arm64 image
 # holds the same files, its binary is a static AArch64 one, and it runs here under Debian's
 # qemu-user: `nodemedic check` on the Graviton-style fixture trees finds the collapse of eth0
-# and nothing on the healthy tree. Each image carries the SBOM of its binary's crates. The
+# and nothing on the healthy tree, and on those and the trees a real arm64 kernel wrote it gives
+# the amd64 binary's verdicts. Each image carries the SBOM of its binary's crates. The
 # .deb of each architecture ships the very binary its image does, under the crate's version,
 # and the dependency list cargo-auditable embedded is read back against Cargo.lock. Prints the
 # image sizes.
 #
-# NODEMEDIC_ARCHES=amd64 (tests/run-all.sh sets it unless NODEMEDIC_ARM64_GUEST=1) leaves the
-# arm64 release build, its image, its qemu-user run and its .deb to the recorded arm64 run
-# (docs/ci.md, "arm64"); `cargo check` for the arm64 target stands in for them.
+# NODEMEDIC_ARCHES=amd64 (a quick local run; CI builds both) leaves out the arm64 release
+# build, its image, its qemu-user run and its .deb; `cargo check` for the arm64 target stands
+# in for them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=deploy/bootstrap.sh
@@ -110,7 +111,7 @@ if ! $arm64; then
     # target): what the recorded run would find first.
     prepare_target arm64
     cargo check --locked --target "$TARGET" -p nodemedic
-    echo "arm64: cargo check for $TARGET passed; its release build, image, qemu-user run and .deb are the recorded arm64 run's (NODEMEDIC_ARM64_GUEST=1)"
+    echo "arm64: cargo check for $TARGET passed; NODEMEDIC_ARCHES=amd64 left out its release build, image, qemu-user run and .deb"
 else
 # The arm64 binary runs (qemu-user, one process emulated) and reads the tree an arm64 node
 # would: the ENA's queues are one group, eth0; its collapse is found; event lines are not.
@@ -140,6 +141,33 @@ rc=$(arm_check aarch64-graviton-collapsed)
 got=$(collapsed "$tmp/aarch64-graviton-collapsed.json")
 [ "$rc" = 1 ] && [ "$got" = eth0 ] || fail "arm64 check on aarch64-graviton-collapsed: exit $rc, collapsed '$got'"
 echo "the arm64 binary under qemu-user: $out; check: healthy tree 0, collapsed tree 1 (eth0)"
+# The same verdicts from both architectures' binaries, on the trees of arm64 nodes: Graviton's
+# and those a real arm64 kernel wrote (Debian 13's 6.12 on QEMU's virt, GICv3 and its ITS).
+# Each group's name, IRQs, CPUs and verdict, the tuning findings and the exit code must agree;
+# a collapsed tree has a collapsed group, a healthy one none.
+verdict() {
+    /usr/bin/python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))
+for g in sorted(r["irq"]["groups"], key=lambda g: g["name"]):
+    print("group", g["name"], sorted(g["irqs"]), g.get("effective_cpus"), g["collapsed"])
+for f in r.get("tuning", {}).get("findings", []):
+    print("finding", f.get("rule"), f.get("subject"), f.get("severity"))' "$1"
+}
+for tree in aarch64-graviton aarch64-graviton-collapsed captured-arm64-virt captured-arm64-virt-collapsed; do
+    rc_arm=$(arm_check "$tree")
+    rc_amd=0
+    "$tmp/nodemedic-amd64" check --config "$tmp/check.toml" --host-root "tests/fixtures/$tree" \
+        --interval 50ms --format json >"$tmp/$tree.amd64.json" || rc_amd=$?
+    v_arm=$(verdict "$tmp/$tree.json") || fail "arm64 check on $tree: no verdict"
+    v_amd=$(verdict "$tmp/$tree.amd64.json") || fail "amd64 check on $tree: no verdict"
+    [ "$rc_arm" = "$rc_amd" ] && [ "$v_arm" = "$v_amd" ] ||
+        fail "$tree: arm64 (exit $rc_arm) and amd64 (exit $rc_amd) disagree:$(diff <(echo "$v_amd") <(echo "$v_arm") | head -20)"
+    n=$(grep -c ' True$' <<<"$v_arm" || true)
+    case "$tree" in
+        *-collapsed) [ "$n" -ge 1 ] || fail "$tree: no collapsed group" ;;
+        *) [ "$n" = 0 ] || fail "$tree: $n collapsed groups on a healthy tree" ;;
+    esac
+    echo "$tree: both binaries exit $rc_arm, $(grep -c '^group' <<<"$v_arm") groups ($n collapsed), $(grep -c '^finding' <<<"$v_arm" || true) findings, the same"
+done
 
 # The arm64 package: nodemedic_VERSION_arm64.deb, from the binary the arm64 image carries (the
 # same GNU build ID), with the amd64 package's files: unit, configuration, man page.
