@@ -17,11 +17,11 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::process::Command;
 
 use common::promql::{
     dashboard_exprs, families, metric_names, recorded_names, PROMETHEUS_SERIES, RULE_FILES,
 };
+use common::history::{fetch_history, git, has_commit, in_ci};
 use common::{golden_dir, workspace_root};
 
 /// The commit of the version before this one, as CHANGELOG.md's `(commit …)` records it.
@@ -36,64 +36,6 @@ fn previous_commit(changelog: &str) -> String {
         .and_then(|(_, rest)| rest.split_once(')'))
         .map(|(c, _)| c.to_string())
         .unwrap_or_else(|| panic!("`{previous}` records no `(commit …)`"))
-}
-
-fn git(args: &[&str]) -> Option<String> {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(workspace_root())
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8(out.stdout).unwrap())
-}
-
-fn has_commit(commit: &str) -> bool {
-    git(&["cat-file", "-e", &format!("{commit}^{{commit}}")]).is_some()
-}
-
-/// Fetches more history from this checkout's remote (`origin`, else the first): all of it
-/// when the clone is shallow, else the remote's branches. Why it could not, when it could not.
-fn fetch_history() -> Result<(), String> {
-    let shallow = git(&["rev-parse", "--is-shallow-repository"])
-        .ok_or("not a git checkout (a source tarball?)")?;
-    let remotes = git(&["remote"]).unwrap_or_default();
-    let remote = remotes
-        .lines()
-        .find(|r| *r == "origin")
-        .or_else(|| remotes.lines().next())
-        .ok_or("the checkout has no remote to fetch from")?;
-    let mut args = vec!["fetch", "--quiet", "--no-tags"];
-    if shallow.trim() == "true" {
-        args.push("--unshallow");
-    }
-    args.push(remote);
-    let out = Command::new("git")
-        .args(&args)
-        .current_dir(workspace_root())
-        .output()
-        .map_err(|e| format!("git: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let stderr: Vec<&str> = stderr
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .collect();
-        Err(format!(
-            "`git {}` failed: {}",
-            args.join(" "),
-            stderr.join(" ")
-        ))
-    }
-}
-
-/// `CI` is set (to anything but empty, `0` or `false`), as CI services and `.ci/run` set it.
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !matches!(v.as_str(), "" | "0" | "false"))
 }
 
 /// The series names CHANGELOG.md lists as renamed or removed: the backticked names before

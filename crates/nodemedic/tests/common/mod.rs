@@ -15,6 +15,7 @@ pub use nodemedic_testkit::workspace_root;
 use nodemedic_testkit::{poll_until, ChildGuard};
 use tempfile::TempDir;
 
+pub mod history;
 pub mod promql;
 
 /// How long any single condition may take to become true before the test fails.
