@@ -350,31 +350,15 @@ fn golden_holds(c: CollectorName, file: &str, start: &str) -> Result<(), String>
     Ok(())
 }
 
-/// The fuzz target `name` in its four places: `nodemedic_fuzz_logic::TARGETS`, a `[[bin]]` of
-/// fuzz/Cargo.toml, its fuzz_targets/ file calling the entry point, a non-empty corpus.
+/// The fuzz target `name` in its two places: `nodemedic_fuzz_logic::TARGETS` (which the one
+/// fuzz binary runs by name) and a non-empty corpus.
 fn fuzz_target_wired(name: &str) -> Vec<String> {
     let mut wrong = Vec::new();
     let fuzz = workspace_root().join("fuzz");
-    if !nodemedic_fuzz_logic::TARGETS
-        .iter()
-        .any(|(n, _)| *n == name)
-    {
+    if nodemedic_fuzz_logic::target(name).is_none() {
         wrong.push(format!(
             "fuzz target {name} is not in nodemedic_fuzz_logic::TARGETS"
         ));
-    }
-    let bins = fuzz_bins(&fuzz);
-    if !bins.contains(name) {
-        wrong.push(format!(
-            "fuzz target {name} has no [[bin]] in fuzz/Cargo.toml"
-        ));
-    }
-    let file = fuzz.join("fuzz_targets").join(format!("{name}.rs"));
-    let calls = format!("nodemedic_fuzz_logic::{name}(");
-    match std::fs::read_to_string(&file) {
-        Ok(text) if text.contains(&calls) => {}
-        Ok(_) => wrong.push(format!("{} does not call {calls}…)", file.display())),
-        Err(e) => wrong.push(format!("{}: {e}", file.display())),
     }
     let corpus = fuzz.join("corpus").join(name);
     let seeds = std::fs::read_dir(&corpus).map(|d| d.count()).unwrap_or(0);
@@ -414,8 +398,8 @@ const OUTSIDE_COLLECTORS: &[(&str, &str)] = &[
 ];
 
 /// The other direction: every fuzz target belongs to some collector's entry (or to
-/// [`OUTSIDE_COLLECTORS`]), and every `[[bin]]` of fuzz/Cargo.toml is a target, so none is
-/// orphaned by a rename.
+/// [`OUTSIDE_COLLECTORS`]), and every corpus directory is a target, so none is orphaned by a
+/// rename; the one fuzz binary runs them all.
 #[test]
 fn every_fuzz_target_belongs_to_a_collector() {
     let claimed: BTreeSet<&str> = CollectorName::ALL
@@ -435,9 +419,34 @@ fn every_fuzz_target_belongs_to_a_collector() {
         orphans.is_empty(),
         "fuzz targets no collector claims: {orphans:?}"
     );
-    let bins = fuzz_bins(&workspace_root().join("fuzz"));
-    let bins: BTreeSet<&str> = bins.iter().map(String::as_str).collect();
-    assert_eq!(bins, targets, "fuzz/Cargo.toml's [[bin]]s against TARGETS");
+    // One fuzz binary runs every target by name: no file or [[bin]] per target to forget.
+    let fuzz = workspace_root().join("fuzz");
+    let bins = fuzz_bins(&fuzz);
+    assert_eq!(
+        bins,
+        BTreeSet::from(["parsers".to_string()]),
+        "fuzz/Cargo.toml's [[bin]]s"
+    );
+    let files: Vec<String> = std::fs::read_dir(fuzz.join("fuzz_targets"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(files, ["parsers.rs"], "fuzz/fuzz_targets/");
+    let parsers = std::fs::read_to_string(fuzz.join("fuzz_targets/parsers.rs")).unwrap();
+    assert!(
+        parsers.contains("nodemedic_fuzz_logic::selected()"),
+        "fuzz_targets/parsers.rs does not run the selected target"
+    );
+    // tests/fuzz.sh fuzzes one target per corpus directory: each target has one, and each
+    // directory is a target.
+    let corpora: BTreeSet<String> = std::fs::read_dir(fuzz.join("corpus"))
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    let corpora: BTreeSet<&str> = corpora.iter().map(String::as_str).collect();
+    assert_eq!(corpora, targets, "fuzz/corpus/'s directories against TARGETS");
 }
 
 /// Each collector `[collectors]` can switch off has its commented line in the shipped
@@ -477,70 +486,136 @@ const README_NOT_IN_GOLDEN: &[(&str, &str)] = &[
     ),
 ];
 
-/// The README's metrics table names series as they are exposed (`_total`, `_info` included,
-/// though the encoder adds those suffixes): every name in it, with the shorthand `_suffix`
-/// entries completed from the row's first name, is a series of some golden exposition, or
-/// is listed in [`README_NOT_IN_GOLDEN`] with the reason.
-#[test]
-fn the_readme_names_series_as_they_are_exposed() {
+/// One name of the README's metrics table as a pattern: `{a,b}` expanded (each alternative a
+/// name of its own), `*` one or more characters of a name.
+fn expand_braces(name: &str) -> Vec<String> {
+    let (Some(open), Some(close)) = (name.find('{'), name.find('}')) else {
+        return vec![name.to_string()];
+    };
+    name[open + 1..close]
+        .split(',')
+        .flat_map(|alt| expand_braces(&format!("{}{alt}{}", &name[..open], &name[close + 1..])))
+        .collect()
+}
+
+fn glob_matches(pattern: &str, name: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == name,
+        Some((pre, post)) => {
+            name.len() > pre.len() + post.len() && name.starts_with(pre) && name.ends_with(post)
+        }
+    }
+}
+
+/// The README's metrics table: for each name it spells, the patterns it stands for (a
+/// `_suffix` entry after `nodemedic_softnet_processed_total` stands for the row's first name
+/// cut at each of its underscores, then the suffix).
+fn readme_metric_patterns() -> Vec<(String, Vec<String>)> {
     let readme = std::fs::read_to_string(workspace_root().join("README.md")).unwrap();
     let section = readme
         .split("\n## Metrics\n")
         .nth(1)
         .and_then(|s| s.split("\n## ").next())
         .expect("the README's Metrics section");
-    let mut exposed = BTreeSet::new();
-    for entry in std::fs::read_dir(workspace_root().join("tests/golden")).unwrap() {
-        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
-        for line in text
-            .lines()
-            .filter(|l| !l.starts_with('#') && !l.is_empty())
-        {
-            let end = line.find(['{', ' ']).unwrap_or(line.len());
-            exposed.insert(line[..end].to_string());
-        }
-    }
-    let known =
-        |name: &str| exposed.contains(name) || README_NOT_IN_GOLDEN.iter().any(|(n, _)| *n == name);
-    let plain = |t: &str| {
-        t.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    let name_like = |t: &str| {
+        t.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'*' | b'{' | b'}' | b',')
+        })
     };
-    let mut wrong = Vec::new();
-    let mut checked = 0;
+    let mut out = Vec::new();
     for row in section.lines().filter(|l| l.starts_with("| `")) {
         let cell = row.split('|').nth(1).unwrap_or("");
         let names: Vec<&str> = cell.split('`').skip(1).step_by(2).collect();
-        let Some(first) = names
-            .first()
-            .filter(|n| plain(n) && n.starts_with("nodemedic_"))
-        else {
+        let Some(first) = names.first().filter(|n| {
+            name_like(n) && (n.starts_with("nodemedic_") || n.starts_with("process_"))
+        }) else {
             continue;
         };
-        for name in names.iter().filter(|n| plain(n)) {
-            checked += 1;
-            let ok = if name.starts_with('_') {
-                // `_dropped_total` after `nodemedic_softnet_processed_total`: the first name
-                // cut at one of its underscores, then the suffix.
+        for name in names.iter().filter(|n| name_like(n)) {
+            let patterns = if name.starts_with('_') {
                 first
                     .match_indices('_')
-                    .any(|(i, _)| known(&format!("{}{name}", &first[..i])))
+                    .flat_map(|(i, _)| expand_braces(&format!("{}{name}", &first[..i])))
+                    .collect()
             } else {
-                known(name)
+                expand_braces(name)
             };
-            if !ok {
-                wrong.push(format!("`{name}` (row of `{first}`)"));
+            out.push((name.to_string(), patterns));
+        }
+    }
+    out
+}
+
+/// Every series of the golden expositions, as Prometheus stores it: the names of the sample
+/// lines, and each family by its `# TYPE` line (a counter's with `_total`, as exposed).
+fn golden_series() -> (BTreeSet<String>, BTreeSet<String>) {
+    let (mut series, mut families) = (BTreeSet::new(), BTreeSet::new());
+    for entry in std::fs::read_dir(workspace_root().join("tests/golden")).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let mut it = rest.split_whitespace();
+                let (Some(name), Some(kind)) = (it.next(), it.next()) else {
+                    continue;
+                };
+                families.insert(if kind == "counter" && !name.ends_with("_total") {
+                    format!("{name}_total")
+                } else {
+                    name.to_string()
+                });
+            } else if !line.starts_with('#') && !line.is_empty() {
+                let end = line.find(['{', ' ']).unwrap_or(line.len());
+                series.insert(line[..end].to_string());
             }
         }
     }
+    (series, families)
+}
+
+/// The README's metrics table and the expositions, checked both ways. Each name the table
+/// spells (counters with `_total`, info metrics with `_info`, though the encoder adds those
+/// suffixes) is a series of some golden exposition, or is listed in [`README_NOT_IN_GOLDEN`]
+/// with the reason. And each family a golden exposition holds is in the table, so a new
+/// series cannot ship undocumented.
+#[test]
+fn the_readme_names_series_as_they_are_exposed() {
+    let table = readme_metric_patterns();
+    let (exposed, families) = golden_series();
+    let known = |pattern: &str| {
+        exposed.iter().any(|s| glob_matches(pattern, s))
+            || README_NOT_IN_GOLDEN.iter().any(|(n, _)| *n == pattern)
+    };
+    let wrong: Vec<&str> = table
+        .iter()
+        .filter(|(_, patterns)| !patterns.iter().any(|p| known(p)))
+        .map(|(name, _)| name.as_str())
+        .collect();
     assert!(
-        checked > 40,
-        "only {checked} names read from the README's table"
+        table.len() > 60,
+        "only {} names read from the README's table",
+        table.len()
     );
     assert!(
         wrong.is_empty(),
         "README metrics names that no golden exposition holds (spell them as exposed, with \
-         _total/_info; or list them in README_NOT_IN_GOLDEN with the reason):\n{}",
-        wrong.join("\n")
+         _total/_info; or list them in README_NOT_IN_GOLDEN with the reason): {wrong:?}"
+    );
+    let undocumented: Vec<&String> = families
+        .iter()
+        .filter(|f| {
+            !table
+                .iter()
+                .any(|(_, patterns)| patterns.iter().any(|p| glob_matches(p, f)))
+        })
+        .collect();
+    assert!(
+        families.len() > 60,
+        "only {} families read from the goldens",
+        families.len()
+    );
+    assert!(
+        undocumented.is_empty(),
+        "series the goldens expose that the README's metrics table does not name: \
+         {undocumented:?}"
     );
 }

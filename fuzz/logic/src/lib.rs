@@ -1,5 +1,6 @@
-//! Entry points shared by the cargo-fuzz targets (`fuzz/fuzz_targets/`) and the corpus replay
-//! test (`tests/corpus.rs`, run by `cargo test`). Each runs one of nodemedic-kernel's parsers
+//! Entry points shared by the one cargo-fuzz binary (`fuzz/fuzz_targets/parsers.rs`, which
+//! runs the target [`selected`] names) and the corpus replay test (`tests/corpus.rs`, run by
+//! `cargo test`). Each runs one of nodemedic-kernel's parsers
 //! on arbitrary bytes and checks invariants a correct result must keep; any panic, in the
 //! parser or here, is a bug.
 
@@ -430,3 +431,27 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("pid_stat", pid_stat),
     ("lsm", lsm),
 ];
+
+/// The environment variable that names the target the fuzz binary runs (tests/fuzz.sh sets
+/// it for each run, with that target's corpus).
+pub const TARGET_ENV: &str = "NODEMEDIC_FUZZ_TARGET";
+
+/// The entry point of the target named `name`, if there is one.
+pub fn target(name: &str) -> Option<Target> {
+    TARGETS.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
+}
+
+/// The target [`TARGET_ENV`] names, looked up once. A missing or unknown name is a
+/// misconfigured run, not a finding: it panics with the names it knows, so that the fuzz run
+/// stops at once and says why.
+#[allow(clippy::panic)]
+pub fn selected() -> Target {
+    static SELECTED: std::sync::OnceLock<Target> = std::sync::OnceLock::new();
+    *SELECTED.get_or_init(|| {
+        let name = std::env::var(TARGET_ENV).unwrap_or_default();
+        target(&name).unwrap_or_else(|| {
+            let names: Vec<&str> = TARGETS.iter().map(|(n, _)| *n).collect();
+            panic!("{TARGET_ENV}={name:?} names no fuzz target; one of {names:?}")
+        })
+    })
+}
