@@ -446,7 +446,10 @@ fn every_fuzz_target_belongs_to_a_collector() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     let corpora: BTreeSet<&str> = corpora.iter().map(String::as_str).collect();
-    assert_eq!(corpora, targets, "fuzz/corpus/'s directories against TARGETS");
+    assert_eq!(
+        corpora, targets,
+        "fuzz/corpus/'s directories against TARGETS"
+    );
 }
 
 /// Each collector `[collectors]` can switch off has its commented line in the shipped
@@ -519,16 +522,19 @@ fn readme_metric_patterns() -> Vec<(String, Vec<String>)> {
         .expect("the README's Metrics section");
     let name_like = |t: &str| {
         t.bytes().all(|b| {
-            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'*' | b'{' | b'}' | b',')
+            b.is_ascii_lowercase()
+                || b.is_ascii_digit()
+                || matches!(b, b'_' | b'*' | b'{' | b'}' | b',')
         })
     };
     let mut out = Vec::new();
     for row in section.lines().filter(|l| l.starts_with("| `")) {
         let cell = row.split('|').nth(1).unwrap_or("");
         let names: Vec<&str> = cell.split('`').skip(1).step_by(2).collect();
-        let Some(first) = names.first().filter(|n| {
-            name_like(n) && (n.starts_with("nodemedic_") || n.starts_with("process_"))
-        }) else {
+        let Some(first) = names
+            .first()
+            .filter(|n| name_like(n) && (n.starts_with("nodemedic_") || n.starts_with("process_")))
+        else {
             continue;
         };
         for name in names.iter().filter(|n| name_like(n)) {

@@ -71,7 +71,10 @@ fn problems(
             out.push(format!("run {name}: no command"));
         }
         match doc_text(&run.doc) {
-            None => out.push(format!("run {name}: its document {} does not exist", run.doc)),
+            None => out.push(format!(
+                "run {name}: its document {} does not exist",
+                run.doc
+            )),
             Some(text) => {
                 if let Some(section) = &run.section {
                     let heading = text.lines().any(|l| {
@@ -108,7 +111,9 @@ fn problems(
                     "{at}: result failed with every one of its {total} checks passed"
                 )),
                 "passed" | "failed" => {}
-                other => out.push(format!("{at}: result {other:?} is neither passed nor failed")),
+                other => out.push(format!(
+                    "{at}: result {other:?} is neither passed nor failed"
+                )),
             },
         }
         match facts(&r.commit) {
@@ -214,9 +219,14 @@ fn every_required_recorded_run_passed_on_the_newest_version() {
         if !still.is_empty() {
             let why = format!(
                 "the records' commits {still:?} are not in this checkout's history ({})",
-                fetched.err().unwrap_or_else(|| "fetched, still missing".into())
+                fetched
+                    .err()
+                    .unwrap_or_else(|| "fetched, still missing".into())
             );
-            assert!(!in_ci(), "{why}\nCI is set: the records may not go unchecked");
+            assert!(
+                !in_ci(),
+                "{why}\nCI is set: the records may not go unchecked"
+            );
             eprintln!("SKIPPED (CI is not set): {why}");
             return;
         }
@@ -266,12 +276,18 @@ fn stale_or_wrong_records_are_each_named() {
         "b.md" => Some(String::new()),
         _ => None,
     };
-    assert_eq!(problems(&file, "1.0.0", &facts, &docs), Vec::<String>::new());
+    assert_eq!(
+        problems(&file, "1.0.0", &facts, &docs),
+        Vec::<String>::new()
+    );
 
     // A new version: the required run is stale, the optional one is not asked for.
     let stale = problems(&file, "1.1.0", &facts, &docs);
     assert_eq!(stale.len(), 1, "{stale:?}");
-    assert!(stale[0].starts_with("run a has no passing record at 1.1.0"), "{stale:?}");
+    assert!(
+        stale[0].starts_with("run a has no passing record at 1.1.0"),
+        "{stale:?}"
+    );
 
     // Each malformed or dishonest record, one at a time.
     let bad = |edit: fn(&mut Record), says: &str| {
@@ -288,10 +304,16 @@ fn stale_or_wrong_records_are_each_named() {
         assert!(p.iter().any(|l| l.contains(says)), "{says}: {p:?}");
     };
     bad(|r| r.checks = "2/3".into(), "result passed with 2 of 3");
-    bad(|r| r.result = "failed".into(), "result failed with every one");
+    bad(
+        |r| r.result = "failed".into(),
+        "result failed with every one",
+    );
     bad(|r| r.result = "ok".into(), "neither passed nor failed");
     bad(|r| r.checks = "3".into(), "is not passed/total");
-    bad(|r| r.version = "0.9.0".into(), "but Cargo.toml there is 1.0.0");
+    bad(
+        |r| r.version = "0.9.0".into(),
+        "but Cargo.toml there is 1.0.0",
+    );
     bad(|r| r.date = "2026-01-01".into(), "before its commit");
     bad(|r| r.date = "yesterday".into(), "is not YYYY-MM-DD");
     bad(|r| r.commit = "c2".into(), "not in the history");
@@ -303,6 +325,12 @@ fn stale_or_wrong_records_are_each_named() {
     f.runs.get_mut("a").unwrap().section = Some("Run B".into());
     f.runs.get_mut("b").unwrap().doc = "gone.md".into();
     let p = problems(&f, "1.0.0", &facts, &docs);
-    assert!(p.iter().any(|l| l.contains("has no heading \"Run B\"")), "{p:?}");
-    assert!(p.iter().any(|l| l.contains("gone.md does not exist")), "{p:?}");
+    assert!(
+        p.iter().any(|l| l.contains("has no heading \"Run B\"")),
+        "{p:?}"
+    );
+    assert!(
+        p.iter().any(|l| l.contains("gone.md does not exist")),
+        "{p:?}"
+    );
 }

@@ -18,10 +18,10 @@ mod common;
 
 use std::collections::BTreeSet;
 
+use common::history::{fetch_history, git, has_commit, in_ci};
 use common::promql::{
     dashboard_exprs, families, metric_names, recorded_names, PROMETHEUS_SERIES, RULE_FILES,
 };
-use common::history::{fetch_history, git, has_commit, in_ci};
 use common::{golden_dir, workspace_root};
 
 /// The commit of the version before this one, as CHANGELOG.md's `(commit …)` records it.

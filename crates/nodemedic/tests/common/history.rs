@@ -63,4 +63,3 @@ pub fn fetch_history() -> Result<(), String> {
 pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !matches!(v.as_str(), "" | "0" | "false"))
 }
-
