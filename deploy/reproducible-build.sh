@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds one commit twice, in two fresh source trees at different paths (each with its own
-# empty target directory), and compares what ships: the static binary, the .deb and the image's
-# layer. Exits 1 if any differs. docs/release.md records a run.
+# empty target directory), and compares what ships: the static binaries of both architectures,
+# the .deb, and the image as users pin it (the index digest, each architecture's manifest and
+# config digests, and its layers). Exits 1 if any differs. Records: tests/recorded-runs.toml.
 #
 #   deploy/reproducible-build.sh [COMMIT]        (default HEAD; as root, like the builds)
 #
@@ -28,9 +29,10 @@ build() {
     echo "built $tree in $(($(date +%s) - start))s" >&2
 }
 
-# The image's layers, by digest, each with its platform, from the OCI archive: index.json names
-# the image index (build-image.sh's manifest list), which names one manifest per architecture.
-layers() {
+# What a user pins, from the OCI archive: the index's digest (index.json names the image index,
+# build-image.sh's manifest list), and for each platform its manifest's digest, its config's
+# and its layers', one "WHAT PLATFORM DIGEST" a line.
+digests() {
     local tar=$1 dir
     dir=$(mktemp -d -p "$WORK")
     tar -x -C "$dir" -f "$tar"
@@ -49,17 +51,20 @@ def blob(digest):
 def walk(entry, platform):
     doc = blob(entry["digest"])
     if "manifests" in doc:  # an image index: one entry per platform
+        print("index", platform, entry["digest"])
         for m in doc["manifests"]:
             p = m.get("platform", {})
             walk(m, f"{p.get('os', '?')}/{p.get('architecture', '?')}")
     else:
+        print("manifest", platform, entry["digest"])
+        print("config", platform, doc["config"]["digest"])
         for layer in doc["layers"]:
-            print(platform, layer["digest"])
+            print("layer", platform, layer["digest"])
 
 
 with open(os.path.join(d, "index.json")) as f:
     for m in json.load(f)["manifests"]:
-        walk(m, "?")
+        walk(m, "-")
 EOF
 }
 
@@ -89,14 +94,21 @@ compare "static binary, amd64" "$A/target/x86_64-unknown-linux-musl/release/node
 compare "static binary, arm64" "$A/target/aarch64-unknown-linux-musl/release/nodemedic" \
     "$B/target/aarch64-unknown-linux-musl/release/nodemedic"
 compare ".deb ($(basename "$(deb_of "$A")"))" "$(deb_of "$A")" "$(deb_of "$B")"
-la=$(layers "$A/image.tar")
-lb=$(layers "$B/image.tar")
-if [ -n "$la" ] && [ "$la" = "$lb" ]; then
-    echo "same      image layer  $la"
-else
-    echo "DIFFERENT image layers  $la != $lb"
-    fail=1
-fi
+da=$(digests "$A/image.tar")
+db=$(digests "$B/image.tar")
+[ -n "$da" ] || { echo "no digests read from $A/image.tar"; fail=1; }
+# Each digest a user can pin, line by line: the index, then per platform its manifest, config
+# and layers.
+while read -r what platform digest; do
+    if grep -qxF "$what $platform $digest" <<<"$db"; then
+        echo "same      image $what $platform  $digest"
+    else
+        other=$(awk -v w="$what" -v p="$platform" '$1 == w && $2 == p {print $3}' <<<"$db" | paste -sd' ' -)
+        echo "DIFFERENT image $what $platform  $digest != ${other:-none}"
+        fail=1
+    fi
+done <<<"$da"
+[ "$(wc -l <<<"$da")" = "$(wc -l <<<"$db")" ] || { echo "DIFFERENT image: $(wc -l <<<"$da") digests against $(wc -l <<<"$db")"; fail=1; }
 # The whole archive (manifest, config, the tar's own headers) is reported, not required.
 compare "image (whole OCI archive)" "$A/image.tar" "$B/image.tar" info
 exit "$fail"
