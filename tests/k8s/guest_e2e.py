@@ -1236,23 +1236,10 @@ def apparmor_localhost():
         guest_sh("systemctl start irqbalance", check=False)
 
 
-# containerd's default profile's shape (contrib/apparmor/template.go: base, network,
-# capability, file, umount, signals; no dbus rule) under AppArmor 5's policy ABI, which an
-# upstream kernel mediates D-Bus for (docs/dbus-mediation.md).
-NODBUS_PROFILE = """abi <abi/5.0>,
-include <tunables/global>
-
-profile nm-test-nodbus flags=(attach_disconnected,mediate_deleted) {
-  include <abstractions/base>
-
-  network,
-  capability,
-  file,
-  umount,
-  signal (receive) peer=unconfined,
-  deny mount,
-}
-"""
+# A profile of containerd's default's shape without dbus rules, under AppArmor 5's policy ABI,
+# which an upstream kernel mediates D-Bus for (docs/dbus-mediation.md).
+NODBUS_PROFILE = ((ROOT / "tests/vm/nodbus-profile.template").read_text()
+                  .replace("@NAME@", "nm-test-nodbus").replace("@ABI@", "5.0"))
 
 RESTART_VALUES = """
 appArmorProfile: %s

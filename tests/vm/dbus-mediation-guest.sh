@@ -110,21 +110,7 @@ echo "== negative: a profile without dbus rules, shaped as containerd's default"
 # dbus rule; declaring `abi <abi/ABI>,` (containerd's template declares abi/3.0 where the file
 # exists).
 nodbus_profile() {
-    cat >"/etc/apparmor.d/$1" <<EOF
-abi <abi/$2>,
-include <tunables/global>
-
-profile $1 flags=(attach_disconnected,mediate_deleted) {
-  include <abstractions/base>
-
-  network,
-  capability,
-  file,
-  umount,
-  signal (receive) peer=unconfined,
-  deny mount,
-}
-EOF
+    sed -e "s/@NAME@/$1/" -e "s/@ABI@/$2/" "$H/nodbus-profile.template" >"/etc/apparmor.d/$1"
     apparmor_parser -r -W "/etc/apparmor.d/$1" 2>&1 | sed 's/^/  parser: /'
 }
 # Under AppArmor 5's policy ABI (abi/5.0), the one under which an upstream kernel mediates

@@ -28,7 +28,7 @@ nice -n 19 bash "$HERE/build-image.sh"
 built=$(date +%s)
 DIR=$(mktemp -d /tmp/nodemedic-vm-dbus.XXXXXX)
 cp "$HERE/dbus-mediation-guest.sh" "$DIR/test.sh"
-cp "$HERE/guest-lib.sh" "$DIR/"
+cp "$HERE/guest-lib.sh" "$HERE/nodbus-profile.template" "$DIR/"
 mkdir -p "$DIR/apparmor/abstractions"
 cp "$ROOT/deploy/apparmor/nodemedic" "$DIR/apparmor/"
 cp "$ROOT/deploy/apparmor/abstractions/nodemedic" "$DIR/apparmor/abstractions/"
