@@ -58,6 +58,15 @@ done
 if [ -n "$ARCHIVE" ]; then
     rm -f "$ARCHIVE"
     buildah manifest push --quiet --all "$INDEX" "oci-archive:$ARCHIVE:$INDEX" >&2
+    # Its files are the same for two builds of one commit, but the tar's own headers carry the
+    # time of the push (deploy/reproducible-build.sh): the archive again, with the commit's
+    # time, its members in name order and root as their owner, so that the file is the same.
+    layout=$(mktemp -d)
+    tar -x -C "$layout" -f "$ARCHIVE"
+    (cd "$layout" && find . -mindepth 1 -printf '%P\n' | LC_ALL=C sort) >"$layout.list"
+    tar -c -f "$ARCHIVE" -C "$layout" --no-recursion --format=gnu --mtime="@$(source_date_epoch)" \
+        --owner=0 --group=0 --numeric-owner -T "$layout.list"
+    rm -rf "$layout" "$layout.list"
 fi
 here=$(dpkg --print-architecture)
 case " $arches " in *" $here "*) ;; *) here=${arches%% *} ;; esac
