@@ -10,7 +10,7 @@ mod common;
 
 use std::process::Command;
 
-use common::workspace_root;
+use common::{changelog_newest_version, workspace_root};
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -83,11 +83,6 @@ fn the_crate_chart_image_deb_and_changelog_name_one_version() {
 
     // The newest changelog entry is this version.
     let changelog = read("CHANGELOG.md");
-    let newest = changelog
-        .lines()
-        .find_map(|l| l.strip_prefix("## ["))
-        .and_then(|l| l.split_once(']'))
-        .map(|(v, _)| v)
-        .expect("CHANGELOG.md has no `## [VERSION]` heading");
+    let newest = changelog_newest_version(&changelog);
     assert_eq!(newest, VERSION, "CHANGELOG.md's newest version");
 }

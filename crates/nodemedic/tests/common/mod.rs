@@ -18,6 +18,16 @@ use tempfile::TempDir;
 pub mod history;
 pub mod promql;
 
+/// The newest version CHANGELOG.md names: its first `## [VERSION]` heading.
+pub fn changelog_newest_version(changelog: &str) -> &str {
+    changelog
+        .lines()
+        .find_map(|l| l.strip_prefix("## ["))
+        .and_then(|l| l.split_once(']'))
+        .map(|(v, _)| v)
+        .expect("CHANGELOG.md has no `## [VERSION]` heading")
+}
+
 /// How long any single condition may take to become true before the test fails.
 pub const DEADLINE: Duration = Duration::from_secs(30);
 
