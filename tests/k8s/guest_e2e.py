@@ -1146,6 +1146,16 @@ def apparmor_default(pods):
     log(f"{node}: nodemedic runs under {got!r}, the chart's choice; no denial of it")
 
 
+def release_on_guest(name, values_text):
+    """The chart installed anew with VALUES_TEXT (kept as DIR/NAME.yaml), whose nodeSelector
+    puts it on the guest only; the guest's Ready pod."""
+    helm_uninstall(if_installed=True)
+    values = Path(ne.ENV["DIR"]) / f"{name}.yaml"
+    values.write_text(values_text)
+    helm_install(values=values)
+    return wait_ready([GUEST["GUEST_NODE"]])[GUEST["GUEST_NODE"]]
+
+
 NATIVE_VALUES = """
 appArmorProfile: {type: Localhost, localhostProfile: %s}
 nodeSelector: {kubernetes.io/hostname: %s}
@@ -1159,11 +1169,7 @@ def native_under(profile):
     NIC (so that it hurts). Returns (the pod, the remediation's counts) once a native action
     has a result."""
     node = GUEST["GUEST_NODE"]
-    helm_uninstall(if_installed=True)
-    values = Path(ne.ENV["DIR"]) / f"native-{profile}.yaml"
-    values.write_text(NATIVE_VALUES % (profile, node))
-    helm_install(values=values)
-    pod = wait_ready([node])[node]
+    pod = release_on_guest(f"native-{profile}", NATIVE_VALUES % (profile, node))
     got = apparmor_label(nodemedic_pid(node, pod))
     assert got == f"{profile} (enforce)", f"nodemedic's label {got!r}, not {profile} (enforce)"
     group = guest_sh(QUEUE_IRQS + """
@@ -1259,11 +1265,7 @@ def restart_pod_under(profile):
     """The chart on the guest only, remediation on, under the AppArmor PROFILE (a values map);
     returns the Ready pod once it has sampled, irqbalance as it sees it not yet collapsed."""
     node = GUEST["GUEST_NODE"]
-    helm_uninstall(if_installed=True)
-    values = Path(ne.ENV["DIR"]) / "restart-under.yaml"
-    values.write_text(RESTART_VALUES % (json.dumps(profile), node))
-    helm_install(values=values)
-    pod = wait_ready([node])[node]
+    pod = release_on_guest("restart-under", RESTART_VALUES % (json.dumps(profile), node))
 
     def sampled():
         n = status_at(node).get("samples_total", 0)
