@@ -103,10 +103,9 @@ lock=(flock -o /tmp/nodemedic-cluster.lock)
 #   for the end. At 20 s a target the run outlasted node_e2e.py by 66 s in the cold CI of
 #   adeda8b (2026-11-29), on the path to the 65-minute budget; at 10 s the targets still ran
 #   76 k to 1.8 M inputs each (warm CI of 7c26531; docs/ci.md).
-# Not beside the guests: with the fuzzers running there the Debian 13 guest's kernel died of a
-# stale int3 left by text patching ("Oops: int3", tests/vm/README.md), a race in QEMU's
-# multi-threaded TCG that preempted vCPU threads widen: twice at an equal share (2026-11-28),
-# and once more at the autogroup's lowest weight (cold run of 2c29ee3, 2026-11-29, in G6).
+# Not beside the guests: preempted vCPU threads made the x86 guest's stale-int3 panic under
+# QEMU 7.2's multi-threaded TCG more frequent (tests/vm/README.md), and the guests' checks
+# wait on timers that a busy host stretches.
 # Each target's log says how many inputs it ran.
 # The lowest priority has to be the session's: setsid starts a new session, and with the
 # kernel's autogroups (sched_autogroup_enabled, on in Debian's and this machine's kernels) a

@@ -36,6 +36,8 @@
 #   NODEMEDIC_VM_SMP      vCPUs (default 4)      NODEMEDIC_VM_MEM  MiB (default 1024)
 #   NODEMEDIC_VM_QUEUES   NIC queue pairs (default 4)
 #   NODEMEDIC_VM_APPEND   extra kernel command line
+#   NODEMEDIC_VM_TCG_THREAD  single or multi: TCG's threads for the x86 guest (default single
+#                         before QEMU 8.1, multi from it; see below)
 #   NODEMEDIC_VM_CONSOLE=1  stream the guest console to stderr while it runs
 #   NODEMEDIC_VM_TAP      the tap's name in node mode (default nmvm0, arm64 nmarm0)
 set -euo pipefail
@@ -172,11 +174,30 @@ if [ "$ARCH" = arm64 ]; then
     # domain (virt's tree describes no caches); with one domain irqbalance would run once and
     # exit. Cortex-A57: no pointer authentication or SVE to emulate, which cost TCG time.
     CONSOLE=ttyAMA0
-    QEMU=(qemu-system-aarch64 -M "virt,gic-version=3,its=on" -cpu cortex-a57 -accel tcg
+    tcg_thread=${NODEMEDIC_VM_TCG_THREAD:-multi}
+    QEMU=(qemu-system-aarch64 -M "virt,gic-version=3,its=on" -cpu cortex-a57 -accel "tcg,thread=$tcg_thread"
         -smp "$SMP,sockets=$SMP,cores=1,threads=1")
 else
     CONSOLE=ttyS0
-    QEMU=(qemu-system-x86_64 -accel tcg -smp "$SMP")
+    # One TCG thread for every vCPU where QEMU predates 8.1 (Debian 12 ships 7.2). Multi-threaded
+    # TCG before 8.1 translated a page without holding its lock ("accel/tcg: Always lock pages
+    # before translation", 8.1), so a vCPU could keep running a translation of code another
+    # vCPU had since rewritten. On x86 the kernel rewrites a static key, a tracepoint or a BPF
+    # trampoline's site through an int3 (text_poke_bp); the stale int3 left there killed the
+    # Debian 13 guest four times ("Oops: int3", tests/vm/README.md). An arm64 kernel patches
+    # one instruction under stop_machine, with no int3 state between, so its guest keeps a
+    # thread per vCPU. NODEMEDIC_VM_TCG_THREAD=single|multi overrides.
+    tcg_thread=${NODEMEDIC_VM_TCG_THREAD:-}
+    if [ -z "$tcg_thread" ]; then
+        qemu_version=$(qemu-system-x86_64 --version | sed -nE '1s/.*version ([0-9]+)\.([0-9]+).*/\1 \2/p')
+        read -r major minor <<<"${qemu_version:-0 0}"
+        if [ "$major" -gt 8 ] || { [ "$major" -eq 8 ] && [ "$minor" -ge 1 ]; }; then
+            tcg_thread=multi
+        else
+            tcg_thread=single
+        fi
+    fi
+    QEMU=(qemu-system-x86_64 -accel "tcg,thread=$tcg_thread" -smp "$SMP")
 fi
 APPEND="console=$CONSOLE root=/dev/vda rw panic=1 loglevel=4 systemd.show_status=auto ${NODEMEDIC_VM_APPEND:-}"
 QEMU+=(-m "$MEM"
@@ -212,7 +233,7 @@ if [ "$MODE" = node ]; then
     printf 'GUEST_ADDR=%s\nGATEWAY=%s\n' "$GUEST_ADDR" "${HOST_ADDR%/*}" >"$DIR/net.env"
     rm -rf "$DIR/cmd"
     mkdir -p "$DIR/cmd"
-    log "booting an $ARCH node (TCG, smp $SMP, ${MEM} MiB, $QUEUES queue pairs), tap $TAP in $NS ($HOST_ADDR, guest $GUEST_ADDR), share $DIR"
+    log "booting an $ARCH node (TCG $tcg_thread-threaded, smp $SMP, ${MEM} MiB, $QUEUES queue pairs), tap $TAP in $NS ($HOST_ADDR, guest $GUEST_ADDR), share $DIR"
     t0=$(date +%s.%N)
     # Its own session, so that --stop kills qemu and timeout together.
     setsid nsenter --net="/run/netns/$NS" timeout --kill-after=10 "$TIMEOUT" "${QEMU[@]}" \
@@ -279,7 +300,7 @@ if [ "${NODEMEDIC_VM_CONSOLE:-0}" = 1 ]; then
     tail_pid=$!
 fi
 
-log "booting $ARCH (TCG, smp $SMP, ${MEM} MiB, $QUEUES queue pairs, timeout ${TIMEOUT}s), share $DIR"
+log "booting $ARCH (TCG $tcg_thread-threaded, smp $SMP, ${MEM} MiB, $QUEUES queue pairs, timeout ${TIMEOUT}s), share $DIR"
 t0=$(date +%s.%N)
 # -snapshot: the cached image is never written. -no-reboot: a guest panic/reboot ends qemu.
 ip netns exec "$NS" timeout --kill-after=10 "$TIMEOUT" "${QEMU[@]}" \
