@@ -50,8 +50,6 @@ fi
 cp "$HERE/nodemedic.toml" "$DIR/"
 cp "$HERE/nodemedic-guest.sh" "$DIR/test.sh"
 cp "$HERE/guest-lib.sh" "$DIR/"
-# The probes' count with kprobes forced (probes-guest.sh says why it is not run by default).
-[ "${NODEMEDIC_VM_KPROBE:-0}" != 1 ] || touch "$DIR/kprobe"
 cp "$HERE/upgrade-guest.sh" "$HERE/probes-guest.sh" "$HERE/tuning-guest.sh" "$HERE/apparmor-guest.sh" "$DIR/"
 [ -z "${NODEMEDIC_VM_CAPTURE:-}" ] || cp "$HERE/capture-guest.sh" "$DIR/"
 if [ "$ARCH" != amd64 ]; then

@@ -7,6 +7,7 @@ use std::path::Path;
 
 pub const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
 pub const BPF_STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
+pub const PERF_EVENT_PARANOID: &str = "/proc/sys/kernel/perf_event_paranoid";
 
 const CAP_SYS_ADMIN: u32 = 21;
 const CAP_PERFMON: u32 = 38;
@@ -53,6 +54,26 @@ pub fn missing_caps(cap_eff: u64) -> Vec<&'static str> {
         missing.push("CAP_PERFMON");
     }
     missing
+}
+
+/// Whether a `CapEff` mask holds CAP_SYS_ADMIN.
+pub fn has_sys_admin(cap_eff: u64) -> bool {
+    cap_eff & (1u64 << CAP_SYS_ADMIN) != 0
+}
+
+/// This process's effective capabilities.
+pub fn own_cap_eff() -> Option<u64> {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .as_deref()
+        .and_then(parse_cap_eff)
+}
+
+/// `kernel.perf_event_paranoid` (the node's: the sysctl is not namespaced).
+pub fn perf_event_paranoid() -> Option<i32> {
+    fs::read_to_string(PERF_EVENT_PARANOID)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
 }
 
 pub fn own_missing_caps() -> Option<Vec<&'static str>> {

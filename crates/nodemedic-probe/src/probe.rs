@@ -144,6 +144,22 @@ pub enum ProbeError {
         denial: String,
         detail: String,
     },
+    /// `perf_event_open()` refused with EACCES at a `kernel.perf_event_paranoid` of 3 or more
+    /// without CAP_SYS_ADMIN: Debian's kernels (and Ubuntu's at 3) carry a patch that then
+    /// refuses every perf event to a process without CAP_SYS_ADMIN, CAP_PERFMON or not. A
+    /// kprobe is attached through a perf event; fentry is not.
+    #[error(
+        "attaching {function}: perf_event_open() refused: kernel.perf_event_paranoid is \
+         {level}, at which Debian's and Ubuntu's kernels open perf events only for a process \
+         with CAP_SYS_ADMIN (CAP_PERFMON is not enough), which this one does not hold; set \
+         kernel.perf_event_paranoid=2 on the node for kprobes, or attach by fentry where the \
+         kernel has BTF trampolines: {detail}"
+    )]
+    PerfParanoid {
+        function: String,
+        level: i32,
+        detail: String,
+    },
     #[error("the kernel's verifier rejected {program}: {log}")]
     Verifier { program: String, log: String },
     #[error("cannot attach {function}: {detail}")]
@@ -669,6 +685,17 @@ fn attach_error(
     lsm: &LsmContext,
 ) -> ProbeError {
     let errno = io_error_in(err).and_then(io::Error::raw_os_error);
+    if call == "perf_event_open()" {
+        let level = host::perf_event_paranoid();
+        let sys_admin = host::own_cap_eff().map(host::has_sys_admin);
+        if let Some(level) = paranoid_refusal(errno, level, sys_admin) {
+            return ProbeError::PerfParanoid {
+                function,
+                level,
+                detail,
+            };
+        }
+    }
     match lsm.denial(call, errno) {
         Some(denial) => ProbeError::Denied {
             what: format!("attaching {function}"),
@@ -679,9 +706,57 @@ fn attach_error(
     }
 }
 
+/// The paranoid level that refused a `perf_event_open()`, when it is the cause: EACCES, a
+/// level of 3 or more (mainline stops at 2; Debian's and Ubuntu's patch adds 3 and 4) and no
+/// CAP_SYS_ADMIN. At that level the refusal comes before any security module's hook runs,
+/// so it is named first.
+fn paranoid_refusal(
+    errno: Option<i32>,
+    level: Option<i32>,
+    sys_admin: Option<bool>,
+) -> Option<i32> {
+    const EACCES: i32 = 13;
+    match (errno, level, sys_admin) {
+        (Some(EACCES), Some(level), Some(false)) if level >= 3 => Some(level),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// EACCES at paranoid 3 without CAP_SYS_ADMIN is the sysctl's; with CAP_SYS_ADMIN, at 2,
+    /// for another errno, or with the level or the capabilities unreadable, it is not.
+    #[test]
+    fn a_kprobe_refused_at_paranoid_3_names_the_sysctl() {
+        assert_eq!(paranoid_refusal(Some(13), Some(3), Some(false)), Some(3));
+        assert_eq!(paranoid_refusal(Some(13), Some(4), Some(false)), Some(4));
+        assert_eq!(paranoid_refusal(Some(13), Some(2), Some(false)), None);
+        assert_eq!(paranoid_refusal(Some(13), Some(3), Some(true)), None);
+        assert_eq!(paranoid_refusal(Some(1), Some(3), Some(false)), None);
+        assert_eq!(paranoid_refusal(Some(13), None, Some(false)), None);
+        assert_eq!(paranoid_refusal(Some(13), Some(3), None), None);
+        let e = ProbeError::PerfParanoid {
+            function: "kprobe perf_event_output".into(),
+            level: 3,
+            detail: "Permission denied (os error 13)".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "attaching kprobe perf_event_output: perf_event_open() refused: \
+             kernel.perf_event_paranoid is 3, at which Debian's and Ubuntu's kernels open perf \
+             events only for a process with CAP_SYS_ADMIN (CAP_PERFMON is not enough), which \
+             this one does not hold; set kernel.perf_event_paranoid=2 on the node for kprobes, \
+             or attach by fentry where the kernel has BTF trampolines: Permission denied (os \
+             error 13)"
+        );
+        let json = serde_json::to_string(&e).unwrap_or_default();
+        assert!(matches!(
+            serde_json::from_str::<ProbeError>(&json),
+            Ok(ProbeError::PerfParanoid { level: 3, .. })
+        ));
+    }
 
     /// A load or an attach refused with EACCES or EPERM names the module confining the
     /// process (its capabilities are there: this test runs as root); without one the reason
