@@ -43,6 +43,7 @@ fn pressure(rounds: usize) {
         paths: &paths,
         reader: &reader,
         rescan: false,
+        netns: &nodemedic_collect::netns::NetnsView::Host,
     };
     // Warm-up: opens the kept-open fds.
     let mut snap = Snapshot::default();

@@ -11,6 +11,7 @@ mod cpu_time;
 mod dir_watch;
 mod fsread;
 pub mod host_access;
+pub mod netns;
 mod open_file;
 mod reader;
 mod self_stats;
@@ -108,6 +109,9 @@ pub struct Ctx<'a> {
     /// (CPU topology, PCI devices, configuration files) need only be re-read then; a collector
     /// that caches it must still put it in every snapshot.
     pub rescan: bool,
+    /// Whose network namespace `/proc/net` and `/proc/sys/net` describe here: for a collector
+    /// that declares [`netns::NetnsUse::Partly`].
+    pub netns: &'a netns::NetnsView,
 }
 
 /// Runs `collector` once on `paths` into `snapshot`, outside any engine, with a read layer
@@ -118,12 +122,28 @@ pub fn collect_once(
     snapshot: &mut Snapshot,
 ) -> Result<Collected, CollectError> {
     let reader = Reader::new();
+    let netns = netns::network_namespace(paths);
     let ctx = Ctx {
         paths,
         reader: &reader,
         rescan: false,
+        netns: &netns,
     };
-    collector.collect(&ctx, snapshot)
+    match refused(collector, &netns) {
+        Some(unavailable) => Ok(unavailable),
+        None => collector.collect(&ctx, snapshot),
+    }
+}
+
+/// A collector whose declared files would describe another network namespace than the
+/// host's is not run: it is unavailable, with the reason.
+fn refused(collector: &dyn Collector, netns: &netns::NetnsView) -> Option<Collected> {
+    netns
+        .refuses(collector.network_namespace())
+        .map(|reason| Collected {
+            unavailable: Some(reason),
+            ..Default::default()
+        })
 }
 
 /// One source of kernel data.
@@ -134,6 +154,11 @@ pub trait Collector: Send + Sync {
     /// Takes back what it put in a past `snapshot` that nothing else holds any more, to fill
     /// again in the next sample rather than allocate (the interrupts table). Optional.
     fn recycle(&self, _snapshot: &mut Snapshot) {}
+    /// What it reads that belongs to a network namespace (`/proc/net`, `/proc/sys/net`,
+    /// netlink): a collector that reads any says so here ([`netns`]). None by default.
+    fn network_namespace(&self) -> netns::NetnsUse {
+        netns::NetnsUse::None
+    }
 }
 
 /// How often rarely-changing sources are re-read when nothing else is said.
@@ -190,6 +215,8 @@ pub struct CollectorSet {
     reader: Reader,
     rescan_interval: Duration,
     last_rescan: Option<Duration>,
+    /// Whose network namespace the paths' namespaced files describe, seen on each rescan.
+    netns: netns::NetnsView,
 }
 
 impl CollectorSet {
@@ -204,6 +231,7 @@ impl CollectorSet {
             reader: Reader::new(),
             rescan_interval: DEFAULT_RESCAN_INTERVAL,
             last_rescan: None,
+            netns: netns::NetnsView::Host,
         }
     }
 
@@ -257,12 +285,14 @@ impl CollectorSet {
             .is_none_or(|last| at < last || at - last >= self.rescan_interval);
         if rescan {
             self.last_rescan = Some(at);
+            self.netns = netns::network_namespace(paths);
         }
         self.reader.begin_sample(rescan);
         let ctx = Ctx {
             paths,
             reader: &self.reader,
             rescan,
+            netns: &self.netns,
         };
         let mut snapshot = Snapshot {
             at,
@@ -275,8 +305,13 @@ impl CollectorSet {
         let mut runs = Vec::with_capacity(self.collectors.len());
         for collector in &self.collectors {
             let start = Instant::now();
-            let outcome = catch_unwind(AssertUnwindSafe(|| collector.collect(&ctx, &mut snapshot)))
-                .unwrap_or_else(|panic| Err(CollectError::Panicked(panic_message(panic.as_ref()))));
+            let outcome = match refused(collector.as_ref(), &self.netns) {
+                Some(unavailable) => Ok(unavailable),
+                None => catch_unwind(AssertUnwindSafe(|| collector.collect(&ctx, &mut snapshot)))
+                    .unwrap_or_else(|panic| {
+                        Err(CollectError::Panicked(panic_message(panic.as_ref())))
+                    }),
+            };
             runs.push(CollectorRun {
                 name: collector.name(),
                 duration: start.elapsed(),
@@ -301,4 +336,42 @@ pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 pub fn monotonic_now() -> Duration {
     static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
     EPOCH.get_or_init(Instant::now).elapsed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Declares files of the reader's network namespace; running it would be a bug here.
+    struct Conntrack;
+
+    impl Collector for Conntrack {
+        fn name(&self) -> CollectorName {
+            CollectorName::Softnet
+        }
+        fn collect(&self, _: &Ctx<'_>, _: &mut Snapshot) -> Result<Collected, CollectError> {
+            panic!("run in another network namespace")
+        }
+        fn network_namespace(&self) -> netns::NetnsUse {
+            netns::NetnsUse::Reader("/proc/sys/net/netfilter/nf_conntrack_count")
+        }
+    }
+
+    /// Outside the host's namespace a collector that declares the reader's files is not run
+    /// and is unavailable with the reason; in the host's it runs.
+    #[test]
+    fn a_reader_namespace_collector_is_unavailable_outside_the_hosts() {
+        let other = netns::NetnsView::Other("its namespace has lo".into());
+        let Some(c) = refused(&Conntrack, &other) else {
+            panic!("run outside the host's namespace")
+        };
+        let why = c.unavailable.unwrap_or_default();
+        assert!(
+            why.starts_with("/proc/sys/net/netfilter/nf_conntrack_count describe the reader's")
+                && why.contains("(its namespace has lo)"),
+            "{why}"
+        );
+        assert!(refused(&Conntrack, &netns::NetnsView::Host).is_none());
+        assert!(refused(&sources::SoftnetCollector::default(), &other).is_none());
+    }
 }

@@ -669,3 +669,101 @@ fn writable_host_mounts_are_named() {
         server.log()
     );
 }
+
+/// A pod without `hostNetwork`, made on this machine: a network namespace of its own (lo
+/// only) and a mount namespace where `/sys` is that namespace's sysfs, the host's `/sys`
+/// bound elsewhere as the chart binds it at `/host/sys`. `/proc/net` and `/proc/sys/net`
+/// then describe the new namespace. The tuning collector leaves the `net.core` sysctls out
+/// with the reason (they exist in the host's namespace only); softnet, listed in every
+/// namespace with the node's per-CPU counters, stays active. The same command in this
+/// process's namespace reads them.
+#[test]
+fn another_network_namespace_is_named_not_reported_as_the_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let host_sys = dir.path().join("sys");
+    std::fs::create_dir(&host_sys).unwrap();
+    let config = dir.path().join("nodemedic.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[paths]\nprocfs = \"/proc\"\nsysfs = \"{s}\"\ncgroupfs = \"{s}/fs/cgroup\"\n\
+             [probes]\nenabled = false\n",
+            s = host_sys.display()
+        ),
+    )
+    .unwrap();
+    let bin = env!("CARGO_BIN_EXE_nodemedic");
+    let run = |netns: bool| {
+        let mounts = format!(
+            "mount --make-rprivate / && mount --rbind /sys {s} && {own}exec {bin} check \
+             --config {c} --format json --interval 200ms",
+            s = host_sys.display(),
+            own = if netns {
+                "mount -t sysfs sysfs /sys && "
+            } else {
+                ""
+            },
+            c = config.display()
+        );
+        let mut args = vec!["--mount"];
+        if netns {
+            args.push("--net");
+        }
+        let out = Command::new("unshare")
+            .args(&args)
+            .args(["sh", "-c", &mounts])
+            .output()
+            .expect("unshare (util-linux; this test runs as root, as CI does)");
+        assert!(
+            out.status.code() == Some(0) || out.status.code() == Some(1),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        json(&out)
+    };
+    let collector = |r: &Value, name: &str| {
+        r["collectors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name} collector in {r:#}"))
+    };
+    let netns_warning = |c: &Value| {
+        c["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .find(|w| w.contains("another network namespace"))
+            .map(str::to_owned)
+    };
+
+    let pod = run(true);
+    let tuning = collector(&pod, "tuning");
+    assert_eq!(tuning["state"], "active", "{tuning}");
+    let why = netns_warning(&tuning).unwrap_or_else(|| panic!("no reason in {tuning}"));
+    assert!(
+        why.starts_with(
+            "net.core.netdev_budget, netdev_budget_usecs and netdev_max_backlog not read"
+        ) && why.contains("(its namespace has lo; ")
+            && why.contains("hostNetwork: true"),
+        "{why}"
+    );
+    let net_core = &pod["tuning"]["settings"]["net_core"];
+    assert!(net_core["netdev_budget"].is_null(), "{net_core}");
+    let softnet = collector(&pod, "softnet");
+    assert_eq!(softnet["state"], "active", "{softnet}");
+
+    let host = run(false);
+    let tuning = collector(&host, "tuning");
+    assert_eq!(netns_warning(&tuning), None, "{tuning}");
+    let budget = std::fs::read_to_string("/proc/sys/net/core/netdev_budget").unwrap();
+    assert_eq!(
+        host["tuning"]["settings"]["net_core"]["netdev_budget"].as_u64(),
+        budget.trim().parse::<u64>().ok(),
+        "{}",
+        host["tuning"]["settings"]
+    );
+}

@@ -70,6 +70,11 @@ impl Collector for SoftnetCollector {
         })
     }
 
+    /// Listed in every network namespace, with every CPU's counters: a pod's is the node's.
+    fn network_namespace(&self) -> crate::netns::NetnsUse {
+        crate::netns::NetnsUse::NodeWide("/proc/net/softnet_stat")
+    }
+
     fn recycle(&self, snap: &mut Snapshot) {
         if let Some(placed) = snap.softnet.take() {
             let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());

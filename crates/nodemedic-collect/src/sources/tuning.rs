@@ -468,6 +468,16 @@ impl Collector for TuningCollector {
         crate::CollectorName::Tuning
     }
 
+    /// The `net.core` sysctls exist in the host's network namespace only (another lists
+    /// none); the NICs' channels and rings come from ethtool netlink, which answers for the
+    /// reader's namespace ([`netlink_sees_host`], checked when the collector is built).
+    fn network_namespace(&self) -> crate::netns::NetnsUse {
+        crate::netns::NetnsUse::Partly(
+            "/proc/sys/net/core/{netdev_budget,netdev_budget_usecs,netdev_max_backlog}; \
+             channels and rings through ethtool netlink",
+        )
+    }
+
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
         let due = self.settings_due(ctx, snap.at);
         let (settings, mut warnings) = self.settings.get(due, || {
@@ -557,6 +567,41 @@ fn entries(r: &Reader, dir: &Path, warnings: &mut Vec<String>) -> Vec<(String, P
     out
 }
 
+/// `/proc/sys/net/core`'s budget and backlog, which only the host's network namespace lists:
+/// outside it, none, with the reason.
+fn net_core(ctx: &Ctx<'_>, w: &mut Vec<String>) -> NetCore {
+    if let crate::netns::NetnsView::Other(seen) = ctx.netns {
+        w.push(format!(
+            "net.core.netdev_budget, netdev_budget_usecs and netdev_max_backlog not read: \
+             nodemedic runs in another network namespace than the host's ({seen}), which \
+             does not list them (hostNetwork: true reads them)"
+        ));
+        return NetCore::default();
+    }
+    let r = ctx.reader;
+    let proc = &ctx.paths.procfs;
+    NetCore {
+        netdev_budget: optional(
+            r,
+            &proc.join("sys/net/core/netdev_budget"),
+            tuning::parse_count,
+            w,
+        ),
+        netdev_budget_usecs: optional(
+            r,
+            &proc.join("sys/net/core/netdev_budget_usecs"),
+            tuning::parse_count,
+            w,
+        ),
+        netdev_max_backlog: optional(
+            r,
+            &proc.join("sys/net/core/netdev_max_backlog"),
+            tuning::parse_count,
+            w,
+        ),
+    }
+}
+
 fn read_settings(
     ctx: &Ctx<'_>,
     snap: &Snapshot,
@@ -583,26 +628,7 @@ fn read_settings(
             |t| tuning::parse_word(t).map(str::to_string),
             w,
         ),
-        net_core: NetCore {
-            netdev_budget: optional(
-                r,
-                &proc.join("sys/net/core/netdev_budget"),
-                tuning::parse_count,
-                w,
-            ),
-            netdev_budget_usecs: optional(
-                r,
-                &proc.join("sys/net/core/netdev_budget_usecs"),
-                tuning::parse_count,
-                w,
-            ),
-            netdev_max_backlog: optional(
-                r,
-                &proc.join("sys/net/core/netdev_max_backlog"),
-                tuning::parse_count,
-                w,
-            ),
-        },
+        net_core: net_core(ctx, w),
         thp: optional(
             r,
             &sys.join("kernel/mm/transparent_hugepage/enabled"),
