@@ -578,27 +578,12 @@ fn net_core(ctx: &Ctx<'_>, w: &mut Vec<String>) -> NetCore {
         ));
         return NetCore::default();
     }
-    let r = ctx.reader;
-    let proc = &ctx.paths.procfs;
+    let dir = ctx.paths.procfs.join("sys/net/core");
+    let mut count = |file: &str| optional(ctx.reader, &dir.join(file), tuning::parse_count, w);
     NetCore {
-        netdev_budget: optional(
-            r,
-            &proc.join("sys/net/core/netdev_budget"),
-            tuning::parse_count,
-            w,
-        ),
-        netdev_budget_usecs: optional(
-            r,
-            &proc.join("sys/net/core/netdev_budget_usecs"),
-            tuning::parse_count,
-            w,
-        ),
-        netdev_max_backlog: optional(
-            r,
-            &proc.join("sys/net/core/netdev_max_backlog"),
-            tuning::parse_count,
-            w,
-        ),
+        netdev_budget: count("netdev_budget"),
+        netdev_budget_usecs: count("netdev_budget_usecs"),
+        netdev_max_backlog: count("netdev_max_backlog"),
     }
 }
 
