@@ -137,7 +137,7 @@ kprobe_reason() { # the probes' down reason on /status
 }
 check kprobe_paranoid_named wait_for 90 "the kprobe path refused for the paranoid level, named" bash -c "$(declare -f http_get kprobe_reason); kprobe_reason | grep -q 'kernel.perf_event_paranoid is $paranoid, at which'"
 say "at $paranoid: $(kprobe_reason)"
-check kprobe_paranoid_no_probe_up bash -c "$(declare -f http_get); ! http_get /metrics | grep -q '^nodemedic_probe_up{.*} 1\$'"
+check kprobe_paranoid_probes_down bash -c "$(declare -f http_get); m=\$(http_get /metrics) && printf '%s\n' \"\$m\" | grep -qx 'nodemedic_scrape_collector_success{collector=\"perf_probes\"} 0' && ! printf '%s\n' \"\$m\" | grep -q '^nodemedic_probe_up{.*} 1\$'"
 sysctl -qw kernel.perf_event_paranoid=2
 systemctl restart nodemedic
 check kprobe_probes_attached wait_for 90 "every probe attached by kprobe" bash -c "$(declare -f http_get); [ \$(http_get /metrics | grep -c '^nodemedic_probe_up{.*} 1\$') -ge 4 ]"
