@@ -74,9 +74,7 @@ ensure_qemu_system() {
     fi
     local pkg v need=()
     for pkg in "$@"; do
-        # dpkg-query fails for a package dpkg has never seen: under pipefail and set -e (the
-        # build scripts), that must not end the caller.
-        v=$(dpkg-query -W -f='${Status} ${Version}' "$pkg" 2>/dev/null | sed -n 's/^install ok installed //p' || true)
+        v=$(dpkg-query -W -f='${Status} ${Version}' "$pkg" 2>/dev/null | sed -n 's/^install ok installed //p')
         if [ -z "$v" ] || ! dpkg --compare-versions "$v" ge "$QEMU_MIN_VERSION"; then
             need+=("$pkg")
         fi
