@@ -42,3 +42,57 @@ ensure_packages() {
         apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${need[@]}" </dev/null
     ) 9>>/var/lock/nodemedic-apt.lock
 }
+
+# ensure_bookworm_backports: Debian 12's backports in apt's sources, added once under the lock.
+# Its packages keep their default priority (100): nothing comes from it unless named
+# (`-t bookworm-backports`) or pinned, as ensure_qemu_system pins QEMU.
+ensure_bookworm_backports() {
+    local list=/etc/apt/sources.list.d/nodemedic-bookworm-backports.list
+    [ -f "$list" ] && return 0
+    (
+        flock -w 1800 9 || { echo "ensure_bookworm_backports: /var/lock/nodemedic-apt.lock held for 30 min" >&2; exit 1; }
+        [ -f "$list" ] && exit 0
+        echo "deb http://deb.debian.org/debian bookworm-backports main" >"$list.tmp"
+        mv "$list.tmp" "$list"
+        apt-get -o DPkg::Lock::Timeout=600 update -qq </dev/null
+    ) 9>>/var/lock/nodemedic-apt.lock
+}
+
+# ensure_qemu_system PKG...: QEMU's system emulators (qemu-system-x86, qemu-system-arm), 8.1 or
+# newer. Multi-threaded TCG before 8.1 could run a stale translation of code another vCPU had
+# rewritten ("accel/tcg: Always lock pages before translation"), and a guest kernel died of
+# the int3 it left (tests/vm/README.md, "A guest kernel panic under TCG"). Debian 12 ships
+# 7.2; its backports ship 10.0, pinned here for QEMU's own packages alone
+# (/etc/apt/preferences.d/nodemedic-qemu), so that an upgrade keeps them there and nothing
+# else on the machine moves. Other systems install their own and tests/vm/run.sh runs a QEMU
+# before 8.1 with one TCG thread.
+QEMU_MIN_VERSION=1:8.1
+ensure_qemu_system() {
+    if ! grep -qx 'VERSION_CODENAME=bookworm' /etc/os-release 2>/dev/null; then
+        ensure_packages "$@"
+        return
+    fi
+    local pkg v need=()
+    for pkg in "$@"; do
+        # dpkg-query fails for a package dpkg has never seen: under pipefail and set -e (the
+        # build scripts), that must not end the caller.
+        v=$(dpkg-query -W -f='${Status} ${Version}' "$pkg" 2>/dev/null | sed -n 's/^install ok installed //p' || true)
+        if [ -z "$v" ] || ! dpkg --compare-versions "$v" ge "$QEMU_MIN_VERSION"; then
+            need+=("$pkg")
+        fi
+    done
+    [ ${#need[@]} -gt 0 ] || return 0
+    ensure_bookworm_backports || return 1
+    (
+        flock -w 1800 9 || { echo "ensure_qemu_system: /var/lock/nodemedic-apt.lock held for 30 min" >&2; exit 1; }
+        cat >/etc/apt/preferences.d/nodemedic-qemu <<'PIN'
+# deploy/apt.sh ensure_qemu_system: QEMU 8.1 or newer for the test suite's guests
+Package: qemu-system-x86 qemu-system-arm qemu-system-common qemu-system-data seabios
+Pin: release n=bookworm-backports
+Pin-Priority: 990
+PIN
+        echo "ensure_qemu_system: installing ${need[*]} from bookworm-backports (QEMU >= ${QEMU_MIN_VERSION#1:})" >&2
+        apt-get -o DPkg::Lock::Timeout=600 update -qq </dev/null
+        apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${need[@]}" </dev/null
+    ) 9>>/var/lock/nodemedic-apt.lock
+}

@@ -244,11 +244,7 @@ ensure_go() {
     case "$v" in
         go1.2[1-9]* | go1.[3-9][0-9]*) return 0 ;;
     esac
-    local list=/etc/apt/sources.list.d/nodemedic-bookworm-backports.list
-    if [ ! -f "$list" ]; then
-        echo "deb http://deb.debian.org/debian bookworm-backports main" > "$list"
-        apt_locked apt-get -o DPkg::Lock::Timeout=600 update
-    fi
+    ensure_bookworm_backports
     apt_locked apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends -t bookworm-backports golang-1.23-go
     ln -sf /usr/lib/go-1.23/bin/go /usr/local/bin/go
 }

@@ -102,8 +102,9 @@ image_ok() {
 # A foreign architecture's chroot runs its binaries through qemu-user-static.
 FOREIGN=
 [ "$ARCH" = "$(dpkg --print-architecture)" ] || FOREIGN=$ARCH
-ensure_packages debootstrap debian-archive-keyring "$QEMU_PACKAGE" qemu-utils iproute2 e2fsprogs \
+ensure_packages debootstrap debian-archive-keyring qemu-utils iproute2 e2fsprogs \
     coreutils util-linux file ${FOREIGN:+qemu-user-static} >&2
+ensure_qemu_system "$QEMU_PACKAGE" >&2
 
 if [ "${NODEMEDIC_VM_REBUILD:-0}" != 1 ] && image_ok; then
     log "cached image up to date in $CACHE"

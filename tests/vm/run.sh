@@ -179,7 +179,8 @@ if [ "$ARCH" = arm64 ]; then
         -smp "$SMP,sockets=$SMP,cores=1,threads=1")
 else
     CONSOLE=ttyS0
-    # One TCG thread for every vCPU where QEMU predates 8.1 (Debian 12 ships 7.2). Multi-threaded
+    # One TCG thread for every vCPU where QEMU predates 8.1 (Debian 12 ships 7.2; build-image.sh
+    # installs bookworm-backports' 10.0 there, deploy/apt.sh ensure_qemu_system). Multi-threaded
     # TCG before 8.1 translated a page without holding its lock ("accel/tcg: Always lock pages
     # before translation", 8.1), so a vCPU could keep running a translation of code another
     # vCPU had since rewritten. On x86 the kernel rewrites a static key, a tracepoint or a BPF
