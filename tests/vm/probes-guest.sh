@@ -76,11 +76,19 @@ counts_match() {
     s1=$(m 'nodemedic_perf_event_outputs_total{source="sample"}')
     w1=$(m nodemedic_perf_event_wakeups_total)
     metrics=$(http_get /metrics)
+    # bpftrace's window ends here: SIGUSR1 makes it print its maps and run on. Its counts do
+    # not wait for its exit, which detaches its kprobes: in the cold CI of 0149cc5 (QEMU 10,
+    # multi-threaded TCG, a loaded host) bpftrace had not exited 60 s after SIGINT.
+    kill -USR1 "$bt"
+    bt_printed() { [ "$(grep -c '^@\(outputs\|samples\|wakeups\): ' /tmp/bpftrace.out)" -ge 3 ]; }
+    check bpftrace_printed$sfx wait_for 60 "bpftrace's maps after SIGUSR1" bt_printed
     kill -INT "$bt"
     # Bounded: a landing CI once hung here, or in http_get, with no output for the rest of the run.
     bt_exited() { ! kill -0 "$bt" 2>/dev/null; }
-    check bpftrace_exited$sfx wait_for 60 "bpftrace's exit after SIGINT" bt_exited
-    bt_exited || kill -KILL "$bt"
+    wait_for 60 "bpftrace's exit after SIGINT" bt_exited || {
+        say "bpftrace had not exited 60 s after SIGINT: killed (its counts were printed before)"
+        kill -KILL "$bt"
+    }
     wait "$bt"
     cat /tmp/gen-bpf.out /tmp/gen-sample.out | sed 's/^/  perfgen: /'
     sed 's/^/  bpftrace: /' /tmp/bpftrace.out
@@ -88,9 +96,9 @@ counts_match() {
     sample_pid=$(sed -n 's/^pid=//p' /tmp/gen-sample.out)
     emitted=$(sed -n 's/.*emitted=\([0-9]*\).*/\1/p' /tmp/gen-bpf.out)
     sampled=$(sed -n 's/.* outputs=\([0-9]*\).*/\1/p' /tmp/gen-sample.out)
-    bt_out=$(sed -n 's/^@outputs: //p' /tmp/bpftrace.out)
-    bt_samples=$(sed -n 's/^@samples: //p' /tmp/bpftrace.out)
-    bt_wake=$(sed -n 's/^@wakeups: //p' /tmp/bpftrace.out)
+    bt_out=$(sed -n 's/^@outputs: //p' /tmp/bpftrace.out | head -n1)
+    bt_samples=$(sed -n 's/^@samples: //p' /tmp/bpftrace.out | head -n1)
+    bt_wake=$(sed -n 's/^@wakeups: //p' /tmp/bpftrace.out | head -n1)
     d_out=$((o1 - o0))
     d_samples=$((s1 - s0))
     d_wake=$((w1 - w0))
