@@ -6,7 +6,7 @@
 #   FUZZ_SECONDS=300 tests/fuzz.sh
 #
 # Needs the nightly toolchain: installs it with rustup when it is missing, and cargo-fuzz
-# (--locked); fails (exit 1) when it cannot, so a machine without nightly never passes
+# (pinned, --locked); fails (exit 1) when it cannot, so a machine without nightly never passes
 # without fuzzing. (`cargo test` also replays fuzz/corpus and runs a bounded mutation loop on
 # stable: fuzz/logic/tests/corpus.rs.)
 #
@@ -43,10 +43,15 @@ if ! rustup toolchain list | grep -q '^nightly'; then
     fi
 fi
 
-if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
-    echo "fuzz.sh: installing cargo-fuzz"
-    cargo install --locked cargo-fuzz
+# cargo-fuzz pinned, from the cargo tools' shared cache (deploy/bootstrap.sh ensure_cargo_tool:
+# --locked, unoptimized). It only runs cargo and the fuzz binary; in its release profile its
+# install took 104 s of a cold CI, on the path to the QEMU guests.
+CARGO_FUZZ_VERSION=0.13.2
+if ! fuzz_bin=$(. deploy/bootstrap.sh && ensure_cargo_tool cargo-fuzz "$CARGO_FUZZ_VERSION"); then
+    echo "fuzz.sh: FAILED: cannot install cargo-fuzz $CARGO_FUZZ_VERSION" >&2
+    exit 1
 fi
+export PATH="$(dirname "$fuzz_bin"):$PATH"
 
 cd fuzz
 if [ -n "${FUZZ_TARGETS:-}" ]; then
