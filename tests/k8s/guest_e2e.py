@@ -855,12 +855,14 @@ def fds_and_watches(node, pid):
     return fds, watches
 
 
-# Pods per node in G14: the hybrid node carries most (pause containers start in a second there;
-# the TCG guest takes several per pod), 50 in all.
-CHURN_PODS = {"h": 40, "g": 10}
+# Pods per node in G14: the hybrid node carries more (pause containers start in a second there;
+# the TCG guest takes several per pod), 30 in all. Each pod is a cgroup watched and a series
+# set made and dropped, and a leak of one fd or watch per pod shows at any count; 40 on this
+# node cost a cold CI about 30 s more than 20 (issue 52: the cold budget).
+CHURN_PODS = {"h": 20, "g": 10}
 
 
-@check("G14. churn on both nodes: 50 pods come and go (40 on the hybrid node, 10 on the guest); each daemon's series follow its own node's pods and never the other's, fds and inotify watches return to baseline, no collector fails")
+@check("G14. churn on both nodes: 30 pods come and go (20 on the hybrid node, 10 on the guest); each daemon's series follow its own node's pods and never the other's, fds and inotify watches return to baseline, no collector fails")
 def churn_both():
     guest, host = GUEST["GUEST_NODE"], ne.ENV["NODE_NAME"]
     sides = ((guest, "g"), (host, "h"))
