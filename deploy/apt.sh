@@ -17,6 +17,31 @@ apt_locked() {
     flock -w 1800 /var/lock/nodemedic-apt.lock "$@" </dev/null
 }
 
+# apt_update_once: `apt-get update`, unless one of these functions ran it in the last 30 minutes
+# and no source list changed since (a stamp beside apt's lists). A cold test run asks for
+# packages a dozen times, from several background builds waiting for each other on the lock,
+# and each update cost seconds of that wait. Called under the lock. apt_install retries once
+# after a fresh update, so lists that went stale within the half hour cost a retry, not a failure.
+APT_UPDATE_STAMP=/var/lib/apt/lists/.nodemedic-updated
+apt_update_once() {
+    if [ "${1:-}" != --force ] && [ -n "$(find "$APT_UPDATE_STAMP" -mmin -30 2>/dev/null)" ] &&
+        [ -z "$(find /etc/apt/sources.list /etc/apt/sources.list.d \
+            -newer "$APT_UPDATE_STAMP" 2>/dev/null)" ]; then
+        return 0
+    fi
+    apt-get -o DPkg::Lock::Timeout=600 update -qq </dev/null || return 1
+    touch "$APT_UPDATE_STAMP"
+}
+# apt_install PKG...: apt-get install under the caller's lock, after apt_update_once; once more
+# after a forced update if it failed (a package gone from a mirror since the last update).
+apt_install() {
+    apt_update_once || return 1
+    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "$@" </dev/null && return 0
+    echo "apt_install: retrying after apt-get update" >&2
+    apt_update_once --force || return 1
+    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "$@" </dev/null
+}
+
 missing_packages() {
     local pkg
     for pkg in "$@"; do
@@ -38,8 +63,7 @@ ensure_packages() {
             trap 'rm -f /usr/sbin/policy-rc.d' EXIT
         fi
         echo "ensure_packages: installing ${need[*]}" >&2
-        apt-get -o DPkg::Lock::Timeout=600 update -qq </dev/null
-        apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${need[@]}" </dev/null
+        apt_install "${need[@]}"
     ) 9>>/var/lock/nodemedic-apt.lock
 }
 
@@ -54,7 +78,7 @@ ensure_bookworm_backports() {
         [ -f "$list" ] && exit 0
         echo "deb http://deb.debian.org/debian bookworm-backports main" >"$list.tmp"
         mv "$list.tmp" "$list"
-        apt-get -o DPkg::Lock::Timeout=600 update -qq </dev/null
+        apt_update_once --force
     ) 9>>/var/lock/nodemedic-apt.lock
 }
 
@@ -92,7 +116,6 @@ Pin: release n=bookworm-backports
 Pin-Priority: 990
 PIN
         echo "ensure_qemu_system: installing ${need[*]} from bookworm-backports (QEMU >= ${QEMU_MIN_VERSION#1:})" >&2
-        apt-get -o DPkg::Lock::Timeout=600 update -qq </dev/null
-        apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${need[@]}" </dev/null
+        apt_install "${need[@]}"
     ) 9>>/var/lock/nodemedic-apt.lock
 }
