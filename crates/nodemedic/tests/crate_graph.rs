@@ -81,7 +81,12 @@ fn outputs_are_siblings() {
 #[test]
 fn toolkits_and_parsers_stand_alone() {
     let g = graph();
-    for alone in ["nodemedic-kernel", "nodemedic-heap", "nodemedic-webkit"] {
+    for alone in [
+        "nodemedic-kernel",
+        "nodemedic-heap",
+        "nodemedic-webkit",
+        "nodemedic-exposition",
+    ] {
         assert!(g[alone].is_empty(), "{alone} imports {:?}", g[alone]);
     }
     assert_eq!(

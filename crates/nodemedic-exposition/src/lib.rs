@@ -1,12 +1,13 @@
-//! A direct writer of the Prometheus text format (0.0.4) and OpenMetrics 1.0.
+//! A direct writer of the Prometheus text format (0.0.4) and OpenMetrics 1.0, a toolkit that
+//! knows nothing of nodemedic: whatever renders a source's series uses it.
 //!
 //! Written by hand rather than through the `prometheus` crate: nodemedic rebuilds every series
-//! from a fresh snapshot each time. Measured on the 256-CPU fixture (`benches/exposition.rs`,
-//! BENCHMARKS.md), writing the text directly takes 0.5–0.9 ms for ~3,500 series against
-//! 1–1.6 ms for the crate's metric objects plus encoder and 2–8 ms through a registry; for the
-//! opt-in IRQ × CPU matrix (111k series) 5–9 ms against 44–509 ms. The crate's vectors also
-//! key series by label values joined without a separator, which merged distinct series
-//! (`{irq="1",cpu="23"}` and `{irq="12",cpu="3"}`) in that measurement.
+//! from a fresh snapshot each time. Measured on the 256-CPU fixture (nodemedic-export's
+//! `benches/exposition.rs`, BENCHMARKS.md), writing the text directly takes 0.5–0.9 ms for
+//! ~3,500 series against 1–1.6 ms for the crate's metric objects plus encoder and 2–8 ms
+//! through a registry; for the opt-in IRQ × CPU matrix (111k series) 5–9 ms against 44–509 ms.
+//! The crate's vectors also key series by label values joined without a separator, which
+//! merged distinct series (`{irq="1",cpu="23"}` and `{irq="12",cpu="3"}`) in that measurement.
 
 use std::fmt::Write;
 
