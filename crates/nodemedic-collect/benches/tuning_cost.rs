@@ -18,7 +18,10 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use nodemedic_collect::sources::{NicLimitsFiles, TuningCollector};
+use nodemedic_collect::registry::{NicLimitsFrom, Settings};
+use nodemedic_collect::sources::{
+    cgroups, tuning, CgroupSelection, NicLimitsFiles, TuningCollector, DEFAULT_AFFINITY_REFRESH,
+};
 use nodemedic_collect::{process_cpu_seconds, CollectorSet, Paths};
 
 fn write(root: &Path, rel: &str, text: &str) {
@@ -201,17 +204,30 @@ fn main() {
     let paths = Paths::under(root);
     let rounds: usize = env_or("NODEMEDIC_BENCH_ROUNDS", 400);
     let interval = Duration::from_secs(60);
+    let cgroups = CgroupSelection::default();
+    let settings = Settings {
+        paths: &paths,
+        affinity_refresh: DEFAULT_AFFINITY_REFRESH,
+        cgroups: &cgroups,
+        cgroups_interval: Duration::ZERO,
+        commit_timer: None,
+        tuning_settings_interval: Duration::ZERO,
+        nic_limits: NicLimitsFrom::Files,
+    };
+    // The IRQ side and node-wide pressure: every collector but the cgroups and tuning.
+    let irq_side = || {
+        CollectorSet::registered(&settings, |n| n != cgroups::NAME && n != tuning::NAME)
+            .with_rescan_interval(interval)
+    };
     let mut without = Side {
-        set: CollectorSet::all().with_rescan_interval(interval),
+        set: irq_side(),
         walls: Vec::new(),
         cpu: 0.0,
     };
     let mut with = Side {
-        set: CollectorSet::all()
-            .with(Box::new(TuningCollector::new(Box::new(NicLimitsFiles {
-                dir: root.join("ethtool"),
-            }))))
-            .with_rescan_interval(interval),
+        set: irq_side().with(Box::new(TuningCollector::new(Box::new(NicLimitsFiles {
+            dir: root.join("ethtool"),
+        })))),
         walls: Vec::new(),
         cpu: 0.0,
     };

@@ -240,9 +240,41 @@ impl CommitTimerCollector {
     }
 }
 
+/// The disk commit latency probe.
+pub const NAME: crate::CollectorName = crate::CollectorName::new("disk_commit");
+
+crate::register!(crate::registry::Declaration {
+    name: NAME,
+    order: 130,
+    switch: crate::registry::Switch::Elsewhere("[disk_probe] enabled"),
+    optional: false,
+    checks: crate::registry::Checks {
+        fixtures: crate::registry::Fixtures::NotFiles(crate::registry::Instead::new(
+            "it times its own write + fdatasync of a real file",
+            "crates/nodemedic/tests/exposition.rs",
+            "disk_commit_probe_histogram",
+        )),
+        golden: crate::registry::Golden::None(crate::registry::Instead::new(
+            "its histogram holds this machine's real fsync latencies and directory: the \
+             test checks its buckets and promtool",
+            "crates/nodemedic/tests/exposition.rs",
+            "disk_commit_probe_histogram",
+        )),
+        fuzz: crate::registry::Fuzz::NoParser(crate::registry::Instead::new(
+            "it reads no file; it measures its own writes",
+            "crates/nodemedic/tests/exposition.rs",
+            "disk_commit_probe_histogram",
+        )),
+    },
+    build: crate::registry::Build::Here(|settings| {
+        let timer = settings.commit_timer?;
+        Some(Box::new(CommitTimerCollector::start(timer)))
+    }),
+});
+
 impl Collector for CommitTimerCollector {
     fn name(&self) -> crate::CollectorName {
-        crate::CollectorName::DiskCommit
+        NAME
     }
 
     fn collect(&self, _ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

@@ -14,6 +14,7 @@ pub mod host_access;
 pub mod netns;
 mod open_file;
 mod reader;
+pub mod registry;
 mod self_stats;
 pub mod sources;
 #[allow(unsafe_code)]
@@ -220,9 +221,32 @@ pub struct CollectorSet {
 }
 
 impl CollectorSet {
-    /// Every collector this crate provides, in dependency order.
+    /// The collectors that read with no setting of the configuration, built with the
+    /// defaults (`Settings::defaults`): every registered one built here but the cgroups
+    /// (which cgroups it watches) and tuning (where NIC limits come from) collectors, which
+    /// tests and benches build with the settings they need.
     pub fn all() -> Self {
-        Self::new(sources::all())
+        use sources::{cgroups, tuning};
+        Self::registered(&registry::Settings::defaults(), |n| {
+            n != cgroups::NAME && n != tuning::NAME
+        })
+    }
+
+    /// Every registered collector that `settings` builds here and `keep` keeps, in order
+    /// (those the binary builds are left out).
+    pub fn registered(
+        settings: &registry::Settings<'_>,
+        keep: impl Fn(CollectorName) -> bool,
+    ) -> Self {
+        let collectors = registry::declarations()
+            .into_iter()
+            .filter(|d| keep(d.name))
+            .filter_map(|d| match d.build {
+                registry::Build::Here(build) => build(settings),
+                registry::Build::ByBinary => None,
+            })
+            .collect();
+        Self::new(collectors)
     }
 
     pub fn new(collectors: Vec<Box<dyn Collector>>) -> Self {
@@ -347,7 +371,7 @@ mod tests {
 
     impl Collector for Conntrack {
         fn name(&self) -> CollectorName {
-            CollectorName::Softnet
+            crate::sources::softnet::NAME
         }
         fn collect(&self, _: &Ctx<'_>, _: &mut Snapshot) -> Result<Collected, CollectError> {
             panic!("run in another network namespace")

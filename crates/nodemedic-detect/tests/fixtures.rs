@@ -14,12 +14,12 @@ use nodemedic_testkit::{copy_fixture, fixture_paths, fixture_snapshot};
 /// What the collapse detector reads: the IRQ side's collectors, which every tree these tests
 /// read must have active.
 const IRQ_SIDE: &[CollectorName] = &[
-    CollectorName::Topology,
-    CollectorName::Interrupts,
-    CollectorName::IrqAffinity,
-    CollectorName::PciDevices,
-    CollectorName::Softirqs,
-    CollectorName::Softnet,
+    nodemedic_collect::sources::topology::NAME,
+    nodemedic_collect::sources::interrupts::NAME,
+    nodemedic_collect::sources::irq_affinity::NAME,
+    nodemedic_collect::sources::pci::NAME,
+    nodemedic_collect::sources::softirqs::NAME,
+    nodemedic_collect::sources::softnet::NAME,
 ];
 
 /// The fixture tree `tree` read by the collectors, with the IRQ side's asserted active.
@@ -423,20 +423,29 @@ fn damaged_trees_degrade_without_losing_the_rest() {
     let paths = fixture_paths("truncated");
     let (snap, runs) = CollectorSet::all().sample(&paths, Duration::ZERO);
     let run = |n: CollectorName| runs.iter().find(|r| r.name == n).unwrap();
-    let ints = run(CollectorName::Interrupts).outcome.as_ref().unwrap();
+    let ints = run(nodemedic_collect::sources::interrupts::NAME)
+        .outcome
+        .as_ref()
+        .unwrap();
     assert!(
         ints.warnings.iter().any(|w| w.contains("cut short")),
         "{:?}",
         ints.warnings
     );
-    let softnet = run(CollectorName::Softnet).outcome.as_ref().unwrap();
+    let softnet = run(nodemedic_collect::sources::softnet::NAME)
+        .outcome
+        .as_ref()
+        .unwrap();
     assert!(!softnet.warnings.is_empty());
     assert_eq!(
         snap.softnet.as_ref().unwrap().len(),
         7,
         "the cut row is dropped, the rest kept"
     );
-    let aff = run(CollectorName::IrqAffinity).outcome.as_ref().unwrap();
+    let aff = run(nodemedic_collect::sources::irq_affinity::NAME)
+        .outcome
+        .as_ref()
+        .unwrap();
     assert!(aff.warnings.is_empty(), "{:?}", aff.warnings);
     assert!(!snap.affinity.contains_key(&29), "IRQ 29 has no directory");
     let a27 = &snap.affinity[&27];
@@ -455,23 +464,23 @@ fn damaged_trees_degrade_without_losing_the_rest() {
             .map(|r| r.name)
             .collect();
         assert!(
-            failed.contains(&CollectorName::Interrupts),
+            failed.contains(&nodemedic_collect::sources::interrupts::NAME),
             "{name}: {failed:?}"
         );
         assert!(
-            failed.contains(&CollectorName::Softirqs),
+            failed.contains(&nodemedic_collect::sources::softirqs::NAME),
             "{name}: {failed:?}"
         );
         let topo = runs
             .iter()
-            .find(|r| r.name == CollectorName::Topology)
+            .find(|r| r.name == nodemedic_collect::sources::topology::NAME)
             .unwrap();
         assert!(topo.outcome.is_ok(), "{name}: sysfs is intact");
         assert!(snap.topology.is_some());
         assert!(immediate().observe(&snap).is_empty());
         let err = runs
             .iter()
-            .find(|r| r.name == CollectorName::Interrupts)
+            .find(|r| r.name == nodemedic_collect::sources::interrupts::NAME)
             .unwrap()
             .outcome
             .as_ref()
@@ -541,7 +550,7 @@ fn a_corrupt_affinity_file_loses_only_its_own_irq_mask() {
     let (snap, runs) = CollectorSet::all().sample(&paths, Duration::ZERO);
     let aff = runs
         .iter()
-        .find(|r| r.name == CollectorName::IrqAffinity)
+        .find(|r| r.name == nodemedic_collect::sources::irq_affinity::NAME)
         .unwrap()
         .outcome
         .as_ref()
@@ -580,17 +589,20 @@ fn a_corrupt_affinity_file_loses_only_its_own_irq_mask() {
 fn a_failed_collector_is_its_state_and_fails_only_who_needs_it() {
     // `missing` has /sys but no /proc.
     let read = fixture_snapshot("missing", Duration::ZERO);
-    match read.state(CollectorName::Interrupts) {
+    match read.state(nodemedic_collect::sources::interrupts::NAME) {
         Some(nodemedic_sample::CollectorState::Failed { reason }) => {
             assert!(reason.contains("proc/interrupts"), "{reason}")
         }
         other => panic!("interrupts on a tree without /proc: {other:?}"),
     }
     assert_eq!(
-        read.state(CollectorName::Topology),
+        read.state(nodemedic_collect::sources::topology::NAME),
         Some(&nodemedic_sample::CollectorState::Active)
     );
-    let topology = read.needing(&[CollectorName::Topology]).topology.unwrap();
+    let topology = read
+        .needing(&[nodemedic_collect::sources::topology::NAME])
+        .topology
+        .unwrap();
     assert_eq!(topology.online.len(), 8);
 
     let needs_interrupts =

@@ -64,7 +64,7 @@ fn verdict(tree: &str, selection: CgroupSelection, pods: bool) -> (PressureVerdi
     second.pods = names;
     (
         d.observe(&second).unwrap(),
-        warnings(&runs, CollectorName::Cgroups),
+        warnings(&runs, nodemedic_collect::sources::cgroups::NAME),
     )
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use nodemedic_collect::sources::{
     netlink_sees_host, NicLimitsFiles, NicLimitsSource, NicLimitsUnavailable, TuningCollector,
 };
-use nodemedic_collect::{CollectorName, CollectorSet};
+use nodemedic_collect::CollectorSet;
 use nodemedic_detect::tuning::{findings, TuningFinding};
 use nodemedic_detect::{
     CollapseConfig, CollapseDetector, HurtingConfig, Severity, TuningConfig, TuningDetector,
@@ -51,7 +51,7 @@ fn audit_with(
                     .outcome
                     .as_ref()
                     .unwrap_or_else(|e| panic!("{name}: {} failed: {e}", r.name));
-                if r.name == CollectorName::Tuning {
+                if r.name == nodemedic_collect::sources::tuning::NAME {
                     assert!(c.warnings.is_empty(), "{name}: {:?}", c.warnings);
                 }
             }

@@ -39,7 +39,7 @@ fn this_machine_has_no_tuning_warning() {
         let (snap, runs) = set.sample(&Paths::default(), monotonic_now());
         for r in &runs {
             let c = r.outcome.as_ref().unwrap();
-            if r.name == nodemedic_collect::CollectorName::Tuning {
+            if r.name == nodemedic_collect::sources::tuning::NAME {
                 assert!(c.warnings.is_empty(), "{:?}", c.warnings);
             }
         }

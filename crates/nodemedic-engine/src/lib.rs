@@ -65,17 +65,7 @@ pub struct EngineConfig {
     pub host: Arc<HostAccess>,
 }
 
-/// Where the tuning collector gets each NIC's channels and rings.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum NicLimitsFrom {
-    /// The driver, through ethtool netlink (in this process's network namespace: in a pod,
-    /// the host's NICs need `hostNetwork`).
-    #[default]
-    Netlink,
-    /// Files under `<rootfs>/ethtool/<interface>`, for fixture trees (`NicLimitsFiles`).
-    Files,
-}
+pub use nodemedic_collect::registry::NicLimitsFrom;
 
 /// The tuning collector's and audit's settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -119,6 +109,22 @@ impl Default for EngineConfig {
             pressure: PressureConfig::default(),
             tuning: TuningSetup::default(),
             host: Arc::default(),
+        }
+    }
+}
+
+impl EngineConfig {
+    /// What the collectors built from the configuration read of it
+    /// (`nodemedic_collect::registry`).
+    pub fn settings(&self) -> nodemedic_collect::registry::Settings<'_> {
+        nodemedic_collect::registry::Settings {
+            paths: &self.paths,
+            affinity_refresh: self.affinity_refresh,
+            cgroups: &self.cgroups,
+            cgroups_interval: self.cgroups_interval,
+            commit_timer: self.commit_timer.as_ref(),
+            tuning_settings_interval: self.tuning.settings_interval,
+            nic_limits: self.tuning.nic_limits,
         }
     }
 }
@@ -369,12 +375,12 @@ mod tests {
 
     use super::*;
 
-    /// A collector with a bug, in the place of the pod names.
+    /// A collector with a bug, in the place of the pressure collector.
     struct Panics;
 
     impl Collector for Panics {
         fn name(&self) -> CollectorName {
-            CollectorName::KubePods
+            nodemedic_collect::sources::pressure::NAME
         }
         fn collect(&self, _: &Ctx<'_>, _: &mut Snapshot) -> Result<Collected, CollectError> {
             panic!("index out of bounds")
@@ -467,15 +473,17 @@ mod tests {
             },
             ..Default::default()
         };
-        let registry =
-            Registry::new().build_with(CollectorName::KubePods, |_| Some(Box::new(Panics)));
+        let registry = Registry::new()
+            .build_with(nodemedic_collect::sources::pressure::NAME, |_| {
+                Some(Box::new(Panics))
+            });
         let mut engine = Engine::with_registry(config, registry);
         for n in 1..=2 {
             let s = engine.sample();
             let bad = s
                 .collectors
                 .iter()
-                .find(|c| c.name == CollectorName::KubePods)
+                .find(|c| c.name == nodemedic_collect::sources::pressure::NAME)
                 .unwrap();
             assert!(
                 matches!(&bad.state, CollectorState::Failed { reason } if reason.contains("index out of bounds")),
@@ -484,13 +492,13 @@ mod tests {
             assert!(s
                 .collectors
                 .iter()
-                .filter(|c| c.name != CollectorName::KubePods)
+                .filter(|c| c.name != nodemedic_collect::sources::pressure::NAME)
                 .all(|c| c.is_success()));
             assert!(s
                 .findings
                 .iter()
                 .any(|f| f.kind == nodemedic_detect::FindingKind::CollectorFailed
-                    && f.subject == "kube_pods"));
+                    && f.subject == "pressure"));
             let nic = s
                 .verdicts
                 .iter()
@@ -500,7 +508,9 @@ mod tests {
             assert_eq!(s.samples_total, n);
         }
         assert!(
-            engine.failing.contains_key(&CollectorName::KubePods),
+            engine
+                .failing
+                .contains_key(&nodemedic_collect::sources::pressure::NAME),
             "logged once, remembered"
         );
     }

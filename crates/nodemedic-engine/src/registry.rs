@@ -1,20 +1,16 @@
-//! Every collector nodemedic has, in the order they run, each with its name, whether its
-//! failure is optional, and how it is built from the configuration. `run` and `check` build
-//! their engine from it; `[collectors]`, `/status` and `nodemedic_scrape_collector_success`
-//! name collectors by its [`CollectorName`]s.
+//! The collectors the engine runs: every registered one (`nodemedic_collect::registry`), in
+//! the order they declare, each built from the configuration unless it switches it off.
+//! `run` and `check` build their engine from it.
 //!
-//! The list lives here, not in the binary, because most of its collectors are built from the
-//! [`EngineConfig`] alone, and the engine's tests and benchmarks run on it. Two of them live
-//! in crates the engine does not depend on (the eBPF probes, the Kubernetes pod watch): their
-//! entries are here too, and the binary gives their build with [`Registry::build_with`].
+//! Two collectors live in crates the engine does not depend on (the eBPF probes, the
+//! Kubernetes pod watch), and need what only the binary holds: they declare
+//! [`Build::ByBinary`](nodemedic_collect::registry::Build::ByBinary), and the binary gives
+//! their build with [`Registry::build_with`].
 
-use nodemedic_collect::sources::{
-    self, netlink_sees_host, CgroupsCollector, IrqAffinityCollector, NicLimitsFiles,
-    NicLimitsUnavailable, TuningCollector,
-};
-use nodemedic_collect::{Collector, CollectorName, CommitTimerCollector};
+use nodemedic_collect::registry::{self as declared, Build as Declared};
+use nodemedic_collect::{Collector, CollectorName};
 
-use crate::{EngineConfig, NicLimitsFrom};
+use crate::EngineConfig;
 
 /// How a collector is built: `None` when the configuration leaves it out altogether (no disk
 /// probe, not in Kubernetes), so that it is not listed at all.
@@ -38,63 +34,24 @@ impl Default for Registry<'_> {
 }
 
 impl<'a> Registry<'a> {
-    /// Every collector; the probes and the pod names are left out until the binary gives their
-    /// build.
+    /// Every registered collector; those the binary builds are left out until it gives
+    /// their build.
     pub fn new() -> Self {
-        // nodemedic-collect's own collectors need no configuration, and that crate knows the
-        // order they depend on each other in.
-        let mut entries: Vec<Entry<'a>> = sources::all()
+        let entries = declared::declarations()
             .into_iter()
-            .map(|c| Entry {
-                name: c.name(),
-                optional: false,
-                build: Box::new(move |_| Some(c)),
+            .map(|d| Entry {
+                name: d.name,
+                optional: d.optional,
+                build: match d.build {
+                    Declared::Here(build) => {
+                        Box::new(move |config: &EngineConfig| build(&config.settings()))
+                            as Build<'a>
+                    }
+                    Declared::ByBinary => Box::new(|_: &EngineConfig| None),
+                },
             })
             .collect();
-        entries.extend([
-            Entry {
-                name: CollectorName::Cgroups,
-                optional: false,
-                build: Box::new(|config| {
-                    Some(Box::new(CgroupsCollector::with_interval(
-                        config.cgroups.clone(),
-                        config.cgroups_interval,
-                    )))
-                }),
-            },
-            Entry {
-                name: CollectorName::Tuning,
-                optional: false,
-                build: Box::new(|config| Some(Box::new(tuning(config)))),
-            },
-            Entry {
-                name: CollectorName::KubePods,
-                optional: false,
-                build: Box::new(|_| None),
-            },
-            // Its failure says something about the kernel or the daemon's privileges, not
-            // about the node's health: the eBPF probes need BTF, kprobes or fentry trampolines
-            // and CAP_BPF/CAP_PERFMON.
-            Entry {
-                name: CollectorName::PerfProbes,
-                optional: true,
-                build: Box::new(|_| None),
-            },
-            Entry {
-                name: CollectorName::DiskCommit,
-                optional: false,
-                build: Box::new(|config| {
-                    let timer = config.commit_timer.as_ref()?;
-                    Some(Box::new(CommitTimerCollector::start(timer)))
-                }),
-            },
-        ]);
-        // The one of nodemedic-collect's own that the configuration tunes.
-        Self { entries }.build_with(CollectorName::IrqAffinity, |config| {
-            Some(Box::new(IrqAffinityCollector::with_refresh(
-                config.affinity_refresh,
-            )))
-        })
+        Self { entries }
     }
 
     /// Gives `name`'s build: a collector that lives in a crate the engine does not depend on.
@@ -136,56 +93,33 @@ pub(crate) struct Built {
     pub optional: Vec<CollectorName>,
 }
 
-fn tuning(config: &EngineConfig) -> TuningCollector {
-    match config.tuning.nic_limits {
-        NicLimitsFrom::Netlink => match netlink_sees_host(&config.paths.sysfs) {
-            Ok(()) => TuningCollector::default(),
-            Err(why) => TuningCollector::new(Box::new(NicLimitsUnavailable(why.to_string()))),
-        },
-        NicLimitsFrom::Files => TuningCollector::new(Box::new(NicLimitsFiles {
-            dir: config.paths.rootfs.join("ethtool"),
-        })),
-    }
-    .with_settings_interval(config.tuning.settings_interval)
-}
-
 #[cfg(test)]
 mod tests {
+    use nodemedic_collect::sources::{pressure, softnet};
+    use nodemedic_collect::{commit_timer, registry};
+
     use super::*;
 
-    /// Every collector has one entry, the probes alone are optional, and a collector switched
-    /// off is listed as disabled and never built.
+    /// Every registered collector has one entry, in the order they declare; a collector
+    /// switched off is listed as disabled and never built, and a collector given a build by
+    /// the binary is built from it.
     #[test]
-    fn every_collector_once_and_only_the_probes_optional() {
+    fn every_registered_collector_once_in_order() {
         let names: Vec<CollectorName> = Registry::new().entries.iter().map(|e| e.name).collect();
-        let mut sorted = names.clone();
-        sorted.sort();
-        sorted.dedup();
-        let mut all = CollectorName::ALL.to_vec();
-        all.sort();
-        assert_eq!(sorted, all, "{names:?}");
-        assert_eq!(sorted.len(), names.len(), "{names:?}");
+        assert_eq!(names, registry::names());
 
         let config = EngineConfig {
-            disabled_collectors: [CollectorName::Softnet, CollectorName::PerfProbes].into(),
+            disabled_collectors: [softnet::NAME, pressure::NAME].into(),
             ..Default::default()
         };
         let built = Registry::new()
-            .build_with(CollectorName::PerfProbes, |_| {
-                panic!("built while disabled")
-            })
+            .build_with(pressure::NAME, |_| panic!("built while disabled"))
             .build(&config);
-        assert_eq!(built.optional, [CollectorName::PerfProbes]);
-        assert_eq!(
-            built.disabled,
-            [CollectorName::Softnet, CollectorName::PerfProbes]
-        );
+        assert_eq!(built.disabled, [softnet::NAME, pressure::NAME]);
         let running: Vec<CollectorName> = built.collectors.iter().map(|c| c.name()).collect();
-        assert!(!running.contains(&CollectorName::Softnet), "{running:?}");
-        // Without a build from the binary, the pod names are left out; without a disk probe
-        // configured, so is its collector.
-        assert!(!running.contains(&CollectorName::KubePods), "{running:?}");
-        assert!(!running.contains(&CollectorName::DiskCommit), "{running:?}");
-        assert_eq!(running.len(), CollectorName::ALL.len() - 4, "{running:?}");
+        assert!(!running.contains(&softnet::NAME), "{running:?}");
+        // Without a disk probe configured, its collector is left out.
+        assert!(!running.contains(&commit_timer::NAME), "{running:?}");
+        assert_eq!(running.len(), names.len() - 3, "{running:?}");
     }
 }

@@ -34,8 +34,8 @@ const MAX_PER_RENDER: usize = 60;
 /// collector of the sample must be active, or the bounds would hold for less work than they
 /// were set over (a collector that fails or is switched off allocates less).
 const NOT_IN_TREE: &[(CollectorName, &str)] = &[
-    (CollectorName::Pressure, "proc/pressure"),
-    (CollectorName::Cgroups, "sys/fs/cgroup"),
+    (nodemedic_collect::sources::pressure::NAME, "proc/pressure"),
+    (nodemedic_collect::sources::cgroups::NAME, "sys/fs/cgroup"),
 ];
 
 #[test]

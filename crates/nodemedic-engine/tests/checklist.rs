@@ -1,8 +1,9 @@
-//! The checklist of docs/adding-a-collector.md, kept by a test. For every collector it lists
-//! the fixture trees it reads (where it must be active), the series it puts in the golden
-//! expositions (`tests/golden`) and the fuzz targets of its parsers, and checks each claim:
+//! The checklist of docs/adding-a-collector.md, kept by a test. Every collector's
+//! registration (`nodemedic_collect::registry`) lists the fixture trees it reads (where it
+//! must be active), the series it puts in the golden expositions (`tests/golden`) and the
+//! fuzz targets of its parsers (`Checks`), and this test checks each claim:
 //!
-//! - a collector left out of [`checklist`] does not compile (the `match` has no `_` arm);
+//! - a registration without its `checks` does not compile;
 //! - a tree where the collector is not active, a series no golden file holds (or a golden
 //!   file that does not show the collector succeeding), or a fuzz target missing from any of
 //!   its four places fails here;
@@ -16,204 +17,14 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
+use nodemedic_collect::registry::{self, declarations, Fixtures, Fuzz, Golden, Instead};
 use nodemedic_collect::{CollectorName, CollectorState, Paths};
+// The collectors of the eBPF probes and of the pod names register themselves in their crates:
+// linked here, their declarations are checked with the rest.
 use nodemedic_engine::{Engine, EngineConfig, NicLimitsFrom};
+use nodemedic_kube as _;
+use nodemedic_probe as _;
 use nodemedic_testkit::{fixture, workspace_root};
-
-/// An opt-out of one of the checklist's claims: why, and the test that covers the collector
-/// instead, `fn test` under `#[test]` in `file` (from the workspace root).
-struct Instead {
-    why: &'static str,
-    file: &'static str,
-    test: &'static str,
-}
-
-const fn instead(why: &'static str, file: &'static str, test: &'static str) -> Instead {
-    Instead { why, file, test }
-}
-
-/// Where a collector's input comes from in the tests.
-enum Fixtures {
-    /// Fixture trees under `tests/fixtures` on which it must be active.
-    Trees(&'static [&'static str]),
-    /// It reads no kernel file a tree could hold.
-    NotFiles(Instead),
-}
-
-/// What a collector puts in the golden expositions.
-enum Golden {
-    /// `(golden file under tests/golden without .prom, the start of a series line)`.
-    Series(&'static [(&'static str, &'static str)]),
-    /// No golden file holds its series.
-    None(Instead),
-}
-
-/// The fuzz targets of the parsers a collector runs.
-enum Fuzz {
-    /// Names in `nodemedic_fuzz_logic::TARGETS`.
-    Targets(&'static [&'static str]),
-    /// It parses nothing from outside.
-    NoParser(Instead),
-}
-
-struct Entry {
-    fixtures: Fixtures,
-    golden: Golden,
-    fuzz: Fuzz,
-}
-
-/// `(file, test)` of the tests that cover several opt-outs.
-const DISK_COMMIT_TEST: (&str, &str) = (
-    "crates/nodemedic/tests/exposition.rs",
-    "disk_commit_probe_histogram",
-);
-const KUBERNETES_TEST: (&str, &str) = (
-    "crates/nodemedic/tests/kubernetes.rs",
-    "condition_label_events_rbac_and_pause_on_a_real_apiserver",
-);
-
-/// Each collector's entry. A new collector is a compile error here until it has one.
-fn checklist(c: CollectorName) -> Entry {
-    use CollectorName as C;
-    match c {
-        C::Topology => Entry {
-            fixtures: Fixtures::Trees(&["8cpu-collapsed", "8cpu-offline", "isolated", "aarch64"]),
-            golden: Golden::Series(&[("8cpu-offline", "nodemedic_cpus{state=\"online\"} 6")]),
-            fuzz: Fuzz::Targets(&["cpuset"]),
-        },
-        C::Interrupts => Entry {
-            fixtures: Fixtures::Trees(&[
-                "8cpu-collapsed",
-                "96cpu-collapsed",
-                "256cpu-healthy",
-                "aarch64",
-                "aarch64-128cpu",
-                "8cpu-legacy-softnet",
-            ]),
-            golden: Golden::Series(&[
-                ("8cpu-collapsed", "nodemedic_irq_interrupts_total{"),
-                ("aarch64", "nodemedic_arch_interrupts_total{type=\"IPI0\"}"),
-            ]),
-            fuzz: Fuzz::Targets(&["interrupts"]),
-        },
-        C::IrqAffinity => Entry {
-            fixtures: Fixtures::Trees(&["8cpu-collapsed", "96cpu-collapsed", "aarch64"]),
-            golden: Golden::Series(&[("8cpu-collapsed", "nodemedic_irq_effective_cpu{")]),
-            fuzz: Fuzz::Targets(&["cpuset"]),
-        },
-        C::PciDevices => Entry {
-            fixtures: Fixtures::Trees(&["8cpu-collapsed", "96cpu-collapsed", "256cpu-healthy"]),
-            golden: Golden::Series(&[(
-                "96cpu-collapsed",
-                "nodemedic_irq_group_info{group=\"mlx5_core 0000:3b:00.0\",driver=\"mlx5_core\"",
-            )]),
-            fuzz: Fuzz::Targets(&["cpuset"]),
-        },
-        C::Softirqs => Entry {
-            fixtures: Fixtures::Trees(&["8cpu-collapsed", "aarch64"]),
-            golden: Golden::Series(&[("8cpu-collapsed", "nodemedic_softirqs_total{")]),
-            fuzz: Fuzz::Targets(&["softirqs"]),
-        },
-        C::Softnet => Entry {
-            fixtures: Fixtures::Trees(&["8cpu-collapsed", "8cpu-legacy-softnet", "8cpu-offline"]),
-            golden: Golden::Series(&[("8cpu-collapsed", "nodemedic_softnet_processed_total{")]),
-            fuzz: Fuzz::Targets(&["softnet"]),
-        },
-        C::IrqbalanceConfig => Entry {
-            fixtures: Fixtures::Trees(&["isolated", "96cpu-collapsed"]),
-            golden: Golden::Series(&[(
-                "96cpu-collapsed",
-                "nodemedic_cpus{state=\"irqbalance_banned\"}",
-            )]),
-            fuzz: Fuzz::Targets(&["irqbalance_env", "cpuset"]),
-        },
-        C::Pressure => Entry {
-            fixtures: Fixtures::Trees(&["k8s-systemd-v2", "k8s-cgroupfs-hybrid"]),
-            golden: Golden::Series(&[(
-                "k8s-systemd-v2",
-                "nodemedic_pressure_cpu_waiting_seconds_total ",
-            )]),
-            fuzz: Fuzz::Targets(&["psi"]),
-        },
-        C::Cgroups => Entry {
-            fixtures: Fixtures::Trees(&["k8s-systemd-v2", "k8s-cgroupfs-hybrid"]),
-            golden: Golden::Series(&[(
-                "k8s-systemd-v2",
-                "nodemedic_cgroup_cpu_usage_seconds_total{",
-            )]),
-            fuzz: Fuzz::Targets(&["cgroup_cpu", "cgroup_path", "mountinfo", "psi"]),
-        },
-        C::Tuning => Entry {
-            fixtures: Fixtures::Trees(&["tuning-nic-channels", "tuning-iommu-strict"]),
-            golden: Golden::Series(&[
-                ("tuning-nic-channels", "nodemedic_net_channels{"),
-                (
-                    "tuning-iommu-strict",
-                    "nodemedic_iommu_groups{type=\"strict\"}",
-                ),
-            ]),
-            fuzz: Fuzz::Targets(&[
-                "tuning_cmdline",
-                "tuning_value",
-                "tuning_choice",
-                "tuning_queue",
-                "cpuinfo",
-            ]),
-        },
-        C::DiskCommit => Entry {
-            fixtures: Fixtures::NotFiles(instead(
-                "it times its own write + fdatasync of a real file",
-                DISK_COMMIT_TEST.0,
-                DISK_COMMIT_TEST.1,
-            )),
-            golden: Golden::None(instead(
-                "its histogram holds this machine's real fsync latencies and directory: the \
-                 test checks its buckets and promtool",
-                DISK_COMMIT_TEST.0,
-                DISK_COMMIT_TEST.1,
-            )),
-            fuzz: Fuzz::NoParser(instead(
-                "it reads no file; it measures its own writes",
-                DISK_COMMIT_TEST.0,
-                DISK_COMMIT_TEST.1,
-            )),
-        },
-        C::PerfProbes => Entry {
-            fixtures: Fixtures::NotFiles(instead(
-                "it reads the eBPF probes' maps and ring buffer, on this kernel (and in the VM \
-                 test, tests/vm, on a guest's)",
-                "crates/nodemedic-probe/tests/this_kernel.rs",
-                "load_attaches_or_names_the_cause",
-            )),
-            golden: Golden::Series(&[("perf-probes", "nodemedic_perf_event_wakeup_ratio ")]),
-            fuzz: Fuzz::NoParser(instead(
-                "it reads fixed-layout records its own BPF programs write, no text: their \
-                 decoding is tested",
-                "crates/nodemedic-probe/src/abi.rs",
-                "event_round_trip_and_rejects",
-            )),
-        },
-        C::KubePods => Entry {
-            fixtures: Fixtures::NotFiles(instead(
-                "it watches the Kubernetes API: the test runs it against a real kube-apiserver",
-                KUBERNETES_TEST.0,
-                KUBERNETES_TEST.1,
-            )),
-            golden: Golden::None(instead(
-                "it adds namespace/pod/container labels to the cgroups collector's series and \
-                 no series of its own: the test checks them on a real kube-apiserver",
-                KUBERNETES_TEST.0,
-                KUBERNETES_TEST.1,
-            )),
-            fuzz: Fuzz::NoParser(instead(
-                "the API's objects are decoded by kube-rs and k8s-openapi, from a real \
-                 kube-apiserver in the test",
-                KUBERNETES_TEST.0,
-                KUBERNETES_TEST.1,
-            )),
-        },
-    }
-}
 
 /// Every collector's state after two samples of the tree `tree` through the real engine,
 /// configured as the daemon is on fixture trees (channels and rings from the tree's files).
@@ -235,17 +46,25 @@ fn states(tree: &str) -> Vec<(CollectorName, CollectorState)> {
 
 #[test]
 fn every_collector_has_fixtures_golden_series_and_fuzz_targets() {
+    // Those registered outside nodemedic-collect are here too: a registration the linker
+    // dropped would pass every check below unchecked.
+    for name in [nodemedic_probe::PERF_PROBES, nodemedic_kube::POD_NAMES] {
+        assert!(
+            registry::find(name.as_str()).is_some(),
+            "{name}: not registered"
+        );
+    }
     let mut wrong = Vec::new();
     let mut trees: std::collections::BTreeMap<&str, Vec<(CollectorName, CollectorState)>> =
         Default::default();
-    for c in CollectorName::ALL {
-        let entry = checklist(c);
-        match entry.fixtures {
+    for d in declarations() {
+        let (c, entry) = (d.name, &d.checks);
+        match &entry.fixtures {
             Fixtures::Trees(names) => {
                 if names.is_empty() {
                     wrong.push(format!("{c}: no fixture tree"));
                 }
-                for tree in names {
+                for tree in names.iter() {
                     let got = trees.entry(tree).or_insert_with(|| states(tree));
                     let state = got.iter().find(|(n, _)| *n == c).map(|(_, s)| s);
                     if state != Some(&CollectorState::Active) {
@@ -253,25 +72,25 @@ fn every_collector_has_fixtures_golden_series_and_fuzz_targets() {
                     }
                 }
             }
-            Fixtures::NotFiles(i) => wrong.extend(i.covered(c, "fixtures").err()),
+            Fixtures::NotFiles(i) => wrong.extend(covered(i, c, "fixtures").err()),
         }
-        match entry.golden {
+        match &entry.golden {
             Golden::Series(series) => {
                 if series.is_empty() {
                     wrong.push(format!("{c}: no golden series"));
                 }
-                for (file, start) in series {
+                for (file, start) in series.iter() {
                     wrong.extend(golden_holds(c, file, start).err());
                 }
             }
-            Golden::None(i) => wrong.extend(i.covered(c, "golden").err()),
+            Golden::None(i) => wrong.extend(covered(i, c, "golden").err()),
         }
-        match entry.fuzz {
+        match &entry.fuzz {
             Fuzz::Targets(targets) => {
                 if targets.is_empty() {
                     wrong.push(format!("{c}: no fuzz target"));
                 }
-                for t in targets {
+                for t in targets.iter() {
                     wrong.extend(
                         fuzz_target_wired(t)
                             .into_iter()
@@ -279,7 +98,7 @@ fn every_collector_has_fixtures_golden_series_and_fuzz_targets() {
                     );
                 }
             }
-            Fuzz::NoParser(i) => wrong.extend(i.covered(c, "fuzz").err()),
+            Fuzz::NoParser(i) => wrong.extend(covered(i, c, "fuzz").err()),
         }
     }
     assert!(
@@ -289,11 +108,11 @@ fn every_collector_has_fixtures_golden_series_and_fuzz_targets() {
     );
 }
 
-impl Instead {
-    /// The opt-out says why, and its test exists: `file` holds a `fn test(` whose attributes
-    /// include `#[test]`.
-    fn covered(&self, c: CollectorName, claim: &str) -> Result<(), String> {
-        let Instead { why, file, test } = self;
+/// The opt-out says why, and its test exists: `file` holds a `fn test(` whose attributes
+/// include `#[test]`.
+fn covered(i: &Instead, c: CollectorName, claim: &str) -> Result<(), String> {
+    {
+        let Instead { why, file, test } = i;
         if why.is_empty() {
             return Err(format!("{c}: the {claim} opt-out gives no reason"));
         }
@@ -402,9 +221,9 @@ const OUTSIDE_COLLECTORS: &[(&str, &str)] = &[
 /// rename; the one fuzz binary runs them all.
 #[test]
 fn every_fuzz_target_belongs_to_a_collector() {
-    let claimed: BTreeSet<&str> = CollectorName::ALL
+    let claimed: BTreeSet<&str> = declarations()
         .into_iter()
-        .flat_map(|c| match checklist(c).fuzz {
+        .flat_map(|d| match &d.checks.fuzz {
             Fuzz::Targets(t) => t.to_vec(),
             Fuzz::NoParser(_) => Vec::new(),
         })
@@ -464,7 +283,7 @@ fn the_shipped_configuration_lists_every_switch() {
         .keys()
         .map(String::as_str)
         .collect();
-    let switches: BTreeSet<&str> = CollectorName::SWITCHABLE_KEYS.into_iter().collect();
+    let switches: BTreeSet<&str> = registry::switch_keys().iter().copied().collect();
     assert_eq!(keys, switches, "{}'s [collectors]", path.display());
 }
 

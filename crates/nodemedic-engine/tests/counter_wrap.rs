@@ -105,7 +105,7 @@ fn counts_crossing_2_pow_32_give_the_true_rate_and_monotonic_totals() {
         let sample = engine.sample();
         for c in &sample.collectors {
             assert!(
-                c.warnings.is_empty() || c.name != nodemedic_collect::CollectorName::Interrupts,
+                c.warnings.is_empty() || c.name != nodemedic_collect::sources::interrupts::NAME,
                 "{}: {:?}",
                 c.name,
                 c.warnings

@@ -124,7 +124,7 @@ fn no_data(sample: &Sample, name: CollectorName) -> Option<String> {
 impl PressureReport {
     /// The report of `sample`; `with_cgroups` adds every watched cgroup's rates.
     pub fn of(sample: &Sample, with_cgroups: bool) -> Self {
-        let node_unavailable = no_data(sample, CollectorName::Pressure);
+        let node_unavailable = no_data(sample, nodemedic_collect::sources::pressure::NAME);
         let cg = sample.snapshot.cgroups.as_ref();
         let v = sample.pressure.as_ref();
         let flagged = |pick: fn(&CgroupRates) -> bool| -> Vec<String> {
@@ -178,7 +178,7 @@ pub struct TuningReport {
 impl TuningReport {
     /// The report of `sample`; `with_settings` adds what the collector read.
     pub fn of(sample: &Sample, with_settings: bool) -> Self {
-        let unavailable = no_data(sample, CollectorName::Tuning);
+        let unavailable = no_data(sample, nodemedic_collect::sources::tuning::NAME);
         let mut findings = sample
             .tuning
             .as_ref()

@@ -28,7 +28,7 @@ use serde_json::json;
 
 pub use events::{EventLimiter, Regarding};
 pub use nodemedic_sample::kube::{KubeState, KubeStatus};
-pub use pods::{list_pods, watch_pods, PodDirectory, PodNamesCollector};
+pub use pods::{list_pods, watch_pods, PodDirectory, PodNamesCollector, NAME as POD_NAMES};
 pub use retry::Retry;
 
 pub const CONDITION_TYPE: &str = "IRQAffinityCollapsed";

@@ -10,6 +10,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::runtime::watcher;
 use kube::{Api, Client};
+use nodemedic_collect::registry;
 use nodemedic_collect::{CollectError, Collected, Collector, CollectorName, Ctx};
 use nodemedic_sample::snapshot::PodIdentity;
 use nodemedic_sample::Snapshot;
@@ -235,9 +236,40 @@ impl PodNamesCollector {
     }
 }
 
+/// This node's pods' names, from the Kubernetes API.
+pub const NAME: CollectorName = CollectorName::new("kube_pods");
+
+// The binary builds it: it holds the client and the runtime the watch runs on.
+nodemedic_collect::register!(registry::Declaration {
+    name: NAME,
+    order: 110,
+    switch: registry::Switch::Elsewhere("[kubernetes] pod_names"),
+    optional: false,
+    checks: registry::Checks {
+        fixtures: registry::Fixtures::NotFiles(registry::Instead::new(
+            "it watches the Kubernetes API: the test runs it against a real kube-apiserver",
+            "crates/nodemedic/tests/kubernetes.rs",
+            "condition_label_events_rbac_and_pause_on_a_real_apiserver",
+        )),
+        golden: registry::Golden::None(registry::Instead::new(
+            "it adds namespace/pod/container labels to the cgroups collector's series and \
+             no series of its own: the test checks them on a real kube-apiserver",
+            "crates/nodemedic/tests/kubernetes.rs",
+            "condition_label_events_rbac_and_pause_on_a_real_apiserver",
+        )),
+        fuzz: registry::Fuzz::NoParser(registry::Instead::new(
+            "the API's objects are decoded by kube-rs and k8s-openapi, from a real \
+             kube-apiserver in the test",
+            "crates/nodemedic/tests/kubernetes.rs",
+            "condition_label_events_rbac_and_pause_on_a_real_apiserver",
+        )),
+    },
+    build: registry::Build::ByBinary,
+});
+
 impl Collector for PodNamesCollector {
     fn name(&self) -> CollectorName {
-        CollectorName::KubePods
+        NAME
     }
 
     fn collect(&self, _ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aya::maps::{MapData, RingBuf};
+use nodemedic_collect::registry;
 use nodemedic_collect::{CollectError, Collected, Collector, CollectorName, Ctx};
 use nodemedic_sample::perf::{
     PerfCounters, PerfHook, PerfOwner, PerfOwnerRate, PerfProbes as PerfSection, PerfProgramStats,
@@ -342,9 +343,38 @@ fn counters(c: &CpuCounts) -> PerfCounters {
     }
 }
 
+/// The eBPF probes' counts: perf-event outputs and wakeups per CPU and owner.
+pub const NAME: CollectorName = CollectorName::new("perf_probes");
+
+// Its failure says something about the kernel or the daemon's privileges, not about the
+// node's health: the eBPF probes need BTF, kprobes or fentry trampolines and
+// CAP_BPF/CAP_PERFMON. The binary builds it: it holds the loader.
+nodemedic_collect::register!(registry::Declaration {
+    name: NAME,
+    order: 120,
+    switch: registry::Switch::Elsewhere("[probes]"),
+    optional: true,
+    checks: registry::Checks {
+        fixtures: registry::Fixtures::NotFiles(registry::Instead::new(
+            "it reads the eBPF probes' maps and ring buffer, on this kernel (and in the VM \
+             test, tests/vm, on a guest's)",
+            "crates/nodemedic-probe/tests/this_kernel.rs",
+            "load_attaches_or_names_the_cause",
+        )),
+        golden: registry::Golden::Series(&[("perf-probes", "nodemedic_perf_event_wakeup_ratio ")]),
+        fuzz: registry::Fuzz::NoParser(registry::Instead::new(
+            "it reads fixed-layout records its own BPF programs write, no text: their \
+             decoding is tested",
+            "crates/nodemedic-probe/src/abi.rs",
+            "event_round_trip_and_rejects",
+        )),
+    },
+    build: registry::Build::ByBinary,
+});
+
 impl Collector for PerfProbeCollector {
     fn name(&self) -> CollectorName {
-        CollectorName::PerfProbes
+        NAME
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snapshot: &mut Snapshot) -> Result<Collected, CollectError> {

@@ -15,7 +15,8 @@ mod probe;
 
 pub use abi::{CpuCounts, EventKind, OwnerCounts, ProbeEvent};
 pub use collector::{
-    CollectorOptions, PerfProbeCollector, RingCounters, RingReader, RING_DRAIN_INTERVAL,
+    CollectorOptions, PerfProbeCollector, RingCounters, RingReader, NAME as PERF_PROBES,
+    RING_DRAIN_INTERVAL,
 };
 pub use probe::{
     error_chain, parse_program_fdinfo, AttachMode, Hook, HookStatus, Method, PerfProbes,

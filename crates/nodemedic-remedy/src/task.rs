@@ -208,10 +208,10 @@ mod tests {
     /// What the collapse detector reads from a fixture tree: its IRQ side's collectors, asserted
     /// active.
     const IRQ_SIDE: &[CollectorName] = &[
-        CollectorName::Topology,
-        CollectorName::Interrupts,
-        CollectorName::IrqAffinity,
-        CollectorName::PciDevices,
+        nodemedic_collect::sources::topology::NAME,
+        nodemedic_collect::sources::interrupts::NAME,
+        nodemedic_collect::sources::irq_affinity::NAME,
+        nodemedic_collect::sources::pci::NAME,
     ];
 
     struct Recording {

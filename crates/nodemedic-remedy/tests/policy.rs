@@ -15,10 +15,10 @@ use nodemedic_testkit::fixture_snapshot;
 /// What the collapse detector reads from a fixture tree: its IRQ side's collectors, asserted
 /// active.
 const IRQ_SIDE: &[CollectorName] = &[
-    CollectorName::Topology,
-    CollectorName::Interrupts,
-    CollectorName::IrqAffinity,
-    CollectorName::PciDevices,
+    nodemedic_collect::sources::topology::NAME,
+    nodemedic_collect::sources::interrupts::NAME,
+    nodemedic_collect::sources::irq_affinity::NAME,
+    nodemedic_collect::sources::pci::NAME,
 ];
 
 const INTERVAL: u64 = 5;

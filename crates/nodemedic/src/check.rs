@@ -65,7 +65,7 @@ fn fatal(sample: &Sample) -> Option<String> {
     sample
         .collectors
         .iter()
-        .find(|c| c.name == nodemedic_collect::CollectorName::Interrupts && !c.is_success())
+        .find(|c| c.name == nodemedic_collect::sources::interrupts::NAME && !c.is_success())
         .map(|c| match &c.state {
             nodemedic_collect::CollectorState::Failed { reason } => reason.clone(),
             other => format!("{other:?}"),

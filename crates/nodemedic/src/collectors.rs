@@ -2,7 +2,7 @@
 //! in nodemedic-probe and nodemedic-kube. `run` and `check` take their collectors from here,
 //! and differ only in how the long-lived sources start.
 
-use nodemedic_collect::{Collector, CollectorName};
+use nodemedic_collect::Collector;
 use nodemedic_engine::Registry;
 
 use crate::config::Config;
@@ -21,8 +21,8 @@ pub enum For {
 /// Every collector, with the probes and, in a pod, this node's pod names.
 pub fn registry(config: &Config, who: For) -> Registry<'_> {
     Registry::new()
-        .build_with(CollectorName::KubePods, move |_| pod_names(config, who))
-        .build_with(CollectorName::PerfProbes, move |engine| {
+        .build_with(nodemedic_kube::POD_NAMES, move |_| pod_names(config, who))
+        .build_with(nodemedic_probe::PERF_PROBES, move |engine| {
             Some(Box::new(crate::probes::collector(
                 config,
                 &engine.host.lsm,

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use nodemedic_collect::{CollectorName, Paths};
+use nodemedic_collect::{registry, CollectorName, Paths};
 use nodemedic_detect::TuningConfig;
 use nodemedic_detect::{CollapseConfig, HurtingConfig, WakeupStormConfig};
 use nodemedic_engine::{EngineConfig, NicLimitsFrom, TuningSetup};
@@ -276,7 +276,7 @@ pub struct PathsConfig {
     pub writable_mounts: Vec<PathBuf>,
 }
 
-/// Each collector of [`CollectorName::SWITCHABLE`] can be switched off, under its name; all
+/// Each collector that `[collectors]` switches (`registry::switchable`) can be switched off, under its name; all
 /// are on by default.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CollectorsConfig {
@@ -297,8 +297,9 @@ impl CollectorsConfig {
 impl Serialize for CollectorsConfig {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
-        let mut map = s.serialize_map(Some(CollectorName::SWITCHABLE.len()))?;
-        for name in CollectorName::SWITCHABLE {
+        let switchable = registry::switchable();
+        let mut map = s.serialize_map(Some(switchable.len()))?;
+        for name in switchable {
             map.serialize_entry(name.as_str(), &self.enabled(name))?;
         }
         map.end()
@@ -319,10 +320,11 @@ impl<'de> Deserialize<'de> for CollectorsConfig {
             ) -> Result<Self::Value, A::Error> {
                 let mut off = BTreeSet::new();
                 while let Some(key) = map.next_key::<String>()? {
-                    let name = CollectorName::from_name(&key)
-                        .filter(|n| CollectorName::SWITCHABLE.contains(n))
+                    let name = registry::find(&key)
+                        .filter(|d| d.switch == registry::Switch::Collectors)
+                        .map(|d| d.name)
                         .ok_or_else(|| {
-                            serde::de::Error::unknown_field(&key, &CollectorName::SWITCHABLE_KEYS)
+                            serde::de::Error::unknown_field(&key, registry::switch_keys())
                         })?;
                     if map.next_value::<bool>()? {
                         off.remove(&name);
@@ -552,7 +554,10 @@ impl Config {
         if self.web.header_read_timeout.is_zero() || self.web.request_timeout.is_zero() {
             bail!("web.header_read_timeout and web.request_timeout must be positive");
         }
-        if !self.collectors.enabled(CollectorName::Interrupts) {
+        if !self
+            .collectors
+            .enabled(nodemedic_collect::sources::interrupts::NAME)
+        {
             bail!("collectors.interrupts cannot be disabled: every IRQ verdict depends on it");
         }
         Ok(())
@@ -594,7 +599,7 @@ impl Config {
             disabled_collectors: {
                 let mut off = self.collectors.disabled();
                 if !self.probes.enabled {
-                    off.insert(CollectorName::PerfProbes);
+                    off.insert(nodemedic_probe::PERF_PROBES);
                 }
                 off
             },
@@ -768,11 +773,11 @@ mod tests {
 
     #[test]
     fn each_collector_is_switched_off_under_its_name() {
-        for name in CollectorName::SWITCHABLE {
+        for name in registry::switchable() {
             let text = format!("[collectors]\n{name} = false\n");
             let c: Config = toml::from_str(&text).unwrap();
             assert_eq!(c.collectors.disabled(), BTreeSet::from([name]), "{text}");
-            assert!(CollectorName::SWITCHABLE
+            assert!(registry::switchable()
                 .into_iter()
                 .all(|n| c.collectors.enabled(n) == (n != name)));
             let written = toml::to_string(&c).unwrap();

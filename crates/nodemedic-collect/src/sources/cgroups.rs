@@ -19,6 +19,30 @@ use super::RescanCache;
 use crate::dir_watch::{DirEvents, DirWatch};
 use crate::{CollectError, Collected, Collector, Ctx, ReadError, Reader};
 
+/// Per-cgroup CPU quota, throttling and pressure.
+pub const NAME: crate::CollectorName = crate::CollectorName::new("cgroups");
+
+crate::register!(crate::registry::Declaration {
+    name: NAME,
+    order: 90,
+    switch: crate::registry::Switch::Collectors,
+    optional: false,
+    checks: crate::registry::Checks {
+        fixtures: crate::registry::Fixtures::Trees(&["k8s-systemd-v2", "k8s-cgroupfs-hybrid"]),
+        golden: crate::registry::Golden::Series(&[(
+            "k8s-systemd-v2",
+            "nodemedic_cgroup_cpu_usage_seconds_total{",
+        )]),
+        fuzz: crate::registry::Fuzz::Targets(&["cgroup_cpu", "cgroup_path", "mountinfo", "psi"]),
+    },
+    build: crate::registry::Build::Here(|settings| {
+        Some(Box::new(CgroupsCollector::with_interval(
+            settings.cgroups.clone(),
+            settings.cgroups_interval,
+        )))
+    }),
+});
+
 /// Which cgroups are watched. Pods are always watched; containers multiply the series by the
 /// containers per pod, so they are opt-in.
 #[derive(Debug, Clone, Default)]
@@ -34,6 +58,14 @@ pub struct CgroupSelection {
 }
 
 impl CgroupSelection {
+    /// Pods only, every one: the default, as a constant.
+    pub const PODS: Self = Self {
+        containers: false,
+        services: false,
+        include: None,
+        exclude: None,
+    };
+
     fn wants(&self, rel: &str, w: &Workload) -> bool {
         let kind = match w {
             Workload::Pod { .. } => true,
@@ -190,7 +222,7 @@ impl CgroupsCollector {
 
 impl Collector for CgroupsCollector {
     fn name(&self) -> crate::CollectorName {
-        crate::CollectorName::Cgroups
+        NAME
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
@@ -920,7 +952,7 @@ mod tests {
         struct Shared(Arc<CgroupsCollector>);
         impl Collector for Shared {
             fn name(&self) -> crate::CollectorName {
-                crate::CollectorName::Cgroups
+                NAME
             }
             fn collect(
                 &self,

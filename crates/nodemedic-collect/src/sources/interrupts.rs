@@ -6,6 +6,32 @@ use nodemedic_sample::Snapshot;
 use super::skipped_warnings;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 
+/// /proc/interrupts.
+pub const NAME: crate::CollectorName = crate::CollectorName::new("interrupts");
+
+crate::register!(crate::registry::Declaration {
+    name: NAME,
+    order: 20,
+    switch: crate::registry::Switch::Collectors,
+    optional: false,
+    checks: crate::registry::Checks {
+        fixtures: crate::registry::Fixtures::Trees(&[
+            "8cpu-collapsed",
+            "96cpu-collapsed",
+            "256cpu-healthy",
+            "aarch64",
+            "aarch64-128cpu",
+            "8cpu-legacy-softnet",
+        ]),
+        golden: crate::registry::Golden::Series(&[
+            ("8cpu-collapsed", "nodemedic_irq_interrupts_total{"),
+            ("aarch64", "nodemedic_arch_interrupts_total{type=\"IPI0\"}"),
+        ]),
+        fuzz: crate::registry::Fuzz::Targets(&["interrupts"]),
+    },
+    build: crate::registry::Build::Here(|_| { Some(Box::new(InterruptsCollector::default())) }),
+});
+
 /// `/proc/interrupts`, streamed a line at a time into the parser: on 1024 CPUs the file is
 /// 7 MB, which would otherwise sit in memory whole next to the counts parsed from it.
 ///
@@ -28,7 +54,7 @@ struct Known {
 
 impl Collector for InterruptsCollector {
     fn name(&self) -> crate::CollectorName {
-        crate::CollectorName::Interrupts
+        NAME
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

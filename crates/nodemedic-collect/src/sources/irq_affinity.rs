@@ -12,6 +12,33 @@ use nodemedic_sample::Snapshot;
 use super::complete;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError, Reader};
 
+/// /proc/irq/N/: each IRQ's affinity; after interrupts, whose IRQs it reads.
+pub const NAME: crate::CollectorName = crate::CollectorName::new("irq_affinity");
+
+crate::register!(crate::registry::Declaration {
+    name: NAME,
+    order: 30,
+    switch: crate::registry::Switch::Collectors,
+    optional: false,
+    checks: crate::registry::Checks {
+        fixtures: crate::registry::Fixtures::Trees(&[
+            "8cpu-collapsed",
+            "96cpu-collapsed",
+            "aarch64"
+        ]),
+        golden: crate::registry::Golden::Series(&[(
+            "8cpu-collapsed",
+            "nodemedic_irq_effective_cpu{"
+        )]),
+        fuzz: crate::registry::Fuzz::Targets(&["cpuset"]),
+    },
+    build: crate::registry::Build::Here(|settings| {
+        Some(Box::new(IrqAffinityCollector::with_refresh(
+            settings.affinity_refresh,
+        )))
+    }),
+});
+
 /// `/proc/irq/N/{smp_affinity,effective_affinity,node}`.
 ///
 /// An IRQ descriptor's NUMA node is fixed when it is allocated, so `node` is read once per
@@ -135,7 +162,7 @@ impl Reading {
 
 impl Collector for IrqAffinityCollector {
     fn name(&self) -> crate::CollectorName {
-        crate::CollectorName::IrqAffinity
+        NAME
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

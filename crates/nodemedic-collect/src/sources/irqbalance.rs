@@ -10,6 +10,27 @@ use nodemedic_sample::Snapshot;
 use super::{skipped_warnings, RescanCache};
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 
+/// irqbalance's configuration and package.
+pub const NAME: crate::CollectorName = crate::CollectorName::new("irqbalance_config");
+
+crate::register!(crate::registry::Declaration {
+    name: NAME,
+    order: 70,
+    switch: crate::registry::Switch::Collectors,
+    optional: false,
+    checks: crate::registry::Checks {
+        fixtures: crate::registry::Fixtures::Trees(&["isolated", "96cpu-collapsed"]),
+        golden: crate::registry::Golden::Series(&[(
+            "96cpu-collapsed",
+            "nodemedic_cpus{state=\"irqbalance_banned\"}",
+        )]),
+        fuzz: crate::registry::Fuzz::Targets(&["irqbalance_env", "cpuset"]),
+    },
+    build: crate::registry::Build::Here(|_| {
+        Some(Box::new(IrqbalanceConfigCollector::default()))
+    }),
+});
+
 /// irqbalance's banned CPUs from `/etc/default/irqbalance` or `/etc/sysconfig/irqbalance`
 /// under the root filesystem, and its installed version from the package database. Read on
 /// rescans only: they change when an administrator edits the file or upgrades the package,
@@ -32,7 +53,7 @@ struct DatabaseStamp {
 
 impl Collector for IrqbalanceConfigCollector {
     fn name(&self) -> crate::CollectorName {
-        crate::CollectorName::IrqbalanceConfig
+        NAME
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

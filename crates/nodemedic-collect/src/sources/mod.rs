@@ -1,15 +1,16 @@
-//! The collectors, one module per kernel source, listed in dependency order.
+//! The collectors, one module per kernel source. Each registers itself in its module
+//! ([`crate::registry`]), with its place in the run.
 
-mod cgroups;
-mod interrupts;
-mod irq_affinity;
-mod irqbalance;
-mod pci;
-mod pressure;
-mod softirqs;
-mod softnet;
-mod topology;
-mod tuning;
+pub mod cgroups;
+pub mod interrupts;
+pub mod irq_affinity;
+pub mod irqbalance;
+pub mod pci;
+pub mod pressure;
+pub mod softirqs;
+pub mod softnet;
+pub mod topology;
+pub mod tuning;
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -30,7 +31,7 @@ pub use tuning::{
     NicLimitsSource, NicLimitsUnavailable, TuningCollector, ETHTOOL_NETLINK_UNSUPPORTED,
 };
 
-use crate::{CollectError, Collector, ReadError, Reader};
+use crate::{CollectError, ReadError, Reader};
 
 /// What a collector read at the last rescan (and the warnings it gave), put into every
 /// snapshot until the next rescan. A failed read is not cached: it is retried next sample.
@@ -65,21 +66,6 @@ impl<T: Clone> RescanCache<T> {
         *cached = Some(v.clone());
         Ok(v)
     }
-}
-
-/// Every collector, in dependency order: later ones use what earlier ones put in the
-/// snapshot (softnet places its rows on the online CPUs, PCI devices follow the IRQs).
-pub fn all() -> Vec<Box<dyn Collector>> {
-    vec![
-        Box::new(TopologyCollector::default()),
-        Box::new(InterruptsCollector::default()),
-        Box::new(IrqAffinityCollector::default()),
-        Box::new(PciDevicesCollector::default()),
-        Box::new(SoftirqsCollector::default()),
-        Box::new(SoftnetCollector::default()),
-        Box::new(IrqbalanceConfigCollector::default()),
-        Box::new(PressureCollector::default()),
-    ]
 }
 
 /// A CPU set file (`mask`: hex mask such as `smp_affinity`; else a list such as `0-3,8`).

@@ -10,6 +10,29 @@ use super::{complete, cpuset_file};
 use crate::fsread::link_name;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 
+/// The PCI devices that own interrupts; after the IRQs.
+pub const NAME: crate::CollectorName = crate::CollectorName::new("pci_devices");
+
+crate::register!(crate::registry::Declaration {
+    name: NAME,
+    order: 40,
+    switch: crate::registry::Switch::Collectors,
+    optional: false,
+    checks: crate::registry::Checks {
+        fixtures: crate::registry::Fixtures::Trees(&[
+            "8cpu-collapsed",
+            "96cpu-collapsed",
+            "256cpu-healthy"
+        ]),
+        golden: crate::registry::Golden::Series(&[(
+            "96cpu-collapsed",
+            "nodemedic_irq_group_info{group=\"mlx5_core 0000:3b:00.0\",driver=\"mlx5_core\"",
+        )]),
+        fuzz: crate::registry::Fuzz::Targets(&["cpuset"]),
+    },
+    build: crate::registry::Build::Here(|_| { Some(Box::new(PciDevicesCollector::default())) }),
+});
+
 /// The PCI devices that own interrupts (driver, NUMA node, local CPUs) and the network
 /// interfaces backed by PCI devices. Reads only devices named in `/proc/interrupts`, so its
 /// cost follows the number of interrupting devices, not the size of the PCI tree.
@@ -38,7 +61,7 @@ struct PciRead {
 
 impl Collector for PciDevicesCollector {
     fn name(&self) -> crate::CollectorName {
-        crate::CollectorName::PciDevices
+        NAME
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

@@ -6,6 +6,25 @@ use nodemedic_sample::Snapshot;
 use super::RescanCache;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 
+/// Node-wide Pressure Stall Information.
+pub const NAME: crate::CollectorName = crate::CollectorName::new("pressure");
+
+crate::register!(crate::registry::Declaration {
+    name: NAME,
+    order: 80,
+    switch: crate::registry::Switch::Collectors,
+    optional: false,
+    checks: crate::registry::Checks {
+        fixtures: crate::registry::Fixtures::Trees(&["k8s-systemd-v2", "k8s-cgroupfs-hybrid"]),
+        golden: crate::registry::Golden::Series(&[(
+            "k8s-systemd-v2",
+            "nodemedic_pressure_cpu_waiting_seconds_total ",
+        )]),
+        fuzz: crate::registry::Fuzz::Targets(&["psi"]),
+    },
+    build: crate::registry::Build::Here(|_| { Some(Box::new(PressureCollector::default())) }),
+});
+
 /// `EOPNOTSUPP`: PSI compiled in but switched off (`psi=0`, or `CONFIG_PSI_DEFAULT_DISABLED`
 /// without `psi=1`); the files exist and every read fails.
 pub(super) const EOPNOTSUPP: i32 = libc::EOPNOTSUPP;
@@ -26,7 +45,7 @@ pub struct PressureCollector {
 
 impl Collector for PressureCollector {
     fn name(&self) -> crate::CollectorName {
-        crate::CollectorName::Pressure
+        NAME
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

@@ -6,6 +6,22 @@ use nodemedic_sample::Snapshot;
 use super::skipped_warnings;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 
+/// /proc/softirqs.
+pub const NAME: crate::CollectorName = crate::CollectorName::new("softirqs");
+
+crate::register!(crate::registry::Declaration {
+    name: NAME,
+    order: 50,
+    switch: crate::registry::Switch::Collectors,
+    optional: false,
+    checks: crate::registry::Checks {
+        fixtures: crate::registry::Fixtures::Trees(&["8cpu-collapsed", "aarch64"]),
+        golden: crate::registry::Golden::Series(&[("8cpu-collapsed", "nodemedic_softirqs_total{")]),
+        fuzz: crate::registry::Fuzz::Targets(&["softirqs"]),
+    },
+    build: crate::registry::Build::Here(|_| { Some(Box::new(SoftirqsCollector::default())) }),
+});
+
 /// `/proc/softirqs`. The table of a past sample that nothing holds any more is given back
 /// ([`Collector::recycle`]) and the next parse fills its rows again rather than allocating
 /// them.
@@ -16,7 +32,7 @@ pub struct SoftirqsCollector {
 
 impl Collector for SoftirqsCollector {
     fn name(&self) -> crate::CollectorName {
-        crate::CollectorName::Softirqs
+        NAME
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

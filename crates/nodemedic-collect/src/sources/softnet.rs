@@ -6,6 +6,29 @@ use nodemedic_sample::Snapshot;
 use super::skipped_warnings;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 
+/// /proc/net/softnet_stat; after topology, whose online CPUs place its rows.
+pub const NAME: crate::CollectorName = crate::CollectorName::new("softnet");
+
+crate::register!(crate::registry::Declaration {
+    name: NAME,
+    order: 60,
+    switch: crate::registry::Switch::Collectors,
+    optional: false,
+    checks: crate::registry::Checks {
+        fixtures: crate::registry::Fixtures::Trees(&[
+            "8cpu-collapsed",
+            "8cpu-legacy-softnet",
+            "8cpu-offline"
+        ]),
+        golden: crate::registry::Golden::Series(&[(
+            "8cpu-collapsed",
+            "nodemedic_softnet_processed_total{"
+        )]),
+        fuzz: crate::registry::Fuzz::Targets(&["softnet"]),
+    },
+    build: crate::registry::Build::Here(|_| { Some(Box::new(SoftnetCollector::default())) }),
+});
+
 /// `/proc/net/softnet_stat`.
 #[derive(Default)]
 pub struct SoftnetCollector {
@@ -22,7 +45,7 @@ struct Kept {
 
 impl Collector for SoftnetCollector {
     fn name(&self) -> crate::CollectorName {
-        crate::CollectorName::Softnet
+        NAME
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

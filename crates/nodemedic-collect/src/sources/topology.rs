@@ -7,6 +7,30 @@ use nodemedic_sample::Snapshot;
 use super::{complete, cpuset_file, RescanCache};
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 
+/// /sys/devices/system/cpu: online, possible, isolated and nohz_full CPUs, and the NUMA nodes.
+pub const NAME: crate::CollectorName = crate::CollectorName::new("topology");
+
+crate::register!(crate::registry::Declaration {
+    name: NAME,
+    order: 10,
+    switch: crate::registry::Switch::Collectors,
+    optional: false,
+    checks: crate::registry::Checks {
+        fixtures: crate::registry::Fixtures::Trees(&[
+            "8cpu-collapsed",
+            "8cpu-offline",
+            "isolated",
+            "aarch64"
+        ]),
+        golden: crate::registry::Golden::Series(&[(
+            "8cpu-offline",
+            "nodemedic_cpus{state=\"online\"} 6"
+        )]),
+        fuzz: crate::registry::Fuzz::Targets(&["cpuset"]),
+    },
+    build: crate::registry::Build::Here(|_| { Some(Box::new(TopologyCollector::default())) }),
+});
+
 /// Online, isolated and `nohz_full` CPUs and NUMA nodes, from sysfs.
 ///
 /// Only `online` is read every sample (CPU hotplug must show at once); the rest is read on
@@ -18,7 +42,7 @@ pub struct TopologyCollector {
 
 impl Collector for TopologyCollector {
     fn name(&self) -> crate::CollectorName {
-        crate::CollectorName::Topology
+        NAME
     }
 
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {

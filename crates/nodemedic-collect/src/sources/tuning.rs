@@ -17,6 +17,36 @@ use nodemedic_sample::Snapshot;
 use super::RescanCache;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError, Reader};
 
+/// The node's I/O tuning settings and NIC drop counters.
+pub const NAME: crate::CollectorName = crate::CollectorName::new("tuning");
+
+crate::register!(crate::registry::Declaration {
+    name: NAME,
+    order: 100,
+    switch: crate::registry::Switch::Collectors,
+    optional: false,
+    checks: crate::registry::Checks {
+        fixtures: crate::registry::Fixtures::Trees(&["tuning-nic-channels", "tuning-iommu-strict"]),
+        golden: crate::registry::Golden::Series(&[
+            ("tuning-nic-channels", "nodemedic_net_channels{"),
+            (
+                "tuning-iommu-strict",
+                "nodemedic_iommu_groups{type=\"strict\"}",
+            ),
+        ]),
+        fuzz: crate::registry::Fuzz::Targets(&[
+            "tuning_cmdline",
+            "tuning_value",
+            "tuning_choice",
+            "tuning_queue",
+            "cpuinfo",
+        ]),
+    },
+    build: crate::registry::Build::Here(|settings| {
+        Some(Box::new(TuningCollector::from_settings(settings)))
+    }),
+});
+
 /// Channels and rings of one interface, as the driver reports them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NicLimits {
@@ -463,9 +493,28 @@ impl TuningCollector {
     }
 }
 
+impl TuningCollector {
+    /// As the configuration says: channels and rings through ethtool netlink when this
+    /// process sees the host's NICs (else unavailable, with the reason), or from files under
+    /// `<rootfs>/ethtool` on fixture trees.
+    pub fn from_settings(settings: &crate::registry::Settings<'_>) -> Self {
+        use crate::registry::NicLimitsFrom;
+        match settings.nic_limits {
+            NicLimitsFrom::Netlink => match netlink_sees_host(&settings.paths.sysfs) {
+                Ok(()) => Self::default(),
+                Err(why) => Self::new(Box::new(NicLimitsUnavailable(why.to_string()))),
+            },
+            NicLimitsFrom::Files => Self::new(Box::new(NicLimitsFiles {
+                dir: settings.paths.rootfs.join("ethtool"),
+            })),
+        }
+        .with_settings_interval(settings.tuning_settings_interval)
+    }
+}
+
 impl Collector for TuningCollector {
     fn name(&self) -> crate::CollectorName {
-        crate::CollectorName::Tuning
+        NAME
     }
 
     /// The `net.core` sysctls exist in the host's network namespace only (another lists
