@@ -21,6 +21,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use std::fmt::Write as _;
+
+use nodemedic_exposition::{Encoder, Kind};
 use nodemedic_sample::snapshot::{CommitBackend, CommitLatency};
 use nodemedic_sample::Snapshot;
 
@@ -245,7 +248,7 @@ pub const NAME: crate::CollectorName = crate::CollectorName::new("disk_commit");
 
 crate::register!(crate::registry::Declaration {
     name: NAME,
-    order: 130,
+    order: 72,
     switch: crate::registry::Switch::Elsewhere("[disk_probe] enabled"),
     optional: false,
     checks: crate::registry::Checks {
@@ -266,6 +269,8 @@ crate::register!(crate::registry::Declaration {
             "disk_commit_probe_histogram",
         )),
     },
+    faults: crate::registry::Faults::Kinds(&[]),
+    render: Some(render),
     build: crate::registry::Build::Here(|settings| {
         let timer = settings.commit_timer?;
         Some(Box::new(CommitTimerCollector::start(timer)))
@@ -291,4 +296,34 @@ impl Collector for CommitTimerCollector {
         snap.disk_commit = Some(latest);
         Ok(out)
     }
+}
+/// The probe's histogram (etcd's `wal_fsync` buckets) and its failed writes.
+fn render(e: &mut Encoder, snap: &Snapshot) {
+    let Some(c) = &snap.disk_commit else {
+        return;
+    };
+    e.family(
+        "nodemedic_disk_commit_duration_seconds",
+        Kind::Histogram,
+        "Latency of a 2,300-byte write + fdatasync in the probe's directory (etcd's wal_fsync buckets).",
+    );
+    let labels = [("directory", c.directory.as_str())];
+    let mut le = String::new();
+    for (bound, n) in nodemedic_sample::snapshot::WAL_FSYNC_BUCKETS
+        .iter()
+        .zip(c.buckets.iter())
+    {
+        le.clear();
+        let _ = write!(le, "{bound}");
+        e.sample_suffixed("_bucket", &[labels[0], ("le", &le)], *n as f64);
+    }
+    e.sample_suffixed("_bucket", &[labels[0], ("le", "+Inf")], c.count as f64);
+    e.sample_suffixed("_sum", &labels, c.sum_seconds);
+    e.sample_suffixed("_count", &labels, c.count as f64);
+    e.family(
+        "nodemedic_disk_commit_errors",
+        Kind::Counter,
+        "Probe writes or fdatasyncs that failed (see /status for the last error).",
+    );
+    e.sample(&labels, c.errors as f64);
 }

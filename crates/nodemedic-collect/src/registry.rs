@@ -37,7 +37,72 @@ pub struct Declaration {
     pub optional: bool,
     /// What the tests check of it (`crates/nodemedic-engine/tests/checklist.rs`).
     pub checks: Checks,
+    /// The files it reads, for the fault injection (`crates/nodemedic-engine/tests/faults.rs`):
+    /// each broken in every way, at every position, must name itself and change nothing
+    /// else.
+    pub faults: Faults,
+    /// Writes its series from the snapshot, in `/metrics` (`None`: another output renders
+    /// what it read, with a detector's verdicts).
+    pub render: Option<RenderFn>,
     pub build: Build,
+}
+
+/// Writes a collector's series from what it put in the snapshot.
+pub type RenderFn = fn(&mut nodemedic_exposition::Encoder, &nodemedic_sample::Snapshot);
+
+/// The kinds of file a collector reads, broken by the fault injection; or, for a collector
+/// that reads fixture files none of which it declares, why, and the test that breaks them
+/// instead (the checklist test requires one or the other).
+#[derive(Debug)]
+pub enum Faults {
+    Kinds(&'static [FileKind]),
+    Instead(Instead),
+}
+
+impl Faults {
+    /// The declared kinds (none for an opt-out).
+    pub fn kinds(&self) -> &'static [FileKind] {
+        match self {
+            Self::Kinds(kinds) => kinds,
+            Self::Instead(_) => &[],
+        }
+    }
+}
+
+/// A kind of file a collector reads, as the fault injection breaks it.
+#[derive(Debug)]
+pub struct FileKind {
+    /// Unique among every collector's kinds.
+    pub name: &'static str,
+    /// The fixture tree under `tests/fixtures` it is broken on.
+    pub tree: &'static str,
+    /// Path pattern under the tree; `*` matches one component.
+    pub pattern: &'static str,
+    /// A table (one entry per line): garbage and truncation hit a line at the position.
+    pub table: bool,
+    /// Missing is a normal kernel state (no such feature): no data, no warning.
+    pub optional: bool,
+    /// Empty is a valid value (an empty configuration file; an empty kernel CPU list is a
+    /// lone newline, not zero bytes).
+    pub empty_ok: bool,
+    pub impact: Impact,
+    /// What may change besides the IRQ groups: the fault test's summary keys, by prefix
+    /// (`collector/<name>`: a collector's state; `series/<name>`: the series it renders;
+    /// the test's own counts, `count/…`).
+    pub may_change: &'static [&'static str],
+}
+
+/// Which IRQ groups' verdicts may change when a file of a kind breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Impact {
+    /// Any group (the file feeds every verdict: `/proc/interrupts`, online CPUs).
+    AllGroups,
+    /// Groups holding the IRQ named in the path (`proc/irq/N/...`).
+    Irq,
+    /// Groups of the PCI device named in the path.
+    Pci,
+    /// No group: only this collector's own data.
+    NoGroup,
 }
 
 /// What the checklist test checks of a collector: the fixture trees it reads (where it must

@@ -17,7 +17,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
-use nodemedic_collect::registry::{self, declarations, Fixtures, Fuzz, Golden, Instead};
+use nodemedic_collect::registry::{self, declarations, Faults, Fixtures, Fuzz, Golden, Instead};
 use nodemedic_collect::{CollectorName, CollectorState, Paths};
 // The collectors of the eBPF probes and of the pod names register themselves in their crates:
 // linked here, their declarations are checked with the rest.
@@ -73,6 +73,16 @@ fn every_collector_has_fixtures_golden_series_and_fuzz_targets() {
                 }
             }
             Fixtures::NotFiles(i) => wrong.extend(covered(i, c, "fixtures").err()),
+        }
+        // A collector that reads files has them broken by the fault injection, or says
+        // which test breaks them instead.
+        match (&entry.fixtures, &d.faults) {
+            (_, Faults::Instead(i)) => wrong.extend(covered(i, c, "faults").err()),
+            (Fixtures::Trees(_), Faults::Kinds([])) => wrong.push(format!(
+                "{c}: reads fixture files but declares no fault kind"
+            )),
+            // The fault test fails a kind whose pattern matches no file of its tree.
+            (_, Faults::Kinds(_)) => {}
         }
         match &entry.golden {
             Golden::Series(series) => {

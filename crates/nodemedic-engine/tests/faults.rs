@@ -23,6 +23,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use nodemedic_collect::registry::{self, FileKind as Kind, Impact};
 use nodemedic_collect::sources::DEFAULT_AFFINITY_REFRESH;
 use nodemedic_collect::{CollectorState, Paths};
 use nodemedic_engine::{Engine, EngineConfig};
@@ -53,247 +54,30 @@ const FAULTS: [Fault; 7] = [
     Fault::Vanish,
 ];
 
-/// What may change when a file of this kind breaks.
-#[derive(Debug, Clone, Copy)]
-enum Impact {
-    /// Any group (the file feeds every verdict: `/proc/interrupts`, online CPUs).
-    AllGroups,
-    /// Groups holding the IRQ named in the path (`proc/irq/N/...`).
-    Irq,
-    /// Groups of the PCI device named in the path.
-    Pci,
-    /// No group: only this collector's own data.
-    NoGroup,
-}
-
-struct Kind {
-    name: &'static str,
-    tree: &'static str,
-    /// Path pattern under the tree; `*` matches one component.
-    pattern: &'static str,
-    /// A table (one entry per line): garbage and truncation hit a line at the position.
-    table: bool,
-    /// Missing is a normal kernel state (no such feature): no data, no warning.
-    optional: bool,
-    /// Empty is a valid value (an empty configuration file; an empty kernel CPU list is a
-    /// lone newline, not zero bytes).
-    empty_ok: bool,
-    impact: Impact,
-    /// Summary keys (prefixes) that may change besides groups.
-    may_change: &'static [&'static str],
-}
-
 const IRQ_SIDE: &str = "8cpu-collapsed";
 const PRESSURE_SIDE: &str = "k8s-systemd-v2";
 
-const KINDS: &[Kind] = &[
-    Kind {
-        name: "interrupts",
-        tree: IRQ_SIDE,
-        pattern: "proc/interrupts",
-        table: true,
-        optional: false,
-        empty_ok: false,
-        impact: Impact::AllGroups,
-        may_change: &[
-            "collector/interrupts",
-            "collector/irq_affinity",
-            "collector/pci_devices",
-            "count/irqs",
-            "count/pci",
-        ],
-    },
-    Kind {
-        name: "softirqs",
-        tree: IRQ_SIDE,
-        pattern: "proc/softirqs",
-        table: true,
-        optional: false,
-        empty_ok: false,
-        impact: Impact::NoGroup,
-        may_change: &["collector/softirqs", "count/softirqs"],
-    },
-    Kind {
-        name: "softnet_stat",
-        tree: IRQ_SIDE,
-        pattern: "proc/net/softnet_stat",
-        table: true,
-        optional: false,
-        empty_ok: false,
-        impact: Impact::NoGroup,
-        may_change: &["collector/softnet", "count/softnet"],
-    },
-    Kind {
-        name: "smp_affinity",
-        tree: IRQ_SIDE,
-        pattern: "proc/irq/*/smp_affinity",
-        table: false,
-        // Per-CPU interrupts (timer, IPIs on some arches) have no affinity files.
-        optional: true,
-        empty_ok: false,
-        impact: Impact::Irq,
-        may_change: &["collector/irq_affinity", "count/affinity"],
-    },
-    Kind {
-        name: "effective_affinity",
-        tree: IRQ_SIDE,
-        pattern: "proc/irq/*/effective_affinity",
-        table: false,
-        optional: true,
-        empty_ok: false,
-        impact: Impact::Irq,
-        may_change: &["collector/irq_affinity", "count/affinity"],
-    },
-    Kind {
-        name: "irq node",
-        tree: IRQ_SIDE,
-        pattern: "proc/irq/*/node",
-        table: false,
-        optional: true,
-        empty_ok: false,
-        impact: Impact::Irq,
-        may_change: &["collector/irq_affinity", "count/affinity"],
-    },
-    Kind {
-        name: "cpu online",
-        tree: IRQ_SIDE,
-        pattern: "sys/devices/system/cpu/online",
-        table: false,
-        optional: false,
-        empty_ok: false,
-        impact: Impact::AllGroups,
-        may_change: &[
-            "collector/topology",
-            "count/topology",
-            "collector/softnet",
-            "count/softnet",
-        ],
-    },
-    Kind {
-        name: "cpu possible",
-        tree: IRQ_SIDE,
-        pattern: "sys/devices/system/cpu/possible",
-        table: false,
-        optional: true,
-        empty_ok: false,
-        impact: Impact::NoGroup,
-        may_change: &["collector/topology", "count/topology"],
-    },
-    Kind {
-        name: "cpu isolated",
-        tree: IRQ_SIDE,
-        pattern: "sys/devices/system/cpu/isolated",
-        table: false,
-        optional: true,
-        empty_ok: false,
-        impact: Impact::AllGroups,
-        may_change: &["collector/topology", "count/topology"],
-    },
-    Kind {
-        name: "numa node cpulist",
-        tree: IRQ_SIDE,
-        pattern: "sys/devices/system/node/*/cpulist",
-        table: false,
-        optional: true,
-        empty_ok: false,
-        impact: Impact::AllGroups,
-        may_change: &["collector/topology", "count/topology"],
-    },
-    Kind {
-        name: "pci numa_node",
-        tree: IRQ_SIDE,
-        pattern: "sys/bus/pci/devices/*/numa_node",
-        table: false,
-        optional: true,
-        empty_ok: false,
-        impact: Impact::Pci,
-        may_change: &["collector/pci_devices", "count/pci"],
-    },
-    Kind {
-        name: "pci local_cpulist",
-        tree: IRQ_SIDE,
-        pattern: "sys/bus/pci/devices/*/local_cpulist",
-        table: false,
-        optional: true,
-        empty_ok: false,
-        impact: Impact::Pci,
-        may_change: &["collector/pci_devices", "count/pci"],
-    },
-    Kind {
-        name: "irqbalance config",
-        tree: IRQ_SIDE,
-        pattern: "etc/default/irqbalance",
-        table: true,
-        optional: true,
-        empty_ok: true,
-        impact: Impact::AllGroups,
-        may_change: &["collector/irqbalance_config", "count/banned"],
-    },
-    Kind {
-        name: "node pressure",
-        tree: PRESSURE_SIDE,
-        pattern: "proc/pressure/*",
-        table: true,
-        optional: false,
-        empty_ok: false,
-        impact: Impact::NoGroup,
-        may_change: &["collector/pressure", "pressure/"],
-    },
-    Kind {
-        name: "cgroup cpu.max",
-        tree: PRESSURE_SIDE,
-        pattern: "sys/fs/cgroup/kubepods.slice/*/*/cpu.max",
-        table: false,
-        optional: true,
-        empty_ok: false,
-        impact: Impact::NoGroup,
-        may_change: &["collector/cgroups", "cgroup/", "count/cgroups"],
-    },
-    Kind {
-        name: "cgroup cpu.stat",
-        tree: PRESSURE_SIDE,
-        pattern: "sys/fs/cgroup/kubepods.slice/*/*/cpu.stat",
-        table: true,
-        optional: true,
-        empty_ok: false,
-        impact: Impact::NoGroup,
-        may_change: &["collector/cgroups", "cgroup/", "count/cgroups"],
-    },
-    Kind {
-        name: "cgroup cpu.pressure",
-        tree: PRESSURE_SIDE,
-        pattern: "sys/fs/cgroup/kubepods.slice/*/*/cpu.pressure",
-        table: true,
-        optional: true,
-        empty_ok: false,
-        impact: Impact::NoGroup,
-        may_change: &["collector/cgroups", "cgroup/", "count/cgroups"],
-    },
-    Kind {
-        name: "cgroup memory.pressure",
-        tree: PRESSURE_SIDE,
-        pattern: "sys/fs/cgroup/kubepods.slice/*/*/memory.pressure",
-        table: true,
-        optional: true,
-        empty_ok: false,
-        impact: Impact::NoGroup,
-        may_change: &["collector/cgroups", "cgroup/", "count/cgroups"],
-    },
-];
+/// Every registered collector's file kinds (`nodemedic_collect::registry::FileKind`).
+fn kinds() -> Vec<&'static Kind> {
+    registry::declarations()
+        .into_iter()
+        .flat_map(|d| d.faults.kinds())
+        .collect()
+}
 
 /// The file kind named `name`: tests pick kinds by name, so that a kind added anywhere in
-/// [`KINDS`] changes no other test.
+/// the registry changes no other test.
 fn kind(name: &str) -> &'static Kind {
-    KINDS
-        .iter()
+    kinds()
+        .into_iter()
         .find(|k| k.name == name)
-        .unwrap_or_else(|| panic!("no file kind {name:?} in KINDS"))
+        .unwrap_or_else(|| panic!("no file kind {name:?} registered"))
 }
 
 #[test]
 fn file_kinds_have_unique_names() {
-    let names: BTreeSet<&str> = KINDS.iter().map(|k| k.name).collect();
-    assert_eq!(names.len(), KINDS.len(), "a kind name used twice");
+    let names: BTreeSet<&str> = kinds().iter().map(|k| k.name).collect();
+    assert_eq!(names.len(), kinds().len(), "a kind name used twice");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -610,6 +394,15 @@ fn summarize(s: &Sample) -> Summary {
             m.insert(format!("cgroup/{path}"), format!("{stats:?}"));
         }
     }
+    // What each collector that renders its own series renders: a collector's data, whatever
+    // its type in the snapshot, without a line here per collector.
+    for d in registry::declarations() {
+        if let Some(render) = d.render {
+            let mut e = nodemedic_export::Encoder::new(nodemedic_export::Format::Text);
+            render(&mut e, snap);
+            m.insert(format!("series/{}", d.name), e.finish());
+        }
+    }
     m
 }
 
@@ -865,7 +658,7 @@ fn every_file_kind_every_fault_every_position() {
     let mut failures = Vec::new();
     let mut cases = 0;
     // Every tree a kind names, not a list of our own: a kind on another tree runs too.
-    let trees: BTreeSet<&str> = KINDS.iter().map(|k| k.tree).collect();
+    let trees: BTreeSet<&str> = kinds().iter().map(|k| k.tree).collect();
     for tree in trees {
         let dir = copy_fixture(tree);
         let root = dir.path();
@@ -879,7 +672,7 @@ fn every_file_kind_every_fault_every_position() {
                 "the fixture shows a collapse"
             );
         }
-        for kind in KINDS.iter().filter(|k| k.tree == tree) {
+        for kind in kinds().into_iter().filter(|k| k.tree == tree) {
             let files = expand(root, kind.pattern);
             assert!(
                 !files.is_empty(),
@@ -1117,6 +910,8 @@ fn a_cgroup_racing_the_walk_costs_only_that_cgroup() {
     race(PRESSURE_SIDE, pod, |key| {
         key.starts_with("collector/cgroups")
             || key == "count/cgroups"
+            // Its series; every other cgroup's data is checked unchanged under `cgroup/`.
+            || key == "series/cgroups"
             || key.starts_with("cgroup/kubepods.slice/kubepods-pod8f14e45f")
     });
 }

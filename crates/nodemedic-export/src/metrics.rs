@@ -99,11 +99,13 @@ pub fn render_with_tuning_into(
         topology(&mut e, snap);
         interrupts(&mut e, snap, input.verdicts, opts, scratch);
         softirqs(&mut e, snap, opts);
-        softnet(&mut e, snap);
-        disk_commit(&mut e, snap);
-        crate::perf::perf_probes(&mut e, snap);
-        crate::pressure::node(&mut e, snap);
-        crate::pressure::cgroups(&mut e, snap);
+        // Every collector that renders its own series, in the order they run.
+        for render in nodemedic_collect::registry::declarations()
+            .into_iter()
+            .filter_map(|d| d.render)
+        {
+            render(&mut e, snap);
+        }
         crate::pressure::verdicts(&mut e, snap, input.pressure);
         crate::tuning::settings(&mut e, snap);
     }
@@ -529,25 +531,6 @@ fn softirqs(e: &mut Encoder, snap: &Snapshot, opts: &MetricsOptions) {
     }
 }
 
-fn softnet(e: &mut Encoder, snap: &Snapshot) {
-    let Some(rows) = &snap.softnet else {
-        return;
-    };
-    let mut num = itoa::Buffer::new();
-    type Field = fn(&nodemedic_kernel::softnet::SoftnetRow) -> u32;
-    let fields: [(&str, &str, Field); 3] = [
-        ("nodemedic_softnet_processed", "Packets processed by the CPU's NET_RX softirq (softnet_stat).", |r| r.processed),
-        ("nodemedic_softnet_dropped", "Packets dropped because the CPU's backlog queue was full (softnet_stat).", |r| r.dropped),
-        ("nodemedic_softnet_times_squeezed", "Times the CPU's NET_RX softirq ran out of budget or time with work left (softnet_stat).", |r| r.time_squeeze),
-    ];
-    for (name, help, field) in fields {
-        e.family(name, Kind::Counter, help);
-        for (cpu, row) in rows {
-            e.sample(&[("cpu", num.format(*cpu))], f64::from(field(row)));
-        }
-    }
-}
-
 fn groups(e: &mut Encoder, verdicts: &[GroupVerdict]) {
     // Single-IRQ devices without a PCI address (timer, serial, ACPI) cannot collapse and would
     // only add series.
@@ -672,36 +655,6 @@ fn remediation(e: &mut Encoder, r: &RemedyState) {
         );
         e.sample(&[], ts);
     }
-}
-
-fn disk_commit(e: &mut Encoder, snap: &Snapshot) {
-    let Some(c) = &snap.disk_commit else {
-        return;
-    };
-    e.family(
-        "nodemedic_disk_commit_duration_seconds",
-        Kind::Histogram,
-        "Latency of a 2,300-byte write + fdatasync in the probe's directory (etcd's wal_fsync buckets).",
-    );
-    let labels = [("directory", c.directory.as_str())];
-    let mut le = String::new();
-    for (bound, n) in nodemedic_sample::snapshot::WAL_FSYNC_BUCKETS
-        .iter()
-        .zip(c.buckets.iter())
-    {
-        le.clear();
-        let _ = write!(le, "{bound}");
-        e.sample_suffixed("_bucket", &[labels[0], ("le", &le)], *n as f64);
-    }
-    e.sample_suffixed("_bucket", &[labels[0], ("le", "+Inf")], c.count as f64);
-    e.sample_suffixed("_sum", &labels, c.sum_seconds);
-    e.sample_suffixed("_count", &labels, c.count as f64);
-    e.family(
-        "nodemedic_disk_commit_errors",
-        Kind::Counter,
-        "Probe writes or fdatasyncs that failed (see /status for the last error).",
-    );
-    e.sample(&labels, c.errors as f64);
 }
 
 #[cfg(test)]

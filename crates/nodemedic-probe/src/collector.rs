@@ -351,7 +351,7 @@ pub const NAME: CollectorName = CollectorName::new("perf_probes");
 // CAP_BPF/CAP_PERFMON. The binary builds it: it holds the loader.
 nodemedic_collect::register!(registry::Declaration {
     name: NAME,
-    order: 120,
+    order: 74,
     switch: registry::Switch::Elsewhere("[probes]"),
     optional: true,
     checks: registry::Checks {
@@ -369,6 +369,8 @@ nodemedic_collect::register!(registry::Declaration {
             "event_round_trip_and_rejects",
         )),
     },
+    faults: registry::Faults::Kinds(&[]),
+    render: Some(crate::render::render),
     build: registry::Build::ByBinary,
 });
 

@@ -12,6 +12,7 @@ mod collector;
 pub mod host;
 pub mod loader;
 mod probe;
+mod render;
 
 pub use abi::{CpuCounts, EventKind, OwnerCounts, ProbeEvent};
 pub use collector::{

@@ -58,6 +58,43 @@ pub struct Snapshot {
     /// The node's I/O tuning settings and NIC drop counters; `None` when the tuning
     /// collector is off.
     pub tuning: Option<nodemedic_kernel::tuning::Tuning>,
+    /// What the other collectors read, one value per type: a collector keeps its data here
+    /// under a type of its own ([`Snapshot::put`]), and whatever reads it asks for that type
+    /// ([`Snapshot::get`]), so that adding a collector adds no field here.
+    #[serde(skip)]
+    pub sources: Sources,
+}
+
+/// Values by type, shared, not copied, between a snapshot and its clones.
+#[derive(Clone, Default)]
+pub struct Sources(Vec<(std::any::TypeId, Arc<dyn std::any::Any + Send + Sync>)>);
+
+impl std::fmt::Debug for Sources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Sources({} values)", self.0.len())
+    }
+}
+
+impl Snapshot {
+    /// The value of type `T` a collector put in this snapshot, if any.
+    pub fn get<T: std::any::Any + Send + Sync>(&self) -> Option<&T> {
+        let id = std::any::TypeId::of::<T>();
+        self.sources
+            .0
+            .iter()
+            .find(|(t, _)| *t == id)
+            .and_then(|(_, v)| v.downcast_ref::<T>())
+    }
+
+    /// Puts `value` in this snapshot, in the place of the value of its type, if any.
+    pub fn put<T: std::any::Any + Send + Sync>(&mut self, value: T) {
+        let id = std::any::TypeId::of::<T>();
+        let value: Arc<dyn std::any::Any + Send + Sync> = Arc::new(value);
+        match self.sources.0.iter_mut().find(|(t, _)| *t == id) {
+            Some(slot) => slot.1 = value,
+            None => self.sources.0.push((id, value)),
+        }
+    }
 }
 
 /// etcd's `wal_fsync_duration_seconds` buckets: 1 ms doubling to 8.192 s
@@ -247,6 +284,26 @@ mod tests {
         assert!(pending.move_pending());
         assert_eq!(pending.delivery_cpus().unwrap().to_list_string(), "1");
         assert_eq!(IrqAffinity::default().delivery_cpus(), None);
+    }
+
+    /// A value is found by its type alone, replaced by the next of its type, and shared with
+    /// the snapshot's clones.
+    #[test]
+    fn sources_by_type() {
+        #[derive(Debug, PartialEq)]
+        struct Count(u64);
+        #[derive(Debug, PartialEq)]
+        struct Other(u64);
+        let mut snap = Snapshot::default();
+        assert_eq!(snap.get::<Count>(), None);
+        snap.put(Count(1));
+        snap.put(Other(7));
+        snap.put(Count(2));
+        assert_eq!(snap.get::<Count>(), Some(&Count(2)));
+        assert_eq!(snap.get::<Other>(), Some(&Other(7)));
+        let copy = snap.clone();
+        assert_eq!(copy.get::<Count>(), Some(&Count(2)));
+        assert_eq!(format!("{:?}", snap.sources), "Sources(2 values)");
     }
 
     #[test]

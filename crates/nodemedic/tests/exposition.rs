@@ -605,6 +605,13 @@ fn disk_commit_probe_histogram() {
 #[test]
 fn exposition_perf_probes() {
     use nodemedic_export::{render, ExportInput, Format, MetricsOptions};
+    // The probes' collector renders their series through its registration, in
+    // nodemedic-probe: linked here, as in the binary.
+    assert!(
+        nodemedic_collect::registry::find(nodemedic_probe::PERF_PROBES.as_str())
+            .is_some_and(|d| d.render.is_some()),
+        "the probes' collector is not registered with its rendering"
+    );
     use nodemedic_sample::perf::{
         PerfCounters, PerfHook, PerfOwner, PerfOwnerRate, PerfProbes, PerfProgramStats, PerfRates,
         PerfRing,

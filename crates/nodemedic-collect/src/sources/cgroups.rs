@@ -17,6 +17,11 @@ use nodemedic_sample::Snapshot;
 use super::pressure::EOPNOTSUPP;
 use super::RescanCache;
 use crate::dir_watch::{DirEvents, DirWatch};
+use nodemedic_exposition::{Encoder, Kind};
+use nodemedic_kernel::psi::{Psi, PsiResource};
+
+use super::pressure::what;
+
 use crate::{CollectError, Collected, Collector, Ctx, ReadError, Reader};
 
 /// Per-cgroup CPU quota, throttling and pressure.
@@ -35,6 +40,69 @@ crate::register!(crate::registry::Declaration {
         )]),
         fuzz: crate::registry::Fuzz::Targets(&["cgroup_cpu", "cgroup_path", "mountinfo", "psi"]),
     },
+    faults: crate::registry::Faults::Kinds(&[
+        crate::registry::FileKind {
+            name: "cgroup cpu.max",
+            tree: "k8s-systemd-v2",
+            pattern: "sys/fs/cgroup/kubepods.slice/*/*/cpu.max",
+            table: false,
+            optional: true,
+            empty_ok: false,
+            impact: crate::registry::Impact::NoGroup,
+            may_change: &[
+                "collector/cgroups",
+                "cgroup/",
+                "count/cgroups",
+                "series/cgroups"
+            ],
+        },
+        crate::registry::FileKind {
+            name: "cgroup cpu.stat",
+            tree: "k8s-systemd-v2",
+            pattern: "sys/fs/cgroup/kubepods.slice/*/*/cpu.stat",
+            table: true,
+            optional: true,
+            empty_ok: false,
+            impact: crate::registry::Impact::NoGroup,
+            may_change: &[
+                "collector/cgroups",
+                "cgroup/",
+                "count/cgroups",
+                "series/cgroups"
+            ],
+        },
+        crate::registry::FileKind {
+            name: "cgroup cpu.pressure",
+            tree: "k8s-systemd-v2",
+            pattern: "sys/fs/cgroup/kubepods.slice/*/*/cpu.pressure",
+            table: true,
+            optional: true,
+            empty_ok: false,
+            impact: crate::registry::Impact::NoGroup,
+            may_change: &[
+                "collector/cgroups",
+                "cgroup/",
+                "count/cgroups",
+                "series/cgroups"
+            ],
+        },
+        crate::registry::FileKind {
+            name: "cgroup memory.pressure",
+            tree: "k8s-systemd-v2",
+            pattern: "sys/fs/cgroup/kubepods.slice/*/*/memory.pressure",
+            table: true,
+            optional: true,
+            empty_ok: false,
+            impact: crate::registry::Impact::NoGroup,
+            may_change: &[
+                "collector/cgroups",
+                "cgroup/",
+                "count/cgroups",
+                "series/cgroups"
+            ],
+        },
+    ]),
+    render: Some(render),
     build: crate::registry::Build::Here(|settings| {
         Some(Box::new(CgroupsCollector::with_interval(
             settings.cgroups.clone(),
@@ -699,6 +767,202 @@ fn read_pressure(
             Err(e) => Err(e),
         };
         note(r);
+    }
+}
+
+// ---- its series ----
+
+/// The labels of one cgroup's series, borrowed from the snapshot: nothing is copied per
+/// cgroup, nor per series.
+pub struct Labels<'s> {
+    pairs: Vec<(&'static str, &'s str)>,
+}
+
+impl<'s> Labels<'s> {
+    pub fn of(snap: &'s Snapshot, path: &'s str, g: &'s CgroupStats) -> Labels<'s> {
+        let mut pairs = Vec::with_capacity(6);
+        match &g.workload {
+            Workload::Pod { uid, qos } | Workload::Container { uid, qos, .. } => {
+                if let Some(p) = snap.pod(uid) {
+                    pairs.push(("namespace", p.namespace.as_str()));
+                    pairs.push(("pod", p.name.as_str()));
+                }
+                pairs.push(("pod_uid", uid.as_str()));
+                pairs.push(("qos", qos.as_str()));
+                if let Workload::Container { id, .. } = &g.workload {
+                    if let Some(name) = snap.pod(uid).and_then(|p| p.containers.get(id)) {
+                        pairs.push(("container", name.as_str()));
+                    }
+                    pairs.push(("container_id", id.as_str()));
+                }
+            }
+            Workload::Service { unit } => pairs.push(("unit", unit.as_str())),
+            Workload::Other => pairs.push(("cgroup", path)),
+        }
+        Labels { pairs }
+    }
+
+    pub fn get(&self) -> &[(&str, &str)] {
+        &self.pairs
+    }
+}
+
+/// Per-cgroup CPU quota, throttling and pressure, with kubelet's label names (`namespace`,
+/// `pod`, `container`) plus `pod_uid`, `qos` and `container_id`; systemd services carry
+/// `unit`. One set per pod by default (containers are opt-in), and only the resources the
+/// kernel reports.
+fn render(e: &mut Encoder, snap: &Snapshot) {
+    let Some(c) = &snap.cgroups else {
+        return;
+    };
+    let groups: Vec<(Labels, &CgroupStats)> = c
+        .groups
+        .iter()
+        .map(|(path, g)| (Labels::of(snap, path, g), g))
+        .collect();
+    e.family(
+        "nodemedic_cgroups_watched",
+        Kind::Gauge,
+        "Cgroups nodemedic reads (pods, and containers and services when enabled).",
+    );
+    e.sample(&[], groups.len() as f64);
+    e.family(
+        "nodemedic_cgroup_host_writable_mounts",
+        Kind::Gauge,
+        "Mounts of the host's cgroup tree that nodemedic's container can write (0 on the node itself and on a safe install): through one a process in the pod could rewrite any pod's limits; mount each hierarchy read-only (the chart's cgroupV1Hierarchies).",
+    );
+    e.sample(&[], c.mounts.writable.len() as f64);
+
+    cpu_families(e, &groups);
+    pressure_families(e, &groups);
+}
+
+/// The cgroups' CFS quota, CPU use and throttling.
+fn cpu_families(e: &mut Encoder, groups: &[(Labels, &CgroupStats)]) {
+    cgroup_family(
+        e,
+        groups,
+        "nodemedic_cgroup_cpu_quota_cores",
+        Kind::Gauge,
+        "The cgroup's CFS CPU quota in CPUs (cpu.max or cpu.cfs_quota_us / period); absent when unlimited (max).",
+        &|g| g.cpu_max.and_then(|m| m.cores()),
+    );
+    cgroup_family(
+        e,
+        groups,
+        "nodemedic_cgroup_cpu_period_seconds",
+        Kind::Gauge,
+        "The cgroup's CFS period: the quota is enforced per period.",
+        &|g| g.cpu_max.map(|m| m.period_us as f64 / 1e6),
+    );
+    cgroup_family(
+        e,
+        groups,
+        "nodemedic_cgroup_cpu_usage_seconds",
+        Kind::Counter,
+        "CPU time used by the cgroup's tasks (cpu.stat usage_usec, or v1 cpuacct.usage).",
+        &|g| g.cpu_stat.and_then(|s| s.usage_us).map(|u| u as f64 / 1e6),
+    );
+    cgroup_family(
+        e,
+        groups,
+        "nodemedic_cgroup_cpu_periods",
+        Kind::Counter,
+        "CFS enforcement periods in which the cgroup had runnable tasks (cpu.stat nr_periods).",
+        &|g| {
+            g.cpu_stat
+                .filter(|_| g.cpu_max.is_some_and(|m| m.quota_us.is_some()))
+                .map(|s| s.nr_periods as f64)
+        },
+    );
+    cgroup_family(
+        e,
+        groups,
+        "nodemedic_cgroup_cpu_throttled_periods",
+        Kind::Counter,
+        "Periods in which the cgroup used up its quota and was throttled (cpu.stat nr_throttled).",
+        &|g| {
+            g.cpu_stat
+                .filter(|_| g.cpu_max.is_some_and(|m| m.quota_us.is_some()))
+                .map(|s| s.nr_throttled as f64)
+        },
+    );
+    cgroup_family(
+        e,
+        groups,
+        "nodemedic_cgroup_cpu_throttled_seconds",
+        Kind::Counter,
+        "Time the cgroup's tasks were held off the CPU by its quota (cpu.stat throttled_usec / throttled_time).",
+        &|g| g.cpu_stat.filter(|_| g.cpu_max.is_some_and(|m| m.quota_us.is_some())).map(|s| s.throttled_us as f64 / 1e6),
+    );
+    if groups
+        .iter()
+        .any(|(_, g)| g.cpu_stat.is_some_and(|s| s.nr_bursts.is_some()))
+    {
+        cgroup_family(
+            e,
+            groups,
+            "nodemedic_cgroup_cpu_bursts",
+            Kind::Counter,
+            "Periods in which the cgroup used burst capacity beyond its quota (cpu.stat nr_bursts, Linux 5.14+).",
+            &|g| g.cpu_stat.and_then(|s| s.nr_bursts).map(|n| n as f64),
+        );
+        cgroup_family(
+            e,
+            groups,
+            "nodemedic_cgroup_cpu_burst_seconds",
+            Kind::Counter,
+            "CPU time used beyond the quota from burst capacity (cpu.stat burst_usec).",
+            &|g| g.cpu_stat.and_then(|s| s.burst_us).map(|n| n as f64 / 1e6),
+        );
+    }
+}
+
+/// The cgroups' PSI, per resource.
+fn pressure_families(e: &mut Encoder, groups: &[(Labels, &CgroupStats)]) {
+    for resource in [PsiResource::Cpu, PsiResource::Memory, PsiResource::Io] {
+        let psi = |g: &CgroupStats| -> Option<Psi> { g.pressure.get(resource).copied() };
+        cgroup_family(
+            e,
+            groups,
+            &format!("nodemedic_cgroup_pressure_{resource}_waiting_seconds"),
+            Kind::Counter,
+            &format!(
+                "Time in which at least one of the cgroup's tasks waited for {} (PSI some).",
+                what(resource)
+            ),
+            &|g| psi(g).and_then(|p| p.some).map(|l| l.total_seconds()),
+        );
+        cgroup_family(
+            e,
+            groups,
+            &format!("nodemedic_cgroup_pressure_{resource}_stalled_seconds"),
+            Kind::Counter,
+            &format!("Time in which all of the cgroup's non-idle tasks waited for {} at once (PSI full).", what(resource)),
+            &|g| psi(g).and_then(|p| p.full).map(|l| l.total_seconds()),
+        );
+    }
+}
+
+/// A family with a sample for each cgroup that has a `value`; none without any.
+fn cgroup_family(
+    e: &mut Encoder,
+    groups: &[(Labels, &CgroupStats)],
+    name: &str,
+    kind: Kind,
+    help: &str,
+    value: &dyn Fn(&CgroupStats) -> Option<f64>,
+) {
+    let values: Vec<(&Labels, f64)> = groups
+        .iter()
+        .filter_map(|(l, g)| Some((l, value(g)?)))
+        .collect();
+    if values.is_empty() {
+        return;
+    }
+    e.family(name, kind, help);
+    for (l, v) in values {
+        e.sample(l.get(), v);
     }
 }
 

@@ -29,6 +29,23 @@ crate::register!(crate::registry::Declaration {
         ]),
         fuzz: crate::registry::Fuzz::Targets(&["interrupts"]),
     },
+    faults: crate::registry::Faults::Kinds(&[crate::registry::FileKind {
+        name: "interrupts",
+        tree: "8cpu-collapsed",
+        pattern: "proc/interrupts",
+        table: true,
+        optional: false,
+        empty_ok: false,
+        impact: crate::registry::Impact::AllGroups,
+        may_change: &[
+            "collector/interrupts",
+            "collector/irq_affinity",
+            "collector/pci_devices",
+            "count/irqs",
+            "count/pci",
+        ],
+    },]),
+    render: None,
     build: crate::registry::Build::Here(|_| { Some(Box::new(InterruptsCollector::default())) }),
 });
 

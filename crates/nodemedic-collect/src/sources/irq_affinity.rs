@@ -32,6 +32,40 @@ crate::register!(crate::registry::Declaration {
         )]),
         fuzz: crate::registry::Fuzz::Targets(&["cpuset"]),
     },
+    faults: crate::registry::Faults::Kinds(&[
+        crate::registry::FileKind {
+            name: "smp_affinity",
+            tree: "8cpu-collapsed",
+            pattern: "proc/irq/*/smp_affinity",
+            table: false,
+            // Per-CPU interrupts (timer, IPIs on some arches) have no affinity files.
+            optional: true,
+            empty_ok: false,
+            impact: crate::registry::Impact::Irq,
+            may_change: &["collector/irq_affinity", "count/affinity"],
+        },
+        crate::registry::FileKind {
+            name: "effective_affinity",
+            tree: "8cpu-collapsed",
+            pattern: "proc/irq/*/effective_affinity",
+            table: false,
+            optional: true,
+            empty_ok: false,
+            impact: crate::registry::Impact::Irq,
+            may_change: &["collector/irq_affinity", "count/affinity"],
+        },
+        crate::registry::FileKind {
+            name: "irq node",
+            tree: "8cpu-collapsed",
+            pattern: "proc/irq/*/node",
+            table: false,
+            optional: true,
+            empty_ok: false,
+            impact: crate::registry::Impact::Irq,
+            may_change: &["collector/irq_affinity", "count/affinity"],
+        },
+    ]),
+    render: None,
     build: crate::registry::Build::Here(|settings| {
         Some(Box::new(IrqAffinityCollector::with_refresh(
             settings.affinity_refresh,

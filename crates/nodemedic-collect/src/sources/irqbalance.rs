@@ -26,6 +26,17 @@ crate::register!(crate::registry::Declaration {
         )]),
         fuzz: crate::registry::Fuzz::Targets(&["irqbalance_env", "cpuset"]),
     },
+    faults: crate::registry::Faults::Kinds(&[crate::registry::FileKind {
+        name: "irqbalance config",
+        tree: "8cpu-collapsed",
+        pattern: "etc/default/irqbalance",
+        table: true,
+        optional: true,
+        empty_ok: true,
+        impact: crate::registry::Impact::AllGroups,
+        may_change: &["collector/irqbalance_config", "count/banned"],
+    },]),
+    render: None,
     build: crate::registry::Build::Here(|_| {
         Some(Box::new(IrqbalanceConfigCollector::default()))
     }),

@@ -30,6 +30,29 @@ crate::register!(crate::registry::Declaration {
         )]),
         fuzz: crate::registry::Fuzz::Targets(&["cpuset"]),
     },
+    faults: crate::registry::Faults::Kinds(&[
+        crate::registry::FileKind {
+            name: "pci numa_node",
+            tree: "8cpu-collapsed",
+            pattern: "sys/bus/pci/devices/*/numa_node",
+            table: false,
+            optional: true,
+            empty_ok: false,
+            impact: crate::registry::Impact::Pci,
+            may_change: &["collector/pci_devices", "count/pci"],
+        },
+        crate::registry::FileKind {
+            name: "pci local_cpulist",
+            tree: "8cpu-collapsed",
+            pattern: "sys/bus/pci/devices/*/local_cpulist",
+            table: false,
+            optional: true,
+            empty_ok: false,
+            impact: crate::registry::Impact::Pci,
+            may_change: &["collector/pci_devices", "count/pci"],
+        },
+    ]),
+    render: None,
     build: crate::registry::Build::Here(|_| { Some(Box::new(PciDevicesCollector::default())) }),
 });
 

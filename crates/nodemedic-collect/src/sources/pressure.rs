@@ -4,6 +4,8 @@ use nodemedic_kernel::psi::{self, PsiResource};
 use nodemedic_sample::Snapshot;
 
 use super::RescanCache;
+use nodemedic_exposition::{Encoder, Kind};
+
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 
 /// Node-wide Pressure Stall Information.
@@ -22,6 +24,17 @@ crate::register!(crate::registry::Declaration {
         )]),
         fuzz: crate::registry::Fuzz::Targets(&["psi"]),
     },
+    faults: crate::registry::Faults::Kinds(&[crate::registry::FileKind {
+        name: "node pressure",
+        tree: "k8s-systemd-v2",
+        pattern: "proc/pressure/*",
+        table: true,
+        optional: false,
+        empty_ok: false,
+        impact: crate::registry::Impact::NoGroup,
+        may_change: &["collector/pressure", "pressure/", "series/pressure"],
+    },]),
+    render: Some(render),
     build: crate::registry::Build::Here(|_| { Some(Box::new(PressureCollector::default())) }),
 });
 
@@ -99,6 +112,78 @@ impl Collector for PressureCollector {
         out.warnings.extend(errors.iter().map(ToString::to_string));
         snap.pressure = (!found.is_empty()).then_some(found);
         Ok(out)
+    }
+}
+
+/// Node-wide PSI, named as node_exporter names it: `some` is `_waiting_seconds_total` (at
+/// least one task waited), `full` is `_stalled_seconds_total` (all non-idle tasks waited at
+/// once); only the resources the kernel reports.
+fn render(e: &mut Encoder, snap: &Snapshot) {
+    let Some(p) = &snap.pressure else {
+        return;
+    };
+    for resource in PsiResource::ALL {
+        let Some(psi) = p.get(&resource) else {
+            continue;
+        };
+        if let Some(some) = psi.some {
+            e.family(
+                &format!("nodemedic_pressure_{resource}_waiting_seconds"),
+                Kind::Counter,
+                &format!(
+                    "Time in which at least one task on the node waited for {} (PSI some).",
+                    what(resource)
+                ),
+            );
+            e.sample(&[], some.total_seconds());
+        }
+        // The system-level cpu `full` line is always zero (some CPU is always running), so
+        // it is not exported: a series that cannot move misleads.
+        if let Some(full) = psi.full.filter(|_| resource != PsiResource::Cpu) {
+            e.family(
+                &format!("nodemedic_pressure_{resource}_stalled_seconds"),
+                Kind::Counter,
+                &format!("Time in which all non-idle tasks on the node waited for {} at once (PSI full).", what(resource)),
+            );
+            e.sample(&[], full.total_seconds());
+        }
+    }
+    e.family(
+        "nodemedic_pressure_avg_ratio",
+        Kind::Gauge,
+        "The kernel's running averages of PSI (share of wall time stalled) over 10 s, 60 s and 300 s, by resource and kind (some, full).",
+    );
+    for resource in PsiResource::ALL {
+        let Some(psi) = p.get(&resource) else {
+            continue;
+        };
+        for (kind, line) in [("some", psi.some), ("full", psi.full)] {
+            let Some(l) = line else { continue };
+            if resource == PsiResource::Cpu && kind == "full" {
+                continue;
+            }
+            for (window, v) in [("10s", l.avg10), ("60s", l.avg60), ("300s", l.avg300)] {
+                e.sample(
+                    &[
+                        ("resource", resource.as_str()),
+                        ("kind", kind),
+                        ("window", window),
+                    ],
+                    // The kernel prints percent with two decimals; keep exactly those digits.
+                    (v * 100.0).round() / 10_000.0,
+                );
+            }
+        }
+    }
+}
+
+/// What tasks waited for, in a help text.
+pub(crate) fn what(resource: PsiResource) -> &'static str {
+    match resource {
+        PsiResource::Cpu => "a CPU",
+        PsiResource::Memory => "memory (reclaim, refaults, swap-in)",
+        PsiResource::Io => "I/O",
+        PsiResource::Irq => "IRQ/softirq processing",
     }
 }
 

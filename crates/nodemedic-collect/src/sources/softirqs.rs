@@ -19,6 +19,17 @@ crate::register!(crate::registry::Declaration {
         golden: crate::registry::Golden::Series(&[("8cpu-collapsed", "nodemedic_softirqs_total{")]),
         fuzz: crate::registry::Fuzz::Targets(&["softirqs"]),
     },
+    faults: crate::registry::Faults::Kinds(&[crate::registry::FileKind {
+        name: "softirqs",
+        tree: "8cpu-collapsed",
+        pattern: "proc/softirqs",
+        table: true,
+        optional: false,
+        empty_ok: false,
+        impact: crate::registry::Impact::NoGroup,
+        may_change: &["collector/softirqs", "count/softirqs"],
+    },]),
+    render: None,
     build: crate::registry::Build::Here(|_| { Some(Box::new(SoftirqsCollector::default())) }),
 });
 

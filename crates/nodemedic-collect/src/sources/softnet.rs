@@ -4,6 +4,8 @@ use nodemedic_kernel::softnet;
 use nodemedic_sample::Snapshot;
 
 use super::skipped_warnings;
+use nodemedic_exposition::{Encoder, Kind};
+
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 
 /// /proc/net/softnet_stat; after topology, whose online CPUs place its rows.
@@ -26,6 +28,17 @@ crate::register!(crate::registry::Declaration {
         )]),
         fuzz: crate::registry::Fuzz::Targets(&["softnet"]),
     },
+    faults: crate::registry::Faults::Kinds(&[crate::registry::FileKind {
+        name: "softnet_stat",
+        tree: "8cpu-collapsed",
+        pattern: "proc/net/softnet_stat",
+        table: true,
+        optional: false,
+        empty_ok: false,
+        impact: crate::registry::Impact::NoGroup,
+        may_change: &["collector/softnet", "count/softnet", "series/softnet"],
+    },]),
+    render: Some(render),
     build: crate::registry::Build::Here(|_| { Some(Box::new(SoftnetCollector::default())) }),
 });
 
@@ -104,6 +117,25 @@ impl Collector for SoftnetCollector {
             if placed.capacity() > kept.placed.capacity() {
                 kept.placed = placed;
             }
+        }
+    }
+}
+/// Per CPU: packets processed, dropped (backlog full) and squeezed (budget or time out).
+fn render(e: &mut Encoder, snap: &Snapshot) {
+    let Some(rows) = &snap.softnet else {
+        return;
+    };
+    let mut num = itoa::Buffer::new();
+    type Field = fn(&nodemedic_kernel::softnet::SoftnetRow) -> u32;
+    let fields: [(&str, &str, Field); 3] = [
+        ("nodemedic_softnet_processed", "Packets processed by the CPU's NET_RX softirq (softnet_stat).", |r| r.processed),
+        ("nodemedic_softnet_dropped", "Packets dropped because the CPU's backlog queue was full (softnet_stat).", |r| r.dropped),
+        ("nodemedic_softnet_times_squeezed", "Times the CPU's NET_RX softirq ran out of budget or time with work left (softnet_stat).", |r| r.time_squeeze),
+    ];
+    for (name, help, field) in fields {
+        e.family(name, Kind::Counter, help);
+        for (cpu, row) in rows {
+            e.sample(&[("cpu", num.format(*cpu))], f64::from(field(row)));
         }
     }
 }

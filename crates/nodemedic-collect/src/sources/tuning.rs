@@ -42,6 +42,14 @@ crate::register!(crate::registry::Declaration {
             "cpuinfo",
         ]),
     },
+    faults: crate::registry::Faults::Instead(crate::registry::Instead::new(
+        "its files are settings read at rescans and optional one by one: a malformed or \
+         vanished one is a warning naming it, or no value, and changes nothing else; its test \
+         breaks each kind",
+        "crates/nodemedic-collect/src/sources/tuning.rs",
+        "malformed_files_are_warnings_and_vanished_counters_are_none",
+    )),
+    render: None,
     build: crate::registry::Build::Here(|settings| {
         Some(Box::new(TuningCollector::from_settings(settings)))
     }),

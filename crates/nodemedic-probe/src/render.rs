@@ -5,9 +5,10 @@
 use nodemedic_sample::perf::PerfProbes;
 use nodemedic_sample::Snapshot;
 
-use crate::encoder::{Encoder, Kind};
+use nodemedic_exposition::{Encoder, Kind};
 
-pub(crate) fn perf_probes(e: &mut Encoder, snap: &Snapshot) {
+/// The probes' series, rendered in `/metrics` through the collector's registration.
+pub(crate) fn render(e: &mut Encoder, snap: &Snapshot) {
     let Some(p) = &snap.perf else {
         return;
     };
