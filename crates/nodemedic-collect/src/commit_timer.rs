@@ -24,6 +24,8 @@ use std::time::{Duration, Instant};
 use std::fmt::Write as _;
 
 use nodemedic_exposition::{Encoder, Kind};
+
+use crate::registry::Render;
 use nodemedic_sample::snapshot::{CommitBackend, CommitLatency};
 use nodemedic_sample::Snapshot;
 
@@ -298,7 +300,8 @@ impl Collector for CommitTimerCollector {
     }
 }
 /// The probe's histogram (etcd's `wal_fsync` buckets) and its failed writes.
-fn render(e: &mut Encoder, snap: &Snapshot) {
+fn render(e: &mut Encoder, ctx: &mut Render<'_>) {
+    let snap = ctx.snapshot;
     let Some(c) = &snap.disk_commit else {
         return;
     };

@@ -48,7 +48,65 @@ pub struct Declaration {
 }
 
 /// Writes a collector's series from what it put in the snapshot.
-pub type RenderFn = fn(&mut nodemedic_exposition::Encoder, &nodemedic_sample::Snapshot);
+pub type RenderFn = fn(&mut nodemedic_exposition::Encoder, &mut Render<'_>);
+
+/// What a collector's rendering reads: the snapshot, the `[metrics]` options, the verdicts of
+/// the detectors whose labels its series carry, and lists kept from one rendering to the next.
+pub struct Render<'a> {
+    pub snapshot: &'a nodemedic_sample::Snapshot,
+    pub options: &'a MetricsOptions,
+    /// The collapse detector's device groups: IRQ series carry their group.
+    pub groups: &'a [nodemedic_sample::GroupVerdict],
+    /// The pressure detector's verdicts, rendered with the cgroups they are about.
+    pub pressure: Option<&'a nodemedic_sample::PressureVerdict>,
+    pub scratch: &'a mut Scratch,
+}
+
+/// Lists a rendering builds besides its text, kept by whoever renders again (the endpoint,
+/// between scrapes) so that a rendering allocates them once: on a 256-CPU node the IRQ
+/// labels are 50 KiB, which musl's allocator mapped and unmapped every scrape. One value per
+/// type, each collector's own; `Default` for a one-off.
+#[derive(Default)]
+pub struct Scratch(Vec<(std::any::TypeId, Box<dyn std::any::Any + Send>)>);
+
+impl Scratch {
+    /// The kept value of type `T`, made with `T::default()` the first time.
+    pub fn get<T: std::any::Any + Send + Default>(&mut self) -> &mut T {
+        let id = std::any::TypeId::of::<T>();
+        let at = match self.0.iter().position(|(t, _)| *t == id) {
+            Some(at) => at,
+            None => {
+                self.0.push((id, Box::new(T::default())));
+                self.0.len() - 1
+            }
+        };
+        let value = self.0[at].1.downcast_mut::<T>();
+        // The slot of `T`'s id holds a `T`: it was made as one just above.
+        value.unwrap_or_else(|| unreachable!("the scratch value of a type is of that type"))
+    }
+}
+
+/// Which series the exposition includes beyond the defaults (`[metrics]`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsOptions {
+    /// `nodemedic_irq_cpu_interrupts_total{irq,cpu}`: one series per IRQ per CPU.
+    pub per_irq_per_cpu: bool,
+    /// Architecture interrupts (`LOC`, `RES`, `CAL`, `TLB`, …) per CPU instead of node-wide.
+    pub per_cpu_arch_interrupts: bool,
+    /// Softirq types exported per CPU.
+    pub softirq_types: Vec<String>,
+}
+
+impl Default for MetricsOptions {
+    fn default() -> Self {
+        Self {
+            per_irq_per_cpu: false,
+            per_cpu_arch_interrupts: false,
+            softirq_types: vec!["NET_RX".into(), "NET_TX".into()],
+        }
+    }
+}
 
 /// The kinds of file a collector reads, broken by the fault injection; or, for a collector
 /// that reads fixture files none of which it declares, why, and the test that breaks them
@@ -317,7 +375,10 @@ mod tests {
         let sources = std::fs::read_dir(src.join("sources")).expect("src/sources");
         for entry in sources.flatten() {
             let path = entry.path();
-            if path.file_name().is_some_and(|n| n != "mod.rs") {
+            if path.is_dir() {
+                // A collector of its own directory registers in its mod.rs.
+                files.push(path.join("mod.rs"));
+            } else if path.file_name().is_some_and(|n| n != "mod.rs") {
                 files.push(path);
             }
         }

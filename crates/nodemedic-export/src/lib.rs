@@ -14,7 +14,6 @@ pub mod build_info;
 pub use nodemedic_exposition as encoder;
 pub mod endpoint;
 mod metrics;
-mod pressure;
 pub mod report;
 pub mod text;
 mod tuning;

@@ -1,4 +1,8 @@
-//! Which series nodemedic exposes, and their names.
+//! The Prometheus exposition of a sample: the daemon's own series (build, scrape, process,
+//! host access), the node's facts, then every collector's series, which each collector
+//! renders in its module through its registration (`nodemedic_collect::registry`), in the
+//! order they run, and last the detectors' and the remediator's (the tuning audit's findings,
+//! the IRQ groups' verdicts, remediation).
 //!
 //! Cardinality is budgeted: by default everything is per IRQ, per CPU or per device group,
 //! never per IRQ × CPU (a 256-CPU node with 400 IRQs would otherwise expose 100,000 series).
@@ -6,37 +10,16 @@
 
 use std::fmt::Write;
 
-use nodemedic_kernel::interrupts::Interrupts;
 use nodemedic_kernel::irqbalance::IrqbalancePackage;
 use nodemedic_sample::remedy::{Mode, RemedyState};
 use nodemedic_sample::Snapshot;
 use nodemedic_sample::{CollectorState, CollectorStatus};
 use nodemedic_sample::{GroupVerdict, TuningVerdict};
-use serde::{Deserialize, Serialize};
 
 use crate::encoder::{Encoder, Format, Kind};
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct MetricsOptions {
-    /// `nodemedic_irq_cpu_interrupts_total{irq,cpu}`: one series per IRQ per CPU.
-    pub per_irq_per_cpu: bool,
-    /// Architecture interrupts (`LOC`, `RES`, `CAL`, `TLB`, …) per CPU instead of node-wide.
-    pub per_cpu_arch_interrupts: bool,
-    /// Softirq types exported per CPU.
-    pub softirq_types: Vec<String>,
-}
-
-impl Default for MetricsOptions {
-    fn default() -> Self {
-        Self {
-            per_irq_per_cpu: false,
-            per_cpu_arch_interrupts: false,
-            softirq_types: vec!["NET_RX".into(), "NET_TX".into()],
-        }
-    }
-}
-
+use nodemedic_collect::registry::{self, Render};
+pub use nodemedic_collect::registry::{MetricsOptions, Scratch as RenderScratch};
 pub use nodemedic_sample::snapshot::ProcessStats;
 
 /// Everything one exposition is made of.
@@ -96,18 +79,20 @@ pub fn render_with_tuning_into(
     }
     if let Some(snap) = input.snapshot {
         node_facts(&mut e, snap, input.remediation);
-        topology(&mut e, snap);
-        interrupts(&mut e, snap, input.verdicts, opts, scratch);
-        softirqs(&mut e, snap, opts);
-        // Every collector that renders its own series, in the order they run.
-        for render in nodemedic_collect::registry::declarations()
+        // Every collector renders its own series, in the order they run.
+        let mut ctx = Render {
+            snapshot: snap,
+            options: opts,
+            groups: input.verdicts,
+            pressure: input.pressure,
+            scratch,
+        };
+        for render in registry::declarations()
             .into_iter()
             .filter_map(|d| d.render)
         {
-            render(&mut e, snap);
+            render(&mut e, &mut ctx);
         }
-        crate::pressure::verdicts(&mut e, snap, input.pressure);
-        crate::tuning::settings(&mut e, snap);
     }
     crate::tuning::findings(&mut e, tuning);
     groups(&mut e, input.verdicts);
@@ -132,37 +117,6 @@ fn expected_bytes(snap: Option<&Snapshot>, opts: &MetricsOptions) -> usize {
         0
     };
     32 * 1024 + irqs * 320 + cpus * 340 + matrix
-}
-
-/// Label values written back to back into one buffer: a value per CPU or per IRQ without a
-/// `String` apiece (a 256-CPU render made ~1,300 of them).
-#[derive(Default)]
-struct Values {
-    text: String,
-    ends: Vec<usize>,
-}
-
-impl Values {
-    /// Empties the list for `values` values of about `bytes` bytes in all, keeping its memory.
-    fn refill(&mut self, values: usize, bytes: usize) {
-        self.text.clear();
-        self.ends.clear();
-        self.text.reserve(bytes);
-        self.ends.reserve(values);
-    }
-
-    /// Appends the value `write` writes.
-    fn push(&mut self, write: impl FnOnce(&mut String)) {
-        write(&mut self.text);
-        self.ends.push(self.text.len());
-    }
-
-    fn iter(&self) -> impl Iterator<Item = &str> + '_ {
-        let starts = std::iter::once(0).chain(self.ends.iter().copied());
-        starts
-            .zip(&self.ends)
-            .map(|(start, &end)| self.text.get(start..end).unwrap_or(""))
-    }
 }
 
 /// The host mounts the daemon's container can write, when they were checked (a container
@@ -265,269 +219,6 @@ fn self_metrics(e: &mut Encoder, input: &ExportInput<'_>) {
             "Number of open file descriptors.",
         );
         e.sample(&[], p.open_fds);
-    }
-}
-
-fn topology(e: &mut Encoder, snap: &Snapshot) {
-    let Some(t) = &snap.topology else {
-        return;
-    };
-    e.family(
-        "nodemedic_cpus",
-        Kind::Gauge,
-        "CPUs by state: online, isolated, nohz_full, irqbalance_banned (from irqbalance's config file).",
-    );
-    e.sample(&[("state", "online")], t.online.len() as f64);
-    e.sample(&[("state", "isolated")], t.isolated.len() as f64);
-    e.sample(&[("state", "nohz_full")], t.nohz_full.len() as f64);
-    if let Some(irqb) = &snap.irqbalance {
-        e.sample(
-            &[("state", "irqbalance_banned")],
-            irqb.banned_cpus.len() as f64,
-        );
-    }
-}
-
-fn interrupts(
-    e: &mut Encoder,
-    snap: &Snapshot,
-    verdicts: &[GroupVerdict],
-    opts: &MetricsOptions,
-    scratch: &mut RenderScratch,
-) {
-    let Some(ints) = &snap.interrupts else {
-        return;
-    };
-    let labels = irq_labels(ints, verdicts, scratch);
-    e.family(
-        "nodemedic_irq_interrupts",
-        Kind::Counter,
-        "Interrupts handled per IRQ, summed over CPUs (from /proc/interrupts).",
-    );
-    // Numbers are written as labels from a buffer on the stack: a value list of every CPU's
-    // number was two allocations per family, mapped and unmapped per render by musl's
-    // allocator on a big node (BENCHMARKS.md, "Fewer files, fewer calls, faster zeros").
-    let mut num = itoa::Buffer::new();
-    for (line, (group, name)) in ints.irqs.iter().zip(labels.iter()) {
-        e.sample(
-            &[
-                ("irq", num.format(line.irq)),
-                ("group", group),
-                ("name", name),
-            ],
-            ints.counts(line).total() as f64,
-        );
-    }
-    irq_placement(e, snap, ints, &labels);
-    let per_cpu = device_interrupts_per_cpu(ints);
-    e.family(
-        "nodemedic_cpu_device_interrupts",
-        Kind::Counter,
-        "Device (numbered) interrupts handled per CPU, summed over IRQs.",
-    );
-    for (cpu, total) in ints.cpus.iter().zip(&per_cpu) {
-        e.sample(&[("cpu", num.format(*cpu))], *total as f64);
-    }
-    e.family(
-        "nodemedic_arch_interrupts",
-        Kind::Counter,
-        "Architecture interrupts by type (LOC, RES, CAL, TLB, NMI, IPI…) from /proc/interrupts.",
-    );
-    for arch in &ints.arch {
-        if opts.per_cpu_arch_interrupts && arch.counts.len() > 1 {
-            for (cpu, count) in ints.cpus.iter().zip(&arch.counts) {
-                e.sample(
-                    &[("type", &arch.name), ("cpu", num.format(*cpu))],
-                    *count as f64,
-                );
-            }
-        } else {
-            let total = arch.counts.iter().fold(0u64, |a, c| a.saturating_add(*c));
-            e.sample(&[("type", &arch.name)], total as f64);
-        }
-    }
-    if opts.per_irq_per_cpu {
-        e.family(
-            "nodemedic_irq_cpu_interrupts",
-            Kind::Counter,
-            "Interrupts per IRQ per CPU (enabled by metrics.per_irq_per_cpu).",
-        );
-        let mut cpu_num = itoa::Buffer::new();
-        for line in &ints.irqs {
-            let irq = num.format(line.irq);
-            for (cpu, count) in ints.cpus.iter().zip(ints.counts(line).dense()) {
-                e.sample(&[("irq", irq), ("cpu", cpu_num.format(*cpu))], count as f64);
-            }
-        }
-    }
-}
-
-/// Lists a rendering builds besides its text, kept by whoever renders again (the endpoint,
-/// between scrapes) so that a rendering allocates them once: on a 256-CPU node they are 50
-/// KiB, which musl's allocator mapped and unmapped every scrape. `Default` for a one-off.
-#[derive(Default)]
-pub struct RenderScratch {
-    /// Each IRQ row's device group, as an index into the verdicts ([`NO_GROUP`]: none).
-    groups: Vec<u32>,
-    /// Each IRQ row's handlers, comma-separated.
-    names: Values,
-}
-
-const NO_GROUP: u32 = u32::MAX;
-
-/// Each IRQ's labels besides its number, aligned with `ints.irqs`: its device group (empty
-/// when in none) and its handlers.
-struct IrqLabels<'a> {
-    groups: &'a [u32],
-    names: &'a Values,
-    verdicts: &'a [GroupVerdict],
-}
-
-impl IrqLabels<'_> {
-    fn iter(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
-        let group = |g: &u32| {
-            self.verdicts
-                .get(*g as usize)
-                .map_or("", |v| v.group.name.as_str())
-        };
-        self.groups.iter().map(group).zip(self.names.iter())
-    }
-}
-
-fn irq_labels<'a>(
-    ints: &Interrupts,
-    verdicts: &'a [GroupVerdict],
-    scratch: &'a mut RenderScratch,
-) -> IrqLabels<'a> {
-    // Each row's group, placed by the row's IRQ: the kernel prints IRQs in order, so a
-    // binary search finds the rows, where a hash map of every IRQ was built each render.
-    // Every row with that IRQ gets the group (a damaged table can repeat one), and a later
-    // group of the same IRQ wins, as with the map.
-    let groups = &mut scratch.groups;
-    groups.clear();
-    groups.resize(ints.irqs.len(), NO_GROUP);
-    let ordered = ints.irqs.is_sorted_by_key(|l| l.irq);
-    for (index, v) in verdicts.iter().enumerate() {
-        let index = u32::try_from(index).unwrap_or(NO_GROUP);
-        for &irq in v.group.irqs.iter().chain(&v.group.other_irqs) {
-            let rows = if ordered {
-                let from = ints.irqs.partition_point(|l| l.irq < irq);
-                from..from + ints.irqs[from..].partition_point(|l| l.irq == irq)
-            } else {
-                0..ints.irqs.len()
-            };
-            for r in rows {
-                if ints.irqs.get(r).is_some_and(|l| l.irq == irq) {
-                    if let Some(group) = groups.get_mut(r) {
-                        *group = index;
-                    }
-                }
-            }
-        }
-    }
-    let names = &mut scratch.names;
-    names.refill(ints.irqs.len(), ints.irqs.len() * 24);
-    for line in &ints.irqs {
-        names.push(|t| {
-            for (i, action) in line.desc.actions.iter().enumerate() {
-                if i > 0 {
-                    t.push(',');
-                }
-                t.push_str(action);
-            }
-        });
-    }
-    IrqLabels {
-        groups,
-        names,
-        verdicts,
-    }
-}
-
-/// Where each IRQ may go and goes: its lowest delivery CPU and the sizes of its affinities.
-fn irq_placement(e: &mut Encoder, snap: &Snapshot, ints: &Interrupts, labels: &IrqLabels<'_>) {
-    let rows = || {
-        ints.irqs
-            .iter()
-            .zip(labels.iter())
-            .filter_map(|(line, (group, _))| Some((snap.affinity.get(&line.irq)?, line.irq, group)))
-    };
-    let mut num = itoa::Buffer::new();
-    e.family(
-        "nodemedic_irq_effective_cpu",
-        Kind::Gauge,
-        "Lowest CPU the IRQ is delivered to (effective_affinity, else smp_affinity).",
-    );
-    for (aff, irq, group) in rows() {
-        if let Some(cpu) = aff.delivery_cpus().and_then(|c| c.first()) {
-            e.sample(
-                &[("irq", num.format(irq)), ("group", group)],
-                f64::from(cpu),
-            );
-        }
-    }
-    e.family(
-        "nodemedic_irq_affinity_cpus",
-        Kind::Gauge,
-        "Number of CPUs in the IRQ's smp_affinity (where it may be delivered).",
-    );
-    for (aff, irq, group) in rows() {
-        if let Some(smp) = &aff.smp {
-            e.sample(
-                &[("irq", num.format(irq)), ("group", group)],
-                smp.len() as f64,
-            );
-        }
-    }
-    e.family(
-        "nodemedic_irq_effective_affinity_cpus",
-        Kind::Gauge,
-        "Number of CPUs in the IRQ's effective_affinity (where it is delivered).",
-    );
-    for (aff, irq, group) in rows() {
-        if let Some(eff) = &aff.effective {
-            e.sample(
-                &[("irq", num.format(irq)), ("group", group)],
-                eff.len() as f64,
-            );
-        }
-    }
-}
-
-/// Device interrupts per CPU (aligned with `ints.cpus`), summed over IRQs, plus the IRQs
-/// that went away while nodemedic watched, so a freed IRQ does not make the per-CPU counter
-/// go backwards.
-fn device_interrupts_per_cpu(ints: &Interrupts) -> Vec<u64> {
-    let mut per_cpu = vec![0u64; ints.cpus.len()];
-    for (i, r) in ints.retired.iter().enumerate().take(per_cpu.len()) {
-        per_cpu[i] = *r;
-    }
-    for line in &ints.irqs {
-        for (i, c) in ints.counts(line).nonzero() {
-            if let Some(sum) = per_cpu.get_mut(i) {
-                *sum = sum.saturating_add(c);
-            }
-        }
-    }
-    per_cpu
-}
-
-fn softirqs(e: &mut Encoder, snap: &Snapshot, opts: &MetricsOptions) {
-    let Some(s) = &snap.softirqs else {
-        return;
-    };
-    e.family(
-        "nodemedic_softirqs",
-        Kind::Counter,
-        "Softirqs handled per CPU and type (from /proc/softirqs).",
-    );
-    let mut num = itoa::Buffer::new();
-    for ty in &opts.softirq_types {
-        if let Some(row) = s.row(ty) {
-            for (cpu, count) in s.cpus.iter().zip(&row.counts) {
-                e.sample(&[("cpu", num.format(*cpu)), ("type", ty)], *count as f64);
-            }
-        }
     }
 }
 
@@ -705,65 +396,5 @@ mod tests {
         h.mounts_unchecked = Some("not in a container".into());
         let text = render_host(&h);
         assert!(!text.contains("nodemedic_host_writable_mounts"), "{text}");
-    }
-
-    /// Per CPU: every IRQ's count, a short row included, plus what IRQs that went away had.
-    #[test]
-    fn device_interrupts_per_cpu_keep_what_freed_irqs_had() {
-        let mut ints = nodemedic_kernel::interrupts::parse(
-            "           CPU0       CPU1       CPU2\n\
-             \x20 24:         10          0          5   PCI-MSI 1-edge      virtio0-input.0\n\
-             \x20 25:          1          2\n\
-             NMI:          7          7          7   Non-maskable interrupts\n",
-        )
-        .unwrap();
-        assert_eq!(device_interrupts_per_cpu(&ints), vec![11, 2, 5]);
-        ints.retired = vec![100, 200, 300, 400];
-        assert_eq!(device_interrupts_per_cpu(&ints), vec![111, 202, 305]);
-    }
-
-    /// Each row's group label, as the map it replaced gave it: every row of an IRQ (a
-    /// damaged table can repeat one), the later group of an IRQ named twice, "" for none;
-    /// in order or not.
-    #[test]
-    fn irq_labels_name_every_row_of_an_irq_and_the_later_group() {
-        use nodemedic_kernel::interrupts::IrqDescription;
-        use nodemedic_sample::verdict::{DeviceGroup, GroupVerdict};
-        let verdict = |name: &str, irqs: Vec<u32>, other_irqs: Vec<u32>| GroupVerdict {
-            group: DeviceGroup {
-                key: format!("dev:{name}"),
-                name: name.to_string(),
-                irqs,
-                other_irqs,
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let verdicts = [
-            verdict("nic", vec![24, 25], vec![9]),
-            verdict("nvme", vec![30], vec![25]),
-        ];
-        for order in [[9u32, 24, 25, 25, 30, 31], [31, 25, 9, 30, 25, 24]] {
-            let mut ints = Interrupts::with_cpus(vec![0]);
-            for irq in order {
-                ints.push_irq(irq, std::sync::Arc::new(IrqDescription::default()), &[1]);
-            }
-            let mut scratch = RenderScratch::default();
-            let labels = irq_labels(&ints, &verdicts, &mut scratch);
-            let got: Vec<(u32, &str)> = ints
-                .irqs
-                .iter()
-                .zip(labels.iter())
-                .map(|(l, (group, _))| (l.irq, group))
-                .collect();
-            let want = |irq: u32| match irq {
-                9 | 24 => "nic",
-                25 | 30 => "nvme",
-                _ => "",
-            };
-            for (irq, group) in got {
-                assert_eq!(group, want(irq), "IRQ {irq}, rows {order:?}");
-            }
-        }
     }
 }

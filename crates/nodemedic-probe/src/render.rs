@@ -3,12 +3,13 @@
 //! default 10) and, only when switched on, one per CPU.
 
 use nodemedic_sample::perf::PerfProbes;
-use nodemedic_sample::Snapshot;
 
+use nodemedic_collect::registry::Render;
 use nodemedic_exposition::{Encoder, Kind};
 
 /// The probes' series, rendered in `/metrics` through the collector's registration.
-pub(crate) fn render(e: &mut Encoder, snap: &Snapshot) {
+pub(crate) fn render(e: &mut Encoder, ctx: &mut Render<'_>) {
+    let snap = ctx.snapshot;
     let Some(p) = &snap.perf else {
         return;
     };

@@ -42,7 +42,11 @@ crate::register!(crate::registry::Declaration {
             optional: true,
             empty_ok: false,
             impact: crate::registry::Impact::Irq,
-            may_change: &["collector/irq_affinity", "count/affinity"],
+            may_change: &[
+                "collector/irq_affinity",
+                "count/affinity",
+                "series/interrupts"
+            ],
         },
         crate::registry::FileKind {
             name: "effective_affinity",
@@ -52,7 +56,11 @@ crate::register!(crate::registry::Declaration {
             optional: true,
             empty_ok: false,
             impact: crate::registry::Impact::Irq,
-            may_change: &["collector/irq_affinity", "count/affinity"],
+            may_change: &[
+                "collector/irq_affinity",
+                "count/affinity",
+                "series/interrupts"
+            ],
         },
         crate::registry::FileKind {
             name: "irq node",
@@ -62,7 +70,11 @@ crate::register!(crate::registry::Declaration {
             optional: true,
             empty_ok: false,
             impact: crate::registry::Impact::Irq,
-            may_change: &["collector/irq_affinity", "count/affinity"],
+            may_change: &[
+                "collector/irq_affinity",
+                "count/affinity",
+                "series/interrupts"
+            ],
         },
     ]),
     render: None,

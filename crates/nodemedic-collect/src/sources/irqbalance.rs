@@ -34,7 +34,11 @@ crate::register!(crate::registry::Declaration {
         optional: true,
         empty_ok: true,
         impact: crate::registry::Impact::AllGroups,
-        may_change: &["collector/irqbalance_config", "count/banned"],
+        may_change: &[
+            "collector/irqbalance_config",
+            "count/banned",
+            "series/topology"
+        ],
     },]),
     render: None,
     build: crate::registry::Build::Here(|_| {

@@ -6,6 +6,8 @@ use nodemedic_sample::Snapshot;
 use super::RescanCache;
 use nodemedic_exposition::{Encoder, Kind};
 
+use crate::registry::Render;
+
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 
 /// Node-wide Pressure Stall Information.
@@ -118,7 +120,8 @@ impl Collector for PressureCollector {
 /// Node-wide PSI, named as node_exporter names it: `some` is `_waiting_seconds_total` (at
 /// least one task waited), `full` is `_stalled_seconds_total` (all non-idle tasks waited at
 /// once); only the resources the kernel reports.
-fn render(e: &mut Encoder, snap: &Snapshot) {
+fn render(e: &mut Encoder, ctx: &mut Render<'_>) {
+    let snap = ctx.snapshot;
     let Some(p) = &snap.pressure else {
         return;
     };

@@ -4,6 +4,9 @@ use nodemedic_kernel::softirqs;
 use nodemedic_sample::Snapshot;
 
 use super::skipped_warnings;
+use nodemedic_exposition::{Encoder, Kind};
+
+use crate::registry::Render;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 
 /// /proc/softirqs.
@@ -27,9 +30,9 @@ crate::register!(crate::registry::Declaration {
         optional: false,
         empty_ok: false,
         impact: crate::registry::Impact::NoGroup,
-        may_change: &["collector/softirqs", "count/softirqs"],
+        may_change: &["collector/softirqs", "count/softirqs", "series/softirqs"],
     },]),
-    render: None,
+    render: Some(render),
     build: crate::registry::Build::Here(|_| { Some(Box::new(SoftirqsCollector::default())) }),
 });
 
@@ -68,6 +71,27 @@ impl Collector for SoftirqsCollector {
     fn recycle(&self, snap: &mut Snapshot) {
         if let Some(table) = snap.softirqs.take() {
             *self.spare.lock().unwrap_or_else(|p| p.into_inner()) = Some(table);
+        }
+    }
+}
+
+/// Per CPU, the softirq types `[metrics] softirq_types` names (NET_RX and NET_TX).
+fn render(e: &mut Encoder, ctx: &mut Render<'_>) {
+    let (snap, opts) = (ctx.snapshot, ctx.options);
+    let Some(s) = &snap.softirqs else {
+        return;
+    };
+    e.family(
+        "nodemedic_softirqs",
+        Kind::Counter,
+        "Softirqs handled per CPU and type (from /proc/softirqs).",
+    );
+    let mut num = itoa::Buffer::new();
+    for ty in &opts.softirq_types {
+        if let Some(row) = s.row(ty) {
+            for (cpu, count) in s.cpus.iter().zip(&row.counts) {
+                e.sample(&[("cpu", num.format(*cpu)), ("type", ty)], *count as f64);
+            }
         }
     }
 }

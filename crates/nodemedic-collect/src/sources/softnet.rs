@@ -6,6 +6,8 @@ use nodemedic_sample::Snapshot;
 use super::skipped_warnings;
 use nodemedic_exposition::{Encoder, Kind};
 
+use crate::registry::Render;
+
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 
 /// /proc/net/softnet_stat; after topology, whose online CPUs place its rows.
@@ -121,7 +123,8 @@ impl Collector for SoftnetCollector {
     }
 }
 /// Per CPU: packets processed, dropped (backlog full) and squeezed (budget or time out).
-fn render(e: &mut Encoder, snap: &Snapshot) {
+fn render(e: &mut Encoder, ctx: &mut Render<'_>) {
+    let snap = ctx.snapshot;
     let Some(rows) = &snap.softnet else {
         return;
     };

@@ -5,6 +5,9 @@ use nodemedic_sample::snapshot::Topology;
 use nodemedic_sample::Snapshot;
 
 use super::{complete, cpuset_file, RescanCache};
+use nodemedic_exposition::{Encoder, Kind};
+
+use crate::registry::Render;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 
 /// /sys/devices/system/cpu: online, possible, isolated and nohz_full CPUs, and the NUMA nodes.
@@ -43,6 +46,7 @@ crate::register!(crate::registry::Declaration {
                 "collector/softnet",
                 "count/softnet",
                 "series/softnet",
+                "series/topology"
             ],
         },
         crate::registry::FileKind {
@@ -76,7 +80,7 @@ crate::register!(crate::registry::Declaration {
             may_change: &["collector/topology", "count/topology"],
         },
     ]),
-    render: None,
+    render: Some(render),
     build: crate::registry::Build::Here(|_| { Some(Box::new(TopologyCollector::default())) }),
 });
 
@@ -155,4 +159,25 @@ fn read_rest(ctx: &Ctx<'_>, cpu: &std::path::Path, online: CpuSet) -> (Topology,
         numa_nodes,
     };
     (topology, out.warnings)
+}
+/// CPUs by state, with irqbalance's banned CPUs (from its collector).
+fn render(e: &mut Encoder, ctx: &mut Render<'_>) {
+    let snap = ctx.snapshot;
+    let Some(t) = &snap.topology else {
+        return;
+    };
+    e.family(
+        "nodemedic_cpus",
+        Kind::Gauge,
+        "CPUs by state: online, isolated, nohz_full, irqbalance_banned (from irqbalance's config file).",
+    );
+    e.sample(&[("state", "online")], t.online.len() as f64);
+    e.sample(&[("state", "isolated")], t.isolated.len() as f64);
+    e.sample(&[("state", "nohz_full")], t.nohz_full.len() as f64);
+    if let Some(irqb) = &snap.irqbalance {
+        e.sample(
+            &[("state", "irqbalance_banned")],
+            irqb.banned_cpus.len() as f64,
+        );
+    }
 }

@@ -2,6 +2,8 @@
 //! cpufreq, cpuidle, NIC queues and masks, channels and rings, `net.core` budgets,
 //! transparent hugepages) and the NIC drop counters behind the ring rule.
 
+mod render;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -46,10 +48,10 @@ crate::register!(crate::registry::Declaration {
         "its files are settings read at rescans and optional one by one: a malformed or \
          vanished one is a warning naming it, or no value, and changes nothing else; its test \
          breaks each kind",
-        "crates/nodemedic-collect/src/sources/tuning.rs",
+        "crates/nodemedic-collect/src/sources/tuning/mod.rs",
         "malformed_files_are_warnings_and_vanished_counters_are_none",
     )),
-    render: None,
+    render: Some(render::render),
     build: crate::registry::Build::Here(|settings| {
         Some(Box::new(TuningCollector::from_settings(settings)))
     }),
