@@ -15,6 +15,26 @@ use crate::{CollectError, Collected, Collector, Ctx, ReadError, Reader};
 /// /proc/irq/N/: each IRQ's affinity; after interrupts, whose IRQs it reads.
 pub const NAME: crate::CollectorName = crate::CollectorName::new("irq_affinity");
 
+/// One of an IRQ's affinity files, as the fault injection breaks it: optional (per-CPU
+/// interrupts, the timer and IPIs on some arches, have none), and a broken one costs only the
+/// groups of its IRQ.
+const fn per_irq(name: &'static str, pattern: &'static str) -> crate::registry::FileKind {
+    crate::registry::FileKind {
+        name,
+        tree: "8cpu-collapsed",
+        pattern,
+        table: false,
+        optional: true,
+        empty_ok: false,
+        impact: crate::registry::Impact::Irq,
+        may_change: &[
+            "collector/irq_affinity",
+            "count/affinity",
+            "series/interrupts",
+        ],
+    }
+}
+
 crate::register!(crate::registry::Declaration {
     name: NAME,
     order: 30,
@@ -33,49 +53,9 @@ crate::register!(crate::registry::Declaration {
         fuzz: crate::registry::Fuzz::Targets(&["cpuset"]),
     },
     faults: crate::registry::Faults::Kinds(&[
-        crate::registry::FileKind {
-            name: "smp_affinity",
-            tree: "8cpu-collapsed",
-            pattern: "proc/irq/*/smp_affinity",
-            table: false,
-            // Per-CPU interrupts (timer, IPIs on some arches) have no affinity files.
-            optional: true,
-            empty_ok: false,
-            impact: crate::registry::Impact::Irq,
-            may_change: &[
-                "collector/irq_affinity",
-                "count/affinity",
-                "series/interrupts"
-            ],
-        },
-        crate::registry::FileKind {
-            name: "effective_affinity",
-            tree: "8cpu-collapsed",
-            pattern: "proc/irq/*/effective_affinity",
-            table: false,
-            optional: true,
-            empty_ok: false,
-            impact: crate::registry::Impact::Irq,
-            may_change: &[
-                "collector/irq_affinity",
-                "count/affinity",
-                "series/interrupts"
-            ],
-        },
-        crate::registry::FileKind {
-            name: "irq node",
-            tree: "8cpu-collapsed",
-            pattern: "proc/irq/*/node",
-            table: false,
-            optional: true,
-            empty_ok: false,
-            impact: crate::registry::Impact::Irq,
-            may_change: &[
-                "collector/irq_affinity",
-                "count/affinity",
-                "series/interrupts"
-            ],
-        },
+        per_irq("smp_affinity", "proc/irq/*/smp_affinity"),
+        per_irq("effective_affinity", "proc/irq/*/effective_affinity"),
+        per_irq("irq node", "proc/irq/*/node"),
     ]),
     render: None,
     build: crate::registry::Build::Here(|settings| {
