@@ -44,13 +44,38 @@ crate::register!(crate::registry::Declaration {
             "cpuinfo",
         ]),
     },
-    faults: crate::registry::Faults::Instead(crate::registry::Instead::new(
-        "its files are settings read at rescans and optional one by one: a malformed or \
-         vanished one is a warning naming it, or no value, and changes nothing else; its test \
-         breaks each kind",
-        "crates/nodemedic-collect/src/sources/tuning/mod.rs",
-        "malformed_files_are_warnings_and_vanished_counters_are_none",
-    )),
+    faults: crate::registry::Faults::Kinds(&[
+        crate::registry::FileKind {
+            name: "netdev_budget",
+            tree: "tuning-nic-channels",
+            pattern: "proc/sys/net/core/netdev_budget",
+            table: false,
+            optional: true,
+            empty_ok: false,
+            impact: crate::registry::Impact::NoGroup,
+            may_change: &["collector/tuning"],
+        },
+        crate::registry::FileKind {
+            name: "nic rx_dropped",
+            tree: "tuning-nic-channels",
+            pattern: "sys/class/net/*/statistics/rx_dropped",
+            table: false,
+            optional: true,
+            empty_ok: false,
+            impact: crate::registry::Impact::NoGroup,
+            may_change: &["collector/tuning", "series/tuning"],
+        },
+        crate::registry::FileKind {
+            name: "iommu group type",
+            tree: "tuning-iommu-strict",
+            pattern: "sys/kernel/iommu_groups/*/type",
+            table: false,
+            optional: true,
+            empty_ok: false,
+            impact: crate::registry::Impact::NoGroup,
+            may_change: &["collector/tuning", "series/tuning"],
+        },
+    ]),
     render: Some(render::render),
     build: crate::registry::Build::Here(|settings| {
         Some(Box::new(TuningCollector::from_settings(settings)))
