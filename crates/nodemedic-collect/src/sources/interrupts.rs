@@ -215,7 +215,7 @@ fn render(e: &mut Encoder, ctx: &mut Render<'_>) {
     }
 }
 
-/// The lists the IRQ labels are built in, kept between renderings ([`Scratch`]).
+/// The lists the IRQ labels are built in, kept between renderings ([`crate::registry::Scratch`]).
 #[derive(Default)]
 struct IrqScratch {
     /// Each IRQ row's device group, as an index into the verdicts ([`NO_GROUP`]: none).

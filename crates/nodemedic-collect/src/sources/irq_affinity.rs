@@ -85,7 +85,7 @@ crate::register!(crate::registry::Declaration {
 /// a third on a 1024-CPU one (BENCHMARKS.md, "Fewer files, fewer calls, faster zeros"). An
 /// IRQ's files are read in a sample when
 /// - the sample is a rescan, or the IRQ was never read (or its last read failed);
-/// - `/proc/interrupts` says its delivery may have changed ([`moved`]): a count changed on a
+/// - `/proc/interrupts` says its delivery may have changed (`moved`): a count changed on a
 ///   CPU outside the CPUs it was delivered to, or it is delivered to more than one CPU and a
 ///   count changed, or its row appeared or vanished, or the CPU columns changed;
 /// - its turn came: the IRQs are re-read in turn, all of them within `refresh` (10 s by
