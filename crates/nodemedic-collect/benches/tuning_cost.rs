@@ -19,9 +19,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use nodemedic_collect::registry::{NicLimitsFrom, Settings};
-use nodemedic_collect::sources::{
-    cgroups, tuning, CgroupSelection, NicLimitsFiles, TuningCollector, DEFAULT_AFFINITY_REFRESH,
-};
+use nodemedic_collect::sources::{cgroups, tuning, NicLimitsFiles, TuningCollector};
 use nodemedic_collect::{process_cpu_seconds, CollectorSet, Paths};
 
 fn write(root: &Path, rel: &str, text: &str) {
@@ -204,15 +202,10 @@ fn main() {
     let paths = Paths::under(root);
     let rounds: usize = env_or("NODEMEDIC_BENCH_ROUNDS", 400);
     let interval = Duration::from_secs(60);
-    let cgroups = CgroupSelection::default();
     let settings = Settings {
         paths: &paths,
-        affinity_refresh: DEFAULT_AFFINITY_REFRESH,
-        cgroups: &cgroups,
-        cgroups_interval: Duration::ZERO,
-        commit_timer: None,
-        tuning_settings_interval: Duration::ZERO,
         nic_limits: NicLimitsFrom::Files,
+        ..Settings::defaults()
     };
     // The IRQ side and node-wide pressure: every collector but the cgroups and tuning.
     let irq_side = || {

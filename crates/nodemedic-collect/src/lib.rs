@@ -239,7 +239,7 @@ impl CollectorSet {
         keep: impl Fn(CollectorName) -> bool,
     ) -> Self {
         let collectors = registry::declarations()
-            .into_iter()
+            .iter()
             .filter(|d| keep(d.name))
             .filter_map(|d| match d.build {
                 registry::Build::Here(build) => build(settings),

@@ -303,22 +303,27 @@ macro_rules! register {
     };
 }
 
-/// Every registered collector, in the order they run.
-pub fn declarations() -> Vec<&'static Declaration> {
-    let mut all: Vec<&'static Declaration> = inventory::iter::<Declaration>.into_iter().collect();
-    all.sort_by_key(|d| (d.order, d.name));
-    all
+/// Every registered collector, in the order they run. Gathered and sorted once: the
+/// exporter walks it on every rendering.
+pub fn declarations() -> &'static [&'static Declaration] {
+    static SORTED: std::sync::OnceLock<Vec<&'static Declaration>> = std::sync::OnceLock::new();
+    SORTED.get_or_init(|| {
+        let mut all: Vec<&'static Declaration> =
+            inventory::iter::<Declaration>.into_iter().collect();
+        all.sort_by_key(|d| (d.order, d.name));
+        all
+    })
 }
 
 /// Every registered collector's name, in the order they run.
 pub fn names() -> Vec<CollectorName> {
-    declarations().into_iter().map(|d| d.name).collect()
+    declarations().iter().map(|d| d.name).collect()
 }
 
 /// Those that `[collectors]` switches on and off, in the order they run.
 pub fn switchable() -> Vec<CollectorName> {
     declarations()
-        .into_iter()
+        .iter()
         .filter(|d| d.switch == Switch::Collectors)
         .map(|d| d.name)
         .collect()
@@ -332,8 +337,9 @@ pub fn switch_keys() -> &'static [&'static str] {
 
 /// The collector named `name`, if one is registered.
 pub fn find(name: &str) -> Option<&'static Declaration> {
-    inventory::iter::<Declaration>
-        .into_iter()
+    declarations()
+        .iter()
+        .copied()
         .find(|d| d.name.as_str() == name)
 }
 
@@ -351,7 +357,7 @@ mod tests {
         let orders: BTreeSet<u16> = all.iter().map(|d| d.order).collect();
         assert_eq!(names.len(), all.len(), "a name used twice: {all:?}");
         assert_eq!(orders.len(), all.len(), "an order used twice: {all:?}");
-        for d in &all {
+        for d in all {
             assert_eq!(find(d.name.as_str()).map(|f| f.name), Some(d.name));
             assert!(
                 d.name

@@ -38,7 +38,7 @@ impl<'a> Registry<'a> {
     /// their build.
     pub fn new() -> Self {
         let entries = declared::declarations()
-            .into_iter()
+            .iter()
             .map(|d| Entry {
                 name: d.name,
                 optional: d.optional,

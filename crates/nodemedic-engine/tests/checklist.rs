@@ -19,11 +19,7 @@ use std::time::Duration;
 
 use nodemedic_collect::registry::{self, declarations, Faults, Fixtures, Fuzz, Golden, Instead};
 use nodemedic_collect::{CollectorName, CollectorState, Paths};
-// The collectors of the eBPF probes and of the pod names register themselves in their crates:
-// linked here, their declarations are checked with the rest.
 use nodemedic_engine::{Engine, EngineConfig, NicLimitsFrom};
-use nodemedic_kube as _;
-use nodemedic_probe as _;
 use nodemedic_testkit::{fixture, workspace_root};
 
 /// Every collector's state after two samples of the tree `tree` through the real engine,
@@ -232,7 +228,7 @@ const OUTSIDE_COLLECTORS: &[(&str, &str)] = &[
 #[test]
 fn every_fuzz_target_belongs_to_a_collector() {
     let claimed: BTreeSet<&str> = declarations()
-        .into_iter()
+        .iter()
         .flat_map(|d| match &d.checks.fuzz {
             Fuzz::Targets(t) => t.to_vec(),
             Fuzz::NoParser(_) => Vec::new(),

@@ -60,7 +60,7 @@ const PRESSURE_SIDE: &str = "k8s-systemd-v2";
 /// Every registered collector's file kinds (`nodemedic_collect::registry::FileKind`).
 fn kinds() -> Vec<&'static Kind> {
     registry::declarations()
-        .into_iter()
+        .iter()
         .flat_map(|d| d.faults.kinds())
         .collect()
 }

@@ -87,10 +87,7 @@ pub fn render_with_tuning_into(
             pressure: input.pressure,
             scratch,
         };
-        for render in registry::declarations()
-            .into_iter()
-            .filter_map(|d| d.render)
-        {
+        for render in registry::declarations().iter().filter_map(|d| d.render) {
             render(&mut e, &mut ctx);
         }
     }

@@ -94,8 +94,8 @@ impl FixtureSnapshot {
 }
 
 /// The fixture tree `name` read by every collector of nodemedic-collect as if at `at` on the
-/// monotonic clock, but the cgroups and tuning collectors (`CollectorSet::all`). A failed collector is reported in
-/// [`FixtureSnapshot::collectors`], not panicked on.
+/// monotonic clock, but the cgroups and tuning collectors (`CollectorSet::all`). A failed
+/// collector is reported in [`FixtureSnapshot::collectors`], not panicked on.
 #[cfg(feature = "collect")]
 pub fn fixture_snapshot(name: &str, at: std::time::Duration) -> FixtureSnapshot {
     let (snapshot, runs) = nodemedic_collect::CollectorSet::all().sample(&fixture_paths(name), at);

@@ -276,8 +276,8 @@ pub struct PathsConfig {
     pub writable_mounts: Vec<PathBuf>,
 }
 
-/// Each collector that `[collectors]` switches (`registry::switchable`) can be switched off, under its name; all
-/// are on by default.
+/// Each collector that `[collectors]` switches (`registry::switchable`) can be switched off,
+/// under its name; all are on by default.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CollectorsConfig {
     off: BTreeSet<CollectorName>,
