@@ -271,7 +271,7 @@ crate::register!(crate::registry::Declaration {
             "disk_commit_probe_histogram",
         )),
     },
-    faults: crate::registry::Faults::Kinds(&[]),
+    faults: &[],
     render: Some(render),
     build: crate::registry::Build::Here(|settings| {
         let timer = settings.commit_timer?;

@@ -39,8 +39,8 @@ pub struct Declaration {
     pub checks: Checks,
     /// The files it reads, for the fault injection (`crates/nodemedic-engine/tests/faults.rs`):
     /// each broken in every way, at every position, must name itself and change nothing
-    /// else.
-    pub faults: Faults,
+    /// else. A collector that reads fixture files declares at least one (the checklist test).
+    pub faults: &'static [FileKind],
     /// Writes its series from the snapshot, in `/metrics` (`None`: another output renders
     /// what it read, with a detector's verdicts).
     pub render: Option<RenderFn>,
@@ -104,25 +104,6 @@ impl Default for MetricsOptions {
             per_irq_per_cpu: false,
             per_cpu_arch_interrupts: false,
             softirq_types: vec!["NET_RX".into(), "NET_TX".into()],
-        }
-    }
-}
-
-/// The kinds of file a collector reads, broken by the fault injection; or, for a collector
-/// that reads fixture files none of which it declares, why, and the test that breaks them
-/// instead (the checklist test requires one or the other).
-#[derive(Debug)]
-pub enum Faults {
-    Kinds(&'static [FileKind]),
-    Instead(Instead),
-}
-
-impl Faults {
-    /// The declared kinds (none for an opt-out).
-    pub fn kinds(&self) -> &'static [FileKind] {
-        match self {
-            Self::Kinds(kinds) => kinds,
-            Self::Instead(_) => &[],
         }
     }
 }

@@ -61,7 +61,7 @@ const PRESSURE_SIDE: &str = "k8s-systemd-v2";
 fn kinds() -> Vec<&'static Kind> {
     registry::declarations()
         .iter()
-        .flat_map(|d| d.faults.kinds())
+        .flat_map(|d| d.faults.iter())
         .collect()
 }
 

@@ -264,7 +264,7 @@ nodemedic_collect::register!(registry::Declaration {
             "condition_label_events_rbac_and_pause_on_a_real_apiserver",
         )),
     },
-    faults: registry::Faults::Kinds(&[]),
+    faults: &[],
     render: None,
     build: registry::Build::ByBinary,
 });

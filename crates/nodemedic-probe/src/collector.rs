@@ -369,7 +369,7 @@ nodemedic_collect::register!(registry::Declaration {
             "event_round_trip_and_rejects",
         )),
     },
-    faults: registry::Faults::Kinds(&[]),
+    faults: &[],
     render: Some(crate::render::render),
     build: registry::Build::ByBinary,
 });

@@ -44,7 +44,7 @@ crate::register!(crate::registry::Declaration {
         )]),
         fuzz: crate::registry::Fuzz::Targets(&["cgroup_cpu", "cgroup_path", "mountinfo", "psi"]),
     },
-    faults: crate::registry::Faults::Kinds(&[
+    faults: &[
         crate::registry::FileKind {
             name: "cgroup cpu.max",
             tree: "k8s-systemd-v2",
@@ -105,7 +105,7 @@ crate::register!(crate::registry::Declaration {
                 "series/cgroups"
             ],
         },
-    ]),
+    ],
     render: Some(render),
     build: crate::registry::Build::Here(|settings| {
         Some(Box::new(CgroupsCollector::with_interval(

@@ -34,7 +34,7 @@ crate::register!(crate::registry::Declaration {
         ]),
         fuzz: crate::registry::Fuzz::Targets(&["interrupts"]),
     },
-    faults: crate::registry::Faults::Kinds(&[crate::registry::FileKind {
+    faults: &[crate::registry::FileKind {
         name: "interrupts",
         tree: "8cpu-collapsed",
         pattern: "proc/interrupts",
@@ -50,7 +50,7 @@ crate::register!(crate::registry::Declaration {
             "count/pci",
             "series/interrupts"
         ],
-    },]),
+    },],
     render: Some(render),
     build: crate::registry::Build::Here(|_| { Some(Box::new(InterruptsCollector::default())) }),
 });

@@ -52,11 +52,11 @@ crate::register!(crate::registry::Declaration {
         )]),
         fuzz: crate::registry::Fuzz::Targets(&["cpuset"]),
     },
-    faults: crate::registry::Faults::Kinds(&[
+    faults: &[
         per_irq("smp_affinity", "proc/irq/*/smp_affinity"),
         per_irq("effective_affinity", "proc/irq/*/effective_affinity"),
         per_irq("irq node", "proc/irq/*/node"),
-    ]),
+    ],
     render: None,
     build: crate::registry::Build::Here(|settings| {
         Some(Box::new(IrqAffinityCollector::with_refresh(

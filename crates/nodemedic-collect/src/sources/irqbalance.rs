@@ -26,7 +26,7 @@ crate::register!(crate::registry::Declaration {
         )]),
         fuzz: crate::registry::Fuzz::Targets(&["irqbalance_env", "cpuset"]),
     },
-    faults: crate::registry::Faults::Kinds(&[crate::registry::FileKind {
+    faults: &[crate::registry::FileKind {
         name: "irqbalance config",
         tree: "8cpu-collapsed",
         pattern: "etc/default/irqbalance",
@@ -39,7 +39,7 @@ crate::register!(crate::registry::Declaration {
             "count/banned",
             "series/topology"
         ],
-    },]),
+    },],
     render: None,
     build: crate::registry::Build::Here(|_| {
         Some(Box::new(IrqbalanceConfigCollector::default()))

@@ -30,7 +30,7 @@ crate::register!(crate::registry::Declaration {
         )]),
         fuzz: crate::registry::Fuzz::Targets(&["cpuset"]),
     },
-    faults: crate::registry::Faults::Kinds(&[
+    faults: &[
         crate::registry::FileKind {
             name: "pci numa_node",
             tree: "8cpu-collapsed",
@@ -51,7 +51,7 @@ crate::register!(crate::registry::Declaration {
             impact: crate::registry::Impact::Pci,
             may_change: &["collector/pci_devices", "count/pci"],
         },
-    ]),
+    ],
     render: None,
     build: crate::registry::Build::Here(|_| { Some(Box::new(PciDevicesCollector::default())) }),
 });

@@ -26,7 +26,7 @@ crate::register!(crate::registry::Declaration {
         )]),
         fuzz: crate::registry::Fuzz::Targets(&["psi"]),
     },
-    faults: crate::registry::Faults::Kinds(&[crate::registry::FileKind {
+    faults: &[crate::registry::FileKind {
         name: "node pressure",
         tree: "k8s-systemd-v2",
         pattern: "proc/pressure/*",
@@ -35,7 +35,7 @@ crate::register!(crate::registry::Declaration {
         empty_ok: false,
         impact: crate::registry::Impact::NoGroup,
         may_change: &["collector/pressure", "pressure/", "series/pressure"],
-    },]),
+    },],
     render: Some(render),
     build: crate::registry::Build::Here(|_| { Some(Box::new(PressureCollector::default())) }),
 });

@@ -22,7 +22,7 @@ crate::register!(crate::registry::Declaration {
         golden: crate::registry::Golden::Series(&[("8cpu-collapsed", "nodemedic_softirqs_total{")]),
         fuzz: crate::registry::Fuzz::Targets(&["softirqs"]),
     },
-    faults: crate::registry::Faults::Kinds(&[crate::registry::FileKind {
+    faults: &[crate::registry::FileKind {
         name: "softirqs",
         tree: "8cpu-collapsed",
         pattern: "proc/softirqs",
@@ -31,7 +31,7 @@ crate::register!(crate::registry::Declaration {
         empty_ok: false,
         impact: crate::registry::Impact::NoGroup,
         may_change: &["collector/softirqs", "count/softirqs", "series/softirqs"],
-    },]),
+    },],
     render: Some(render),
     build: crate::registry::Build::Here(|_| { Some(Box::new(SoftirqsCollector::default())) }),
 });

@@ -30,7 +30,7 @@ crate::register!(crate::registry::Declaration {
         )]),
         fuzz: crate::registry::Fuzz::Targets(&["softnet"]),
     },
-    faults: crate::registry::Faults::Kinds(&[crate::registry::FileKind {
+    faults: &[crate::registry::FileKind {
         name: "softnet_stat",
         tree: "8cpu-collapsed",
         pattern: "proc/net/softnet_stat",
@@ -39,7 +39,7 @@ crate::register!(crate::registry::Declaration {
         empty_ok: false,
         impact: crate::registry::Impact::NoGroup,
         may_change: &["collector/softnet", "count/softnet", "series/softnet"],
-    },]),
+    },],
     render: Some(render),
     build: crate::registry::Build::Here(|_| { Some(Box::new(SoftnetCollector::default())) }),
 });

@@ -31,7 +31,7 @@ crate::register!(crate::registry::Declaration {
         )]),
         fuzz: crate::registry::Fuzz::Targets(&["cpuset"]),
     },
-    faults: crate::registry::Faults::Kinds(&[
+    faults: &[
         crate::registry::FileKind {
             name: "cpu online",
             tree: "8cpu-collapsed",
@@ -79,7 +79,7 @@ crate::register!(crate::registry::Declaration {
             impact: crate::registry::Impact::AllGroups,
             may_change: &["collector/topology", "count/topology"],
         },
-    ]),
+    ],
     render: Some(render),
     build: crate::registry::Build::Here(|_| { Some(Box::new(TopologyCollector::default())) }),
 });

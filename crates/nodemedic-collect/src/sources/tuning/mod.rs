@@ -44,7 +44,7 @@ crate::register!(crate::registry::Declaration {
             "cpuinfo",
         ]),
     },
-    faults: crate::registry::Faults::Kinds(&[
+    faults: &[
         crate::registry::FileKind {
             name: "netdev_budget",
             tree: "tuning-nic-channels",
@@ -75,7 +75,7 @@ crate::register!(crate::registry::Declaration {
             impact: crate::registry::Impact::NoGroup,
             may_change: &["collector/tuning", "series/tuning"],
         },
-    ]),
+    ],
     render: Some(render::render),
     build: crate::registry::Build::Here(|settings| {
         Some(Box::new(TuningCollector::from_settings(settings)))
