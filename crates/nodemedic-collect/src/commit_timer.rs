@@ -12,6 +12,7 @@
 //! ([`CommitTimerCollector`]) copies the histogram into each snapshot; it never waits for
 //! the disk.
 
+use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -21,14 +22,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use std::fmt::Write as _;
-
 use nodemedic_exposition::{Encoder, Kind};
-
-use crate::registry::Render;
 use nodemedic_sample::snapshot::{CommitBackend, CommitLatency};
 use nodemedic_sample::Snapshot;
 
+use crate::registry::Render;
 use crate::uring::Ring;
 use crate::{CollectError, Collected, Collector, Ctx};
 

@@ -2,10 +2,9 @@
 //! totals, one series per hooked function, the top-N owners (bounded by configuration,
 //! default 10) and, only when switched on, one per CPU.
 
-use nodemedic_sample::perf::PerfProbes;
-
 use nodemedic_collect::registry::Render;
 use nodemedic_exposition::{Encoder, Kind};
+use nodemedic_sample::perf::PerfProbes;
 
 /// The probes' series, rendered in `/metrics` through the collector's registration.
 pub(crate) fn render(e: &mut Encoder, ctx: &mut Render<'_>) {

@@ -5,31 +5,50 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use nodemedic_exposition::{Encoder, Kind};
 use nodemedic_kernel::cgroup::{
     classify, parse_cfs, parse_cpu_max, parse_cpu_stat, parse_cpuacct_usage, CgroupPressure,
     CgroupStats, Cgroups, Workload,
 };
 use nodemedic_kernel::lsm::LsmContext;
 use nodemedic_kernel::mounts::{cgroup_mounts_under, CgroupMounts};
-use nodemedic_kernel::psi;
-use nodemedic_sample::Snapshot;
+use nodemedic_kernel::psi::{self, Psi, PsiResource};
+use nodemedic_sample::verdict::CgroupRates;
+use nodemedic_sample::{PressureVerdict, Snapshot};
 
-use super::pressure::EOPNOTSUPP;
+use super::pressure::{what, EOPNOTSUPP};
 use super::RescanCache;
 use crate::dir_watch::{DirEvents, DirWatch};
-use nodemedic_exposition::{Encoder, Kind};
-use nodemedic_sample::verdict::CgroupRates;
-use nodemedic_sample::PressureVerdict;
-
 use crate::registry::Render;
-use nodemedic_kernel::psi::{Psi, PsiResource};
-
-use super::pressure::what;
-
 use crate::{CollectError, Collected, Collector, Ctx, ReadError, Reader};
 
 /// Per-cgroup CPU quota, throttling and pressure.
 pub const NAME: crate::CollectorName = crate::CollectorName::new("cgroups");
+
+/// One of a pod's or container's cgroup files, as the fault injection breaks it: optional
+/// (a cgroup without a quota has no `cpu.max` limit, a kernel without PSI no `.pressure`),
+/// and a broken one costs only that cgroup's data and series.
+const fn per_pod_cgroup(
+    name: &'static str,
+    pattern: &'static str,
+    table: bool,
+) -> crate::registry::FileKind {
+    crate::registry::FileKind {
+        name,
+        tree: "k8s-systemd-v2",
+        pattern,
+        table,
+        optional: true,
+        empty_ok: false,
+        impact: crate::registry::Impact::NoGroup,
+        may_change: &[
+            "collector/cgroups",
+            "cgroup/",
+            "count/cgroups",
+            "series/cgroups",
+        ],
+    }
+}
 
 crate::register!(crate::registry::Declaration {
     name: NAME,
@@ -45,66 +64,26 @@ crate::register!(crate::registry::Declaration {
         fuzz: crate::registry::Fuzz::Targets(&["cgroup_cpu", "cgroup_path", "mountinfo", "psi"]),
     },
     faults: &[
-        crate::registry::FileKind {
-            name: "cgroup cpu.max",
-            tree: "k8s-systemd-v2",
-            pattern: "sys/fs/cgroup/kubepods.slice/*/*/cpu.max",
-            table: false,
-            optional: true,
-            empty_ok: false,
-            impact: crate::registry::Impact::NoGroup,
-            may_change: &[
-                "collector/cgroups",
-                "cgroup/",
-                "count/cgroups",
-                "series/cgroups"
-            ],
-        },
-        crate::registry::FileKind {
-            name: "cgroup cpu.stat",
-            tree: "k8s-systemd-v2",
-            pattern: "sys/fs/cgroup/kubepods.slice/*/*/cpu.stat",
-            table: true,
-            optional: true,
-            empty_ok: false,
-            impact: crate::registry::Impact::NoGroup,
-            may_change: &[
-                "collector/cgroups",
-                "cgroup/",
-                "count/cgroups",
-                "series/cgroups"
-            ],
-        },
-        crate::registry::FileKind {
-            name: "cgroup cpu.pressure",
-            tree: "k8s-systemd-v2",
-            pattern: "sys/fs/cgroup/kubepods.slice/*/*/cpu.pressure",
-            table: true,
-            optional: true,
-            empty_ok: false,
-            impact: crate::registry::Impact::NoGroup,
-            may_change: &[
-                "collector/cgroups",
-                "cgroup/",
-                "count/cgroups",
-                "series/cgroups"
-            ],
-        },
-        crate::registry::FileKind {
-            name: "cgroup memory.pressure",
-            tree: "k8s-systemd-v2",
-            pattern: "sys/fs/cgroup/kubepods.slice/*/*/memory.pressure",
-            table: true,
-            optional: true,
-            empty_ok: false,
-            impact: crate::registry::Impact::NoGroup,
-            may_change: &[
-                "collector/cgroups",
-                "cgroup/",
-                "count/cgroups",
-                "series/cgroups"
-            ],
-        },
+        per_pod_cgroup(
+            "cgroup cpu.max",
+            "sys/fs/cgroup/kubepods.slice/*/*/cpu.max",
+            false
+        ),
+        per_pod_cgroup(
+            "cgroup cpu.stat",
+            "sys/fs/cgroup/kubepods.slice/*/*/cpu.stat",
+            true
+        ),
+        per_pod_cgroup(
+            "cgroup cpu.pressure",
+            "sys/fs/cgroup/kubepods.slice/*/*/cpu.pressure",
+            true
+        ),
+        per_pod_cgroup(
+            "cgroup memory.pressure",
+            "sys/fs/cgroup/kubepods.slice/*/*/memory.pressure",
+            true
+        ),
     ],
     render: Some(render),
     build: crate::registry::Build::Here(|settings| {

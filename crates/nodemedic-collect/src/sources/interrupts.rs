@@ -1,13 +1,10 @@
 use std::sync::{Arc, Mutex};
 
-use nodemedic_kernel::interrupts::{self, IrqDescription};
-use nodemedic_sample::Snapshot;
+use nodemedic_exposition::{Encoder, Kind};
+use nodemedic_kernel::interrupts::{self, Interrupts, IrqDescription};
+use nodemedic_sample::{GroupVerdict, Snapshot};
 
 use super::skipped_warnings;
-use nodemedic_exposition::{Encoder, Kind};
-use nodemedic_kernel::interrupts::Interrupts;
-use nodemedic_sample::GroupVerdict;
-
 use crate::registry::Render;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 

@@ -1,13 +1,11 @@
 use std::collections::BTreeMap;
 
+use nodemedic_exposition::{Encoder, Kind};
 use nodemedic_kernel::psi::{self, PsiResource};
 use nodemedic_sample::Snapshot;
 
 use super::RescanCache;
-use nodemedic_exposition::{Encoder, Kind};
-
 use crate::registry::Render;
-
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 
 /// Node-wide Pressure Stall Information.

@@ -1,11 +1,10 @@
 use std::sync::Mutex;
 
+use nodemedic_exposition::{Encoder, Kind};
 use nodemedic_kernel::softirqs;
 use nodemedic_sample::Snapshot;
 
 use super::skipped_warnings;
-use nodemedic_exposition::{Encoder, Kind};
-
 use crate::registry::Render;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 

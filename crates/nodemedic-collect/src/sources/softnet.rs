@@ -1,13 +1,11 @@
 use std::sync::Mutex;
 
+use nodemedic_exposition::{Encoder, Kind};
 use nodemedic_kernel::softnet;
 use nodemedic_sample::Snapshot;
 
 use super::skipped_warnings;
-use nodemedic_exposition::{Encoder, Kind};
-
 use crate::registry::Render;
-
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 
 /// /proc/net/softnet_stat; after topology, whose online CPUs place its rows.

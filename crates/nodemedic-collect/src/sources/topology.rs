@@ -1,12 +1,11 @@
 use std::collections::BTreeMap;
 
+use nodemedic_exposition::{Encoder, Kind};
 use nodemedic_kernel::CpuSet;
 use nodemedic_sample::snapshot::Topology;
 use nodemedic_sample::Snapshot;
 
 use super::{complete, cpuset_file, RescanCache};
-use nodemedic_exposition::{Encoder, Kind};
-
 use crate::registry::Render;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 
