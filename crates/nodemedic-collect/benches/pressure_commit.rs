@@ -23,6 +23,7 @@ use nodemedic_collect::sources::PressureCollector;
 use nodemedic_collect::{
     process_cpu_seconds, Collector, CommitTimer, CommitTimerConfig, Ctx, Paths, Reader,
 };
+use nodemedic_sample::snapshot::NodePressure;
 use nodemedic_sample::snapshot::WAL_FSYNC_BUCKETS;
 use nodemedic_sample::Snapshot;
 
@@ -48,7 +49,10 @@ fn pressure(rounds: usize) {
     // Warm-up: opens the kept-open fds.
     let mut snap = Snapshot::default();
     collector.collect(&ctx, &mut snap).unwrap();
-    assert!(snap.pressure.is_some(), "no /proc/pressure on this machine");
+    assert!(
+        snap.get::<NodePressure>().is_some(),
+        "no /proc/pressure on this machine"
+    );
     let mut walls = Vec::with_capacity(rounds);
     let cpu0 = process_cpu_seconds();
     for _ in 0..rounds {
@@ -63,7 +67,7 @@ fn pressure(rounds: usize) {
     let us = |d: Duration| d.as_secs_f64() * 1e6;
     println!(
         "pressure collector (/proc/pressure, {} files): {rounds} collections: median {:.2} µs, p90 {:.2} µs wall; CPU {:.2} µs per collection",
-        snap.pressure.as_ref().map_or(0, |p| p.len()),
+        snap.get::<NodePressure>().map_or(0, |p| p.len()),
         us(walls[rounds / 2]),
         us(walls[rounds * 9 / 10]),
         cpu

@@ -293,14 +293,14 @@ impl Collector for CommitTimerCollector {
             out.warnings
                 .push(format!("{} failed commit(s), last: {e}", latest.errors));
         }
-        snap.disk_commit = Some(latest);
+        snap.put(latest);
         Ok(out)
     }
 }
 /// The probe's histogram (etcd's `wal_fsync` buckets) and its failed writes.
 fn render(e: &mut Encoder, ctx: &mut Render<'_>) {
     let snap = ctx.snapshot;
-    let Some(c) = &snap.disk_commit else {
+    let Some(c) = snap.get::<CommitLatency>() else {
         return;
     };
     e.family(

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use nodemedic_collect::sources::{CgroupSelection, CgroupsCollector, PressureCollector};
 use nodemedic_collect::{CollectorSet, Paths};
+use nodemedic_kernel::cgroup::Cgroups;
 use nodemedic_kernel::psi::{Psi, PsiResource};
+use nodemedic_sample::snapshot::NodePressure;
 
 /// Node PSI from the real `/proc/pressure`: every resource the kernel has, with totals that
 /// only grow, read through the kept-open read layer.
@@ -19,7 +21,7 @@ fn node_psi_from_this_kernel() {
     let (first, runs) = set.sample(&Paths::default(), Duration::from_secs(1));
     let c = runs[0].outcome.as_ref().unwrap();
     assert!(c.unavailable.is_none() && c.warnings.is_empty(), "{c:?}");
-    let p1 = first.pressure.expect("node PSI");
+    let p1 = first.get::<NodePressure>().expect("node PSI");
     for r in [PsiResource::Cpu, PsiResource::Memory, PsiResource::Io] {
         let kernel = std::fs::read_to_string(format!("/proc/pressure/{r}")).unwrap();
         assert!(kernel.starts_with("some "), "{kernel}");
@@ -43,16 +45,16 @@ fn node_psi_from_this_kernel() {
         h.join().unwrap();
     }
     let (second, _) = set.sample(&Paths::default(), Duration::from_secs(2));
-    let p2 = second.pressure.unwrap();
+    let p2 = second.get::<NodePressure>().unwrap();
     let total = |p: &std::collections::BTreeMap<PsiResource, Psi>| {
         p[&PsiResource::Cpu].some.unwrap().total_us
     };
     assert!(
-        total(&p2) > total(&p1),
+        total(p2) > total(p1),
         "four busy threads on {} CPUs must make CPU pressure grow: {} -> {}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
-        total(&p1),
-        total(&p2)
+        total(p1),
+        total(p2)
     );
 }
 
@@ -66,7 +68,7 @@ fn cgroup_layout_from_this_machines_mountinfo() {
     let (snap, runs) = set.sample(&Paths::default(), Duration::from_secs(1));
     let c = runs[0].outcome.as_ref().unwrap();
     assert!(c.unavailable.is_none(), "{c:?}");
-    let cg = snap.cgroups.expect("cgroups");
+    let cg = snap.shared::<Cgroups>().expect("cgroups");
     assert!(cg.from_mountinfo, "{cg:?}");
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     for (mount, fs) in [(&cg.mounts.unified, "cgroup2"), (&cg.mounts.cpu, "cgroup")] {
@@ -109,7 +111,7 @@ fn real_cgroups_made_and_removed_are_seen_at_the_next_reading() {
         let (snap, runs) = set.sample(&Paths::default(), Duration::from_secs(at));
         let c = runs[0].outcome.as_ref().unwrap();
         assert!(c.unavailable.is_none(), "{c:?}");
-        snap.cgroups.expect("cgroups")
+        snap.shared::<Cgroups>().expect("cgroups")
     };
     let first = read();
     // The hierarchy the services are listed from: v1 cpu on a hybrid node, else unified.

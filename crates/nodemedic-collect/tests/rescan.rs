@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use nodemedic_collect::{CollectorSet, Paths};
+use nodemedic_kernel::interrupts::Interrupts;
 use nodemedic_kernel::CpuSet;
+use nodemedic_sample::snapshot::{IrqAffinities, IrqbalanceConfig, Netdevs, PciDevices, Topology};
 use nodemedic_sample::Snapshot;
 use nodemedic_testkit::copy_fixture;
 
@@ -35,42 +37,64 @@ fn rarely_changing_sources_follow_the_rescan_interval() {
     let pci = root.join("sys/bus/pci/devices/0000:00:03.0/numa_node");
 
     let first = sample(&mut set, &paths, 100);
-    let topo = first.topology.clone().unwrap();
+    let topo = first.get::<Topology>().unwrap().clone();
     assert_eq!(topo.online, CpuSet::parse_list("0-7").unwrap());
     assert!(topo.isolated.is_empty());
-    let node_before = first.pci_devices["0000:00:03.0"].numa_node;
+    let node_before = first.get::<PciDevices>().unwrap()["0000:00:03.0"].numa_node;
     assert_ne!(node_before, Some(1));
-    let irqs_before: Vec<u32> = first.affinity.keys().copied().collect();
+    let irqs_before: Vec<u32> = first
+        .get::<IrqAffinities>()
+        .unwrap()
+        .keys()
+        .copied()
+        .collect();
 
     std::fs::write(cpu.join("isolated"), "2-3\n").unwrap();
     std::fs::write(&pci, "1\n").unwrap();
     let between = sample(&mut set, &paths, 101);
     assert!(
-        between.topology.as_ref().unwrap().isolated.is_empty(),
+        between.get::<Topology>().unwrap().isolated.is_empty(),
         "isolated is cached until the next rescan"
     );
-    assert_eq!(between.pci_devices["0000:00:03.0"].numa_node, node_before);
-    // The snapshot is complete between rescans.
-    assert_eq!(between.pci_devices.len(), first.pci_devices.len());
-    assert_eq!(between.netdevs, first.netdevs);
     assert_eq!(
-        between.affinity.keys().copied().collect::<Vec<_>>(),
+        between.get::<PciDevices>().unwrap()["0000:00:03.0"].numa_node,
+        node_before
+    );
+    // The snapshot is complete between rescans.
+    assert_eq!(
+        between.get::<PciDevices>().unwrap().len(),
+        first.get::<PciDevices>().unwrap().len()
+    );
+    assert_eq!(
+        between.get::<Netdevs>().unwrap(),
+        first.get::<Netdevs>().unwrap()
+    );
+    assert_eq!(
+        between
+            .get::<IrqAffinities>()
+            .unwrap()
+            .keys()
+            .copied()
+            .collect::<Vec<_>>(),
         irqs_before
     );
-    assert!(between.irqbalance.is_some());
+    assert!(between.get::<IrqbalanceConfig>().is_some());
 
     let rescanned = sample(&mut set, &paths, 160);
     assert_eq!(
-        rescanned.topology.as_ref().unwrap().isolated,
+        rescanned.get::<Topology>().unwrap().isolated,
         CpuSet::parse_list("2-3").unwrap()
     );
-    assert_eq!(rescanned.pci_devices["0000:00:03.0"].numa_node, Some(1));
+    assert_eq!(
+        rescanned.get::<PciDevices>().unwrap()["0000:00:03.0"].numa_node,
+        Some(1)
+    );
 
     // CPU hotplug shows at once, with the rest of the topology re-read.
     std::fs::write(cpu.join("online"), "0-6\n").unwrap();
     std::fs::write(cpu.join("isolated"), "4\n").unwrap();
     let hotplug = sample(&mut set, &paths, 161);
-    let t = hotplug.topology.unwrap();
+    let t = hotplug.get::<Topology>().unwrap();
     assert_eq!(t.online, CpuSet::parse_list("0-6").unwrap());
     assert_eq!(t.isolated, CpuSet::parse_list("4").unwrap());
 }
@@ -80,8 +104,8 @@ fn irqs_appearing_or_vanishing_between_rescans_are_followed() {
     let (copy, paths, mut set) = editable("8cpu-balanced");
     let root = copy.path();
     let first = sample(&mut set, &paths, 100);
-    assert!(first.affinity.contains_key(&8));
-    assert!(!first.affinity.contains_key(&99));
+    assert!(first.get::<IrqAffinities>().unwrap().contains_key(&8));
+    assert!(!first.get::<IrqAffinities>().unwrap().contains_key(&99));
 
     // IRQ 99 is allocated (new directory, new line) and IRQ 8 freed, before the next rescan.
     let ints_path = root.join("proc/interrupts");
@@ -111,8 +135,11 @@ fn irqs_appearing_or_vanishing_between_rescans_are_followed() {
     std::fs::remove_dir_all(irq.join("8")).unwrap();
 
     let next = sample(&mut set, &paths, 101);
-    assert!(!next.affinity.contains_key(&8), "freed IRQ 8 is gone");
-    let a99 = &next.affinity[&99];
+    assert!(
+        !next.get::<IrqAffinities>().unwrap().contains_key(&8),
+        "freed IRQ 8 is gone"
+    );
+    let a99 = &next.get::<IrqAffinities>().unwrap()[&99];
     assert_eq!(a99.smp, Some(CpuSet::parse_list("2").unwrap()));
 }
 
@@ -124,7 +151,12 @@ fn irqbalance_package_version_follows_the_database() {
     use nodemedic_kernel::irqbalance::IrqbalancePackage;
     let (copy, paths, mut set) = editable("96cpu-collapsed");
     let root = copy.path();
-    let package = |snap: Snapshot| snap.irqbalance.expect("irqbalance config").package;
+    let package = |snap: Snapshot| {
+        snap.get::<IrqbalanceConfig>()
+            .expect("irqbalance config")
+            .package
+            .clone()
+    };
     let first = package(sample(&mut set, &paths, 100));
     assert_eq!(first.version(), Some("1.8.0-1"), "{first:?}");
 
@@ -179,8 +211,11 @@ fn devices_follow_the_interrupt_rows_between_rescans() {
     let root = copy.path();
     let new = "0000:00:09.0";
     let first = sample(&mut set, &paths, 100);
-    assert!(first.pci_devices.contains_key("0000:00:02.0"));
-    assert!(!first.pci_devices.contains_key(new));
+    assert!(first
+        .get::<PciDevices>()
+        .unwrap()
+        .contains_key("0000:00:02.0"));
+    assert!(!first.get::<PciDevices>().unwrap().contains_key(new));
 
     let dev = root.join("sys/bus/pci/devices").join(new);
     std::fs::create_dir_all(&dev).unwrap();
@@ -209,24 +244,27 @@ fn devices_follow_the_interrupt_rows_between_rescans() {
 
     let bound = sample(&mut set, &paths, 101);
     assert_eq!(
-        bound.pci_devices[new].local_cpus, local,
+        bound.get::<PciDevices>().unwrap()[new].local_cpus,
+        local,
         "read at the next sample"
     );
     let same = sample(&mut set, &paths, 102);
     assert_eq!(
-        same.pci_devices[new].local_cpus, local,
+        same.get::<PciDevices>().unwrap()[new].local_cpus,
+        local,
         "kept while rows read the same"
     );
 
     // The rescan finds no /proc/interrupts; the sample after it finds the same rows again.
     std::fs::remove_file(&ints_path).unwrap();
     let (missing, _) = set.sample(&paths, Duration::from_secs(170));
-    assert!(missing.interrupts.is_none());
+    assert!(missing.get::<Interrupts>().is_none());
     std::fs::write(&ints_path, &ints).unwrap();
     let back = sample(&mut set, &paths, 171);
-    assert!(back.interrupts.is_some());
+    assert!(back.get::<Interrupts>().is_some());
     assert_eq!(
-        back.pci_devices[new].local_cpus, local,
+        back.get::<PciDevices>().unwrap()[new].local_cpus,
+        local,
         "read again after the gap"
     );
 }
@@ -264,7 +302,9 @@ fn set_affinity(root: &std::path::Path, irq: u32, mask: &str) {
 
 /// IRQ `irq` is delivered to `cpu` alone, as the snapshot read it.
 fn assert_on(snap: &Snapshot, irq: u32, cpu: u32, why: &str) {
-    let delivered = snap.affinity[&irq].delivery_cpus().unwrap();
+    let delivered = snap.get::<IrqAffinities>().unwrap()[&irq]
+        .delivery_cpus()
+        .unwrap();
     assert_eq!(delivered, &CpuSet::from_cpus([cpu]), "IRQ {irq}: {why}");
 }
 
@@ -310,21 +350,26 @@ fn irq_affinities_are_read_when_the_counts_say_they_moved_and_in_turn() {
     std::fs::remove_dir_all(root.join("proc/irq/43")).unwrap();
     let freed = sample(&mut set, &paths, 111);
     assert!(
-        !freed.affinity.contains_key(&43),
+        !freed.get::<IrqAffinities>().unwrap().contains_key(&43),
         "{:?}",
-        freed.affinity.keys()
+        freed.get::<IrqAffinities>().unwrap().keys()
     );
-    assert!(freed.affinity.contains_key(&42));
+    assert!(freed.get::<IrqAffinities>().unwrap().contains_key(&42));
 }
 
 /// The table a sample hands over is its only holder: the engine widens its counts in place
-/// (`Arc::make_mut`), which would copy the whole table if a collector kept a share of it.
+/// (`Snapshot::get_mut`), which would copy the whole table if a collector kept a share of it.
 #[test]
 fn no_collector_keeps_a_share_of_the_interrupts_table() {
     let (_copy, paths, mut set) = editable("8cpu-balanced");
     for secs in [100, 101, 102] {
         let snap = sample(&mut set, &paths, secs);
-        let table = snap.interrupts.as_ref().unwrap();
-        assert_eq!(std::sync::Arc::strong_count(table), 1, "sample at {secs} s");
+        let table = snap.shared::<Interrupts>().unwrap();
+        // This test's share and the snapshot's.
+        assert_eq!(
+            std::sync::Arc::strong_count(&table),
+            2,
+            "sample at {secs} s"
+        );
     }
 }

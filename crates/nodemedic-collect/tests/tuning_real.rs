@@ -10,6 +10,7 @@ use nodemedic_collect::sources::{
     ETHTOOL_NETLINK_UNSUPPORTED,
 };
 use nodemedic_collect::{CollectorSet, Paths};
+use nodemedic_kernel::tuning::Tuning;
 use nodemedic_kernel::tuning::{Queried, SrsoState};
 
 /// The interface of the default route, which every CI machine has.
@@ -86,7 +87,7 @@ fn real_settings() {
         let c = r.outcome.as_ref().unwrap();
         assert!(c.warnings.is_empty(), "{}: {:?}", r.name, c.warnings);
     }
-    let t = snap.tuning.expect("tuning");
+    let t = snap.get::<Tuning>().expect("tuning");
     let s = &t.settings;
     let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap();
     let first = cmdline.split_whitespace().next().unwrap();
@@ -145,7 +146,7 @@ fn real_settings() {
 
     // Between rescans the settings are the same reading; the counters are read again.
     let (again, _) = set.sample(&Paths::default(), Duration::from_secs(2));
-    let t2 = again.tuning.unwrap();
+    let t2 = again.get::<Tuning>().unwrap();
     assert!(std::sync::Arc::ptr_eq(&t.settings, &t2.settings));
     assert!(t2.nic_stats.contains_key(&name));
 }

@@ -8,7 +8,9 @@
 
 use nodemedic_kernel::counter;
 use nodemedic_kernel::device::Classified;
-use nodemedic_kernel::interrupts::Counts;
+use nodemedic_kernel::interrupts::{Counts, Interrupts};
+use nodemedic_kernel::softirqs::Softirqs;
+use nodemedic_sample::snapshot::Softnet;
 use nodemedic_sample::Snapshot;
 use serde::{Deserialize, Serialize};
 
@@ -439,12 +441,12 @@ impl Previous {
         self.cpus.clear();
         self.rows.clear();
         self.interrupts = None;
-        if let Some(ints) = &snap.interrupts {
+        if let Some(ints) = snap.get::<Interrupts>() {
             self.cpus.extend_from_slice(&ints.cpus);
             self.rows
                 .extend(ints.irqs.iter().enumerate().map(|(i, line)| (line.irq, i)));
             by_key(&mut self.rows);
-            self.interrupts = Some(ints.clone());
+            self.interrupts = snap.shared::<Interrupts>();
         }
         fill_per_cpu(snap, &mut self.net_rx, &mut self.softnet);
     }
@@ -459,14 +461,14 @@ pub(crate) fn fill_per_cpu(
     softnet: &mut Vec<(u32, (u64, u64))>,
 ) {
     net_rx.clear();
-    if let Some(s) = &snap.softirqs {
+    if let Some(s) = snap.get::<Softirqs>() {
         if let Some(row) = s.row("NET_RX") {
             net_rx.extend(s.per_cpu(&row.counts));
         }
     }
     by_key(net_rx);
     softnet.clear();
-    if let Some(rows) = &snap.softnet {
+    if let Some(rows) = snap.get::<Softnet>() {
         softnet.extend(
             rows.iter()
                 .map(|(cpu, r)| (*cpu, (u64::from(r.dropped), u64::from(r.time_squeeze)))),

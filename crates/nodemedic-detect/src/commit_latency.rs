@@ -58,7 +58,7 @@ impl CommitLatencyDetector {
 
     /// `None` when the snapshot has no probe data.
     pub fn observe(&mut self, snap: &Snapshot) -> Option<CommitVerdict> {
-        let now = snap.disk_commit.as_ref()?;
+        let now = snap.get::<CommitLatency>()?;
         // Keep the newest sample at least `window` old as the window's start.
         self.history.push_back((snap.at, now.clone()));
         while self.history.len() > 2
@@ -156,12 +156,13 @@ mod tests {
     use super::*;
 
     fn snap(at: u64, latency: &CommitLatency) -> Snapshot {
-        Snapshot {
+        let mut snap = Snapshot {
             at: Duration::from_secs(at),
             timestamp: at as f64,
-            disk_commit: Some(latency.clone()),
             ..Snapshot::default()
-        }
+        };
+        snap.put(latency.clone());
+        snap
     }
 
     #[test]

@@ -3,8 +3,9 @@
 use std::fmt::Write;
 
 use nodemedic_kernel::device::{Classified, IrqDevice, IrqRole};
-use nodemedic_kernel::interrupts::IrqLine;
+use nodemedic_kernel::interrupts::{Interrupts, IrqLine};
 use nodemedic_kernel::CpuSet;
+use nodemedic_sample::snapshot::{IrqAffinities, IrqbalanceConfig, Netdevs, PciDevices, Topology};
 use nodemedic_sample::Snapshot;
 
 pub use nodemedic_sample::verdict::DeviceGroup;
@@ -114,7 +115,7 @@ pub fn build_groups_into(
     groups: &mut Vec<DeviceGroup>,
     scratch: &mut GroupScratch,
 ) {
-    let Some(ints) = &snap.interrupts else {
+    let Some(ints) = snap.get::<Interrupts>() else {
         groups.clear();
         return;
     };
@@ -131,7 +132,7 @@ pub fn build_groups_into(
         };
         let pci = dev.pci.as_deref().or_else(|| {
             let instance = dev.instance.as_ref()?;
-            snap.netdevs.get(instance).map(String::as_str)
+            snap.get::<Netdevs>()?.get(instance).map(String::as_str)
         });
         let key = match (pci, &dev.instance) {
             (Some(pci), _) => GroupKey::Pci(pci),
@@ -175,15 +176,14 @@ pub fn build_groups_into(
 
 /// Online CPUs minus isolated, `nohz_full` and irqbalance-banned ones.
 fn base_eligible(snap: &Snapshot) -> CpuSet {
-    let mut set = match &snap.topology {
+    let mut set = match snap.get::<Topology>() {
         Some(t) => t.online.difference(&t.isolated).difference(&t.nohz_full),
         None => snap
-            .interrupts
-            .as_ref()
+            .get::<Interrupts>()
             .map(|i| i.cpus.iter().copied().collect())
             .unwrap_or_default(),
     };
-    if let Some(irqb) = &snap.irqbalance {
+    if let Some(irqb) = snap.get::<IrqbalanceConfig>() {
         set = set.difference(&irqb.banned_cpus);
     }
     set
@@ -201,7 +201,8 @@ fn build_group_into(
     out: &mut DeviceGroup,
 ) {
     let pci = members.iter().find_map(|m| m.pci);
-    let sysfs = pci.and_then(|p| snap.pci_devices.get(p));
+    let sysfs = pci.and_then(|p| snap.get::<PciDevices>()?.get(p));
+    let affinity = snap.get::<IrqAffinities>();
     let has_queues = members.iter().any(|m| m.dev.role == IrqRole::Queue);
     // Event lines are never judged, nor are control vectors but beside their device's queues
     // when asked to (`queue_irqs_only = false`): both sit on one CPU by design.
@@ -226,7 +227,7 @@ fn build_group_into(
         .and_then(|d| d.driver.as_deref())
         .or_else(|| members.iter().find_map(|m| m.dev.driver_hint.as_deref()));
     let netdev = pci.and_then(|p| {
-        snap.netdevs
+        snap.get::<Netdevs>()?
             .iter()
             .find_map(|(name, addr)| (addr == p).then_some(name.as_str()))
     });
@@ -259,14 +260,14 @@ fn build_group_into(
     out.effective_cpus.clear();
     out.unknown_affinity.clear();
     for irq in &out.irqs {
-        match snap.affinity.get(irq).and_then(|a| a.delivery_cpus()) {
+        match affinity.and_then(|m| m.get(irq)?.delivery_cpus()) {
             Some(cpus) => out.effective_cpus.union_with(cpus),
             None => out.unknown_affinity.push(*irq),
         }
     }
     // An IRQ bound to an offline CPU does not fire (managed IRQs are shut down with their
     // CPU); it is not a place interrupts are delivered.
-    if let Some(t) = &snap.topology {
+    if let Some(t) = snap.get::<Topology>() {
         out.effective_cpus.intersect_with(&t.online);
     }
     // The device's node, from any of its IRQs when none is judged (an event line's too).
@@ -274,14 +275,14 @@ fn build_group_into(
         out.irqs
             .iter()
             .chain(&out.other_irqs)
-            .find_map(|i| snap.affinity.get(i)?.node)
+            .find_map(|i| affinity?.get(i)?.node)
             .and_then(|n| u32::try_from(n).ok())
     });
     let local = opts
         .numa_local
         .then(|| {
             sysfs.and_then(|d| d.local_cpus.as_ref()).or_else(|| {
-                let t = snap.topology.as_ref()?;
+                let t = snap.get::<Topology>()?;
                 t.numa_nodes.get(&out.numa_node?)
             })
         })
@@ -348,10 +349,8 @@ mod tests {
             let desc = row(irq, "PCI-MSIX-0000:3b:00.0", &[handler.as_str()]).1;
             ints.push_irq(irq, desc, &[1, 0]);
         }
-        let snap = Snapshot {
-            interrupts: Some(Arc::new(ints)),
-            ..Default::default()
-        };
+        let mut snap = Snapshot::default();
+        snap.put(ints);
         let opts = GroupingOptions {
             numa_local: false,
             queue_irqs_only: true,
@@ -384,7 +383,7 @@ mod tests {
             for (irq, desc) in rows {
                 ints.push_irq(irq, desc, &[1, 0]);
             }
-            snap.interrupts = Some(Arc::new(ints));
+            snap.put(ints);
             snap.clone()
         };
         let mut c = Classified::default();

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use nodemedic_sample::snapshot::{NodePressure, Pods, Topology};
 use serde::{Deserialize, Serialize};
 
 use crate::finding::{Finding, Severity};
@@ -101,7 +102,7 @@ impl PressureConfig {
 #[derive(Debug, Clone, Default)]
 struct Previous {
     at: Duration,
-    node: Option<BTreeMap<PsiResource, Psi>>,
+    node: Option<Arc<NodePressure>>,
 }
 
 #[derive(Debug, Default)]
@@ -114,7 +115,7 @@ pub struct PressureDetector {
     /// The rates and verdicts of the last fresh reading, repeated until the next one, and
     /// the pod list their names came from (names change when it does, not the rates).
     cgroup_rates: Arc<Vec<CgroupRates>>,
-    named_from: Option<Arc<BTreeMap<String, nodemedic_sample::snapshot::PodIdentity>>>,
+    named_from: Option<Arc<Pods>>,
     node: Latch,
     /// See [`PressureVerdict::node_cpu_busy`].
     node_cpu_busy: Option<f64>,
@@ -163,7 +164,7 @@ impl PressureDetector {
     /// Feeds one snapshot. `None` on the first sample with pressure or cgroup data (rates need
     /// two) and while neither source gives data.
     pub fn observe(&mut self, snap: &Snapshot) -> Option<PressureVerdict> {
-        if snap.pressure.is_none() && snap.cgroups.is_none() {
+        if snap.get::<NodePressure>().is_none() && snap.get::<Cgroups>().is_none() {
             self.previous = None;
             self.cgroups_seen = None;
             self.cgroup_rates = Arc::default();
@@ -171,7 +172,7 @@ impl PressureDetector {
         }
         let current = Previous {
             at: snap.at,
-            node: snap.pressure.clone(),
+            node: snap.shared::<NodePressure>(),
         };
         let previous = self.previous.replace(current);
         let cgroups = self.observe_cgroups(snap);
@@ -183,7 +184,8 @@ impl PressureDetector {
         let h = self.config.hysteresis();
         let (cgroups, mut changes) = cgroups;
 
-        let node: BTreeMap<PsiResource, PsiRatios> = match (&prev.node, &snap.pressure) {
+        let node: BTreeMap<PsiResource, PsiRatios> = match (&prev.node, snap.get::<NodePressure>())
+        {
             (Some(before), Some(now)) => now
                 .iter()
                 .filter_map(|(r, p)| Some((*r, ratios(before.get(r)?, p, dt))))
@@ -240,7 +242,7 @@ impl PressureDetector {
     /// Rates and verdicts of every watched cgroup, from a fresh reading; the last ones again
     /// when this sample repeats the previous reading.
     fn observe_cgroups(&mut self, snap: &Snapshot) -> (Arc<Vec<CgroupRates>>, Vec<Change>) {
-        let Some(now_all) = &snap.cgroups else {
+        let Some(now_all) = &snap.shared::<Cgroups>() else {
             self.cgroups_seen = None;
             self.cgroup_rates = Arc::default();
             self.latches.clear();
@@ -253,9 +255,9 @@ impl PressureDetector {
             .is_none_or(|(_, seen)| !Arc::ptr_eq(seen, now_all));
         if !fresh {
             // The same reading, but the pod list may have arrived or changed since.
-            let same_pods = match (&self.named_from, &snap.pods) {
+            let same_pods = match (&self.named_from, snap.shared::<Pods>()) {
                 (None, None) => true,
-                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (Some(a), Some(b)) => Arc::ptr_eq(a, &b),
                 _ => false,
             };
             if !same_pods {
@@ -264,7 +266,7 @@ impl PressureDetector {
                     (r.name, r.namespace, r.pod, r.container) = names(snap, &r.workload);
                 }
                 self.cgroup_rates = Arc::new(rates);
-                self.named_from = snap.pods.clone();
+                self.named_from = snap.shared::<Pods>();
             }
             return (self.cgroup_rates.clone(), Vec::new());
         }
@@ -276,7 +278,7 @@ impl PressureDetector {
             Some(d) if !d.is_zero() => d.as_secs_f64(),
             _ => return (Arc::default(), Vec::new()),
         };
-        let cpus = snap.topology.as_ref().map_or(0, |t| t.online.len());
+        let cpus = snap.get::<Topology>().map_or(0, |t| t.online.len());
         self.node_cpu_busy = match (before_all.cpu_usage_us, now_all.cpu_usage_us) {
             (Some(a), Some(b)) if cpus > 0 => b
                 .checked_sub(a)
@@ -336,7 +338,7 @@ impl PressureDetector {
         }
         self.latches = latches;
         self.cgroup_rates = Arc::new(cgroups);
-        self.named_from = snap.pods.clone();
+        self.named_from = snap.shared::<Pods>();
         (self.cgroup_rates.clone(), changes)
     }
 }
@@ -630,37 +632,36 @@ mod tests {
     }
 
     fn snap(secs: u64, node_cpu_us: u64, g: CgroupStats) -> Snapshot {
-        Snapshot {
+        let mut snap = Snapshot {
             at: Duration::from_secs(secs),
             timestamp: secs as f64,
-            pressure: Some(
-                [(
-                    PsiResource::Cpu,
-                    Psi {
-                        some: line(node_cpu_us),
-                        full: None,
-                    },
-                )]
-                .into(),
-            ),
-            cgroups: Some(Arc::new(nodemedic_kernel::cgroup::Cgroups {
-                groups: [("kubepods/burstable/pod1a2b".to_string(), g)].into(),
-                ..Default::default()
-            })),
             ..Default::default()
-        }
+        };
+        snap.put(NodePressure(
+            [(
+                PsiResource::Cpu,
+                Psi {
+                    some: line(node_cpu_us),
+                    full: None,
+                },
+            )]
+            .into(),
+        ));
+        snap.put(nodemedic_kernel::cgroup::Cgroups {
+            groups: [("kubepods/burstable/pod1a2b".to_string(), g)].into(),
+            ..Default::default()
+        });
+        snap
     }
 
     /// `snap` on a node of `cpus` CPUs whose tasks have used `usage_us` of CPU time in all.
     fn busy_snap(secs: u64, node_cpu_us: u64, cpus: u32, usage_us: u64) -> Snapshot {
         let mut s = snap(secs, node_cpu_us, pod(0, 0, 0));
-        s.topology = Some(nodemedic_sample::snapshot::Topology {
+        s.put(nodemedic_sample::snapshot::Topology {
             online: nodemedic_kernel::CpuSet::from_cpus(0..cpus),
             ..Default::default()
         });
-        let mut cg = (**s.cgroups.as_ref().unwrap()).clone();
-        cg.cpu_usage_us = Some(usage_us);
-        s.cgroups = Some(Arc::new(cg));
+        s.get_mut::<Cgroups>().unwrap().cpu_usage_us = Some(usage_us);
         s
     }
 
@@ -714,7 +715,7 @@ mod tests {
         // Two samples 5 s apart that carry the same reading (same Arc), node PSI moving on.
         for at in [20, 25] {
             let mut repeat = snap(at, 4_000_000, pod(0, 0, 0));
-            repeat.cgroups = fresh.cgroups.clone();
+            repeat.put_shared(fresh.shared::<Cgroups>().unwrap());
             let v = d.observe(&repeat).unwrap();
             assert_eq!(v.cgroups.len(), 1);
             assert_eq!(
@@ -753,10 +754,10 @@ mod tests {
         let first = d.observe(&fresh).unwrap().cgroups;
         assert_eq!(first[0].name, "pod 1a2b");
         let mut repeat = snap(20, 4_000_000, pod(0, 0, 0));
-        repeat.cgroups = fresh.cgroups.clone();
+        repeat.put_shared(fresh.shared::<Cgroups>().unwrap());
         let again = d.observe(&repeat).unwrap().cgroups;
         assert!(Arc::ptr_eq(&first, &again), "no copy while nothing changed");
-        repeat.pods = Some(Arc::new(BTreeMap::from([(
+        repeat.put(Pods(BTreeMap::from([(
             "1a2b".to_string(),
             nodemedic_sample::snapshot::PodIdentity {
                 namespace: "hpc".into(),
@@ -826,7 +827,7 @@ mod tests {
         assert_eq!(v.cgroups[0].throttled_ratio, None);
         assert_eq!(v.cgroups[0].cpu_some_ratio, None);
         let mut empty = snap(20, 2_000, pod(1, 2, 1_000));
-        empty.cgroups = Some(Default::default());
+        empty.put(Cgroups::default());
         let v = d.observe(&empty).unwrap();
         assert!(v.cgroups.is_empty());
         assert!(d.latches.is_empty());
@@ -840,14 +841,14 @@ mod tests {
         fn reading(d: &mut PressureDetector, secs: u64, paths: &[&str]) -> PressureVerdict {
             let n = secs / 10;
             let mut s = snap(secs, 0, pod(0, 0, 0));
-            s.cgroups = Some(Arc::new(nodemedic_kernel::cgroup::Cgroups {
+            s.put(nodemedic_kernel::cgroup::Cgroups {
                 groups: paths
                     .iter()
                     // Throttled in 60% of periods, waiting 35% of the time: quota-bound.
                     .map(|p| (p.to_string(), pod(60 * n, 100 * n, 3_500_000 * n)))
                     .collect(),
                 ..Default::default()
-            }));
+            });
             d.observe(&s).unwrap_or_else(|| PressureVerdict {
                 interval_seconds: 0.0,
                 node: BTreeMap::new(),

@@ -21,14 +21,15 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use nodemedic_kernel::tuning::Tuning;
+use nodemedic_sample::snapshot::{Netdevs, PciDevices, Topology};
 use serde::{Deserialize, Serialize};
 
 use crate::collapse::{fill_per_cpu, of_cpu, GroupVerdict};
 use crate::finding::{Finding, Severity};
 use crate::hysteresis::{ratio, ConfigError, Hysteresis, Latch};
-use nodemedic_kernel::counter;
 use nodemedic_kernel::tuning::{IommuDomain, NicSettings, Queried, SrsoState, TuningSettings};
-use nodemedic_kernel::CpuSet;
+use nodemedic_kernel::{counter, CpuSet};
 use nodemedic_sample::Snapshot;
 
 /// The audit's rules and verdict (types of the sample, shared with the outputs).
@@ -121,7 +122,7 @@ impl Counters {
         self.at = snap.at;
         fill_per_cpu(snap, &mut self.net_rx, &mut self.softnet);
         self.nic.clear();
-        if let Some(t) = &snap.tuning {
+        if let Some(t) = snap.get::<Tuning>() {
             self.nic.extend(
                 t.nic_stats
                     .iter()
@@ -263,7 +264,7 @@ impl TuningDetector {
             interval_seconds: rates.map(|r| r.seconds),
             findings: Vec::new(),
         };
-        let Some(tuning) = &snap.tuning else {
+        let Some(tuning) = snap.get::<Tuning>() else {
             return out;
         };
         let s = tuning.settings.as_ref();
@@ -361,9 +362,9 @@ impl Audit<'_> {
     /// The CPUs a PCI device is local to and that are online; all online CPUs when the
     /// device says nothing (a VM's NIC without NUMA information).
     fn local_cpus(&self, pci: Option<&str>) -> Option<CpuSet> {
-        let online = self.snap.topology.as_ref().map(|t| &t.online)?;
+        let online = self.snap.get::<Topology>().map(|t| &t.online)?;
         let local = pci
-            .and_then(|p| self.snap.pci_devices.get(p))
+            .and_then(|p| self.snap.get::<PciDevices>()?.get(p))
             .and_then(|d| d.local_cpus.as_ref())
             .map(|l| l.intersection(online))
             .filter(|l| !l.is_empty());
@@ -683,10 +684,20 @@ impl Audit<'_> {
     /// address, each with its name.
     fn dma_devices(&self) -> BTreeMap<String, String> {
         let mut devices: BTreeMap<String, String> = BTreeMap::new();
-        for (netdev, pci) in self.snap.netdevs.iter() {
+        for (netdev, pci) in self
+            .snap
+            .get::<Netdevs>()
+            .into_iter()
+            .flat_map(|n| n.iter())
+        {
             devices.insert(pci.clone(), netdev.clone());
         }
-        for (pci, d) in self.snap.pci_devices.iter() {
+        for (pci, d) in self
+            .snap
+            .get::<PciDevices>()
+            .into_iter()
+            .flat_map(|d| d.iter())
+        {
             if d.driver.as_deref() == Some("nvme") {
                 let name = self
                     .irq
@@ -890,6 +901,8 @@ fn capitalize(s: &str) -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use nodemedic_sample::snapshot::Softnet;
+
     use std::sync::Arc;
 
     use super::*;
@@ -927,21 +940,24 @@ mod tests {
             iommu_groups_present: true,
             ..Default::default()
         };
-        Snapshot {
-            at: Duration::from_secs(at),
-            timestamp: at as f64,
-            topology: Some(Topology {
+        {
+            let mut snap = Snapshot {
+                at: Duration::from_secs(at),
+                timestamp: at as f64,
+                ..Default::default()
+            };
+            snap.put(Topology {
                 online: CpuSet::from_cpus(0..2),
                 ..Default::default()
-            }),
-            softnet: Some(vec![(
+            });
+            snap.put(Softnet(vec![(
                 0,
                 SoftnetRow {
                     time_squeeze: squeeze,
                     ..Default::default()
                 },
-            )]),
-            tuning: Some(Tuning {
+            )]));
+            snap.put(Tuning {
                 settings: Arc::new(settings),
                 nic_stats: BTreeMap::from([(
                     "eth0".to_string(),
@@ -950,8 +966,8 @@ mod tests {
                         ..Default::default()
                     },
                 )]),
-            }),
-            ..Default::default()
+            });
+            snap
         }
     }
 
@@ -998,7 +1014,7 @@ mod tests {
     fn mitigations_and_bare_metal_notes() {
         let with = |cmdline: &str, hypervisor: Option<bool>| {
             let mut s = snap(0, 0, 0);
-            let t = s.tuning.as_mut().unwrap();
+            let t = s.get_mut::<Tuning>().unwrap();
             let mut settings = (*t.settings).clone();
             settings.cmdline =
                 Some(nodemedic_kernel::tuning::parse_cmdline(&format!("{cmdline}\n")).unwrap());
@@ -1088,28 +1104,31 @@ mod tests {
         };
         let mut counts = vec![0; 8];
         counts[3] = net_rx_cpu3;
-        let snap = Snapshot {
+        let mut snap = Snapshot {
             at: Duration::from_secs(at),
             timestamp: at as f64,
-            topology: Some(Topology {
-                online: CpuSet::from_cpus(0..8),
-                ..Default::default()
-            }),
-            netdevs: Arc::new(BTreeMap::from([("eth0".to_string(), pci.to_string())])),
-            softirqs: Some(Softirqs {
-                cpus: (0..8).collect(),
-                rows: vec![SoftirqRow {
-                    name: "NET_RX".into(),
-                    counts,
-                }],
-                skipped: Vec::new(),
-            }),
-            tuning: Some(Tuning {
-                settings: Arc::new(settings),
-                nic_stats: BTreeMap::new(),
-            }),
             ..Default::default()
         };
+        snap.put(Topology {
+            online: CpuSet::from_cpus(0..8),
+            ..Default::default()
+        });
+        snap.put(Netdevs(BTreeMap::from([(
+            "eth0".to_string(),
+            pci.to_string(),
+        )])));
+        snap.put(Softirqs {
+            cpus: (0..8).collect(),
+            rows: vec![SoftirqRow {
+                name: "NET_RX".into(),
+                counts,
+            }],
+            skipped: Vec::new(),
+        });
+        snap.put(Tuning {
+            settings: Arc::new(settings),
+            nic_stats: BTreeMap::new(),
+        });
         let group = GroupVerdict {
             group: DeviceGroup {
                 key: format!("pci:{pci}"),
@@ -1228,7 +1247,7 @@ mod tests {
         // A single CPU: nothing to spread over.
         let mut d = TuningDetector::new(TuningConfig::default());
         let (mut s, g) = one_nic(0, absent(), 1, &[(0, &[])], 0, 0.0);
-        s.topology = Some(Topology {
+        s.put(Topology {
             online: CpuSet::from_cpus([0]),
             ..Default::default()
         });

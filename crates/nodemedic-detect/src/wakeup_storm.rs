@@ -4,6 +4,7 @@
 //! and can cost a busy node a third of its throughput. The fix is on the agent's side, so the
 //! finding names the owning process and says what to change.
 
+use nodemedic_sample::perf::PerfProbes;
 use serde::{Deserialize, Serialize};
 
 use crate::finding::{Finding, Severity};
@@ -71,7 +72,7 @@ impl WakeupStormDetector {
 
     /// Feeds one snapshot. `None` while the probes give no rates (down, or first sample).
     pub fn observe(&mut self, snapshot: &Snapshot) -> Option<StormVerdict> {
-        let rates = snapshot.perf.as_ref()?.rates.as_ref()?;
+        let rates = snapshot.get::<PerfProbes>()?.rates.as_ref()?;
         let observed = rates.wakeups_per_second >= self.config.min_wakeups_per_sec
             && rates.wakeup_ratio >= self.config.min_wakeup_ratio;
         let h = Hysteresis {
@@ -142,33 +143,34 @@ mod tests {
     use nodemedic_sample::perf::{PerfOwnerRate, PerfProbes};
 
     fn snap(t: f64, wakeups: f64, ratio: f64) -> Snapshot {
-        Snapshot {
+        let mut snap = Snapshot {
             timestamp: t,
-            perf: Some(PerfProbes {
-                rates: Some(PerfRates {
-                    interval_seconds: 5.0,
-                    outputs_per_second: if ratio > 0.0 { wakeups / ratio } else { 0.0 },
-                    wakeups_per_second: wakeups,
-                    wakeup_ratio: ratio,
-                    owners: vec![
-                        PerfOwnerRate {
-                            pid: 10,
-                            comm: "quiet".into(),
-                            outputs_per_second: 5.0,
-                            wakeups_per_second: 1.0,
-                        },
-                        PerfOwnerRate {
-                            pid: 4242,
-                            comm: "agent".into(),
-                            outputs_per_second: wakeups / ratio.max(0.01),
-                            wakeups_per_second: wakeups,
-                        },
-                    ],
-                }),
-                ..PerfProbes::default()
-            }),
             ..Snapshot::default()
-        }
+        };
+        snap.put(PerfProbes {
+            rates: Some(PerfRates {
+                interval_seconds: 5.0,
+                outputs_per_second: if ratio > 0.0 { wakeups / ratio } else { 0.0 },
+                wakeups_per_second: wakeups,
+                wakeup_ratio: ratio,
+                owners: vec![
+                    PerfOwnerRate {
+                        pid: 10,
+                        comm: "quiet".into(),
+                        outputs_per_second: 5.0,
+                        wakeups_per_second: 1.0,
+                    },
+                    PerfOwnerRate {
+                        pid: 4242,
+                        comm: "agent".into(),
+                        outputs_per_second: wakeups / ratio.max(0.01),
+                        wakeups_per_second: wakeups,
+                    },
+                ],
+            }),
+            ..PerfProbes::default()
+        });
+        snap
     }
 
     #[test]
@@ -220,9 +222,10 @@ mod tests {
     fn no_rates_no_verdict() {
         let mut d = WakeupStormDetector::new(WakeupStormConfig::default());
         assert!(d.observe(&Snapshot::default()).is_none());
-        let down = Snapshot {
-            perf: Some(PerfProbes::default()),
-            ..Snapshot::default()
+        let down = {
+            let mut snap = Snapshot::default();
+            snap.put(PerfProbes::default());
+            snap
         };
         assert!(d.observe(&down).is_none());
     }

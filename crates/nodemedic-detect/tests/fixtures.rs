@@ -8,6 +8,8 @@ use std::time::Duration;
 use nodemedic_collect::{CollectorName, CollectorSet, Paths};
 use nodemedic_detect::collapse::findings;
 use nodemedic_detect::{CollapseConfig, CollapseDetector, GroupVerdict, HurtingConfig};
+use nodemedic_kernel::interrupts::Interrupts;
+use nodemedic_sample::snapshot::{IrqAffinities, IrqbalanceConfig, Softnet, Topology};
 use nodemedic_sample::Snapshot;
 use nodemedic_testkit::{copy_fixture, fixture_paths, fixture_snapshot};
 
@@ -219,13 +221,13 @@ fn grown(snap: &Snapshot, secs: u64, irqs: &[u32]) -> Snapshot {
     let mut s = snap.clone();
     s.at += Duration::from_secs(secs);
     s.timestamp += secs as f64;
-    let mut table = (**s.interrupts.as_ref().unwrap()).clone();
+    let mut table = s.get::<Interrupts>().unwrap().clone();
     for irq in irqs {
         let row = table.irqs.iter().position(|l| l.irq == *irq).unwrap();
         let (col, count) = table.counts(&table.irqs[row]).nonzero().next().unwrap();
         table.set_count(row, col, count + 50_000);
     }
-    s.interrupts = Some(std::sync::Arc::new(table));
+    s.put(table);
     s
 }
 
@@ -243,7 +245,7 @@ fn each_sample_is_compared_with_the_one_before_and_only_the_last_table_is_kept()
     let third = grown(&second, 10, &[nic_irq]);
     let moved = d.observe(&third);
     assert_eq!(group(&moved, "virtio2").evidence.irq_rate, Some(5_000.0));
-    let share = |s: &Snapshot| std::sync::Arc::strong_count(s.interrupts.as_ref().unwrap());
+    let share = |s: &Snapshot| std::sync::Arc::strong_count(&s.shared::<Interrupts>().unwrap()) - 1;
     assert_eq!(share(&first), 1, "the first sample's table");
     assert_eq!(share(&second), 1, "the second sample's table");
     assert_eq!(
@@ -337,9 +339,9 @@ fn large_nodes() {
 #[test]
 fn isolated_nohz_and_banned_cpus_are_not_eligible() {
     let snap = irq_snapshot("isolated", Duration::ZERO);
-    let irqb = snap.irqbalance.as_ref().unwrap();
+    let irqb = snap.get::<IrqbalanceConfig>().unwrap();
     assert_eq!(irqb.banned_cpus.to_list_string(), "6-7");
-    let topo = snap.topology.as_ref().unwrap();
+    let topo = snap.get::<Topology>().unwrap();
     assert_eq!(topo.isolated.to_list_string(), "8-15");
     assert_eq!(topo.nohz_full.to_list_string(), "8-15");
     let v = immediate().observe(&snap);
@@ -354,9 +356,9 @@ fn isolated_nohz_and_banned_cpus_are_not_eligible() {
 #[test]
 fn offline_cpus_and_old_layouts() {
     let snap = irq_snapshot("8cpu-offline", Duration::ZERO);
-    let ints = snap.interrupts.as_ref().unwrap();
+    let ints = snap.get::<Interrupts>().unwrap();
     assert_eq!(ints.cpus, vec![0, 1, 3, 4, 6, 7]);
-    let softnet_cpus: Vec<u32> = snap.softnet.as_ref().unwrap().iter().map(|r| r.0).collect();
+    let softnet_cpus: Vec<u32> = snap.get::<Softnet>().unwrap().iter().map(|r| r.0).collect();
     assert_eq!(softnet_cpus, vec![0, 1, 3, 4, 6, 7]);
     let v = immediate().observe(&snap);
     assert!(collapsed_names(&v).is_empty());
@@ -364,7 +366,7 @@ fn offline_cpus_and_old_layouts() {
     assert_eq!(nic.group.eligible_cpus.to_list_string(), "0-1,3-4,6-7");
 
     let snap = irq_snapshot("8cpu-legacy-softnet", Duration::ZERO);
-    let softnet_cpus: Vec<u32> = snap.softnet.as_ref().unwrap().iter().map(|r| r.0).collect();
+    let softnet_cpus: Vec<u32> = snap.get::<Softnet>().unwrap().iter().map(|r| r.0).collect();
     assert_eq!(softnet_cpus, (0..8).collect::<Vec<_>>());
     let v = immediate().observe(&snap);
     let nic = group(&v, "eth0");
@@ -381,7 +383,7 @@ fn offline_cpus_and_old_layouts() {
 
 /// How many of the tree's arch rows are arm64 IPIs (`IPI0:` ...).
 fn ipi_rows(snap: &Snapshot) -> usize {
-    let ints = snap.interrupts.as_ref().unwrap();
+    let ints = snap.get::<Interrupts>().unwrap();
     ints.arch
         .iter()
         .filter(|a| a.name.starts_with("IPI"))
@@ -393,7 +395,7 @@ fn aarch64_layouts() {
     // 6.1's seven IPIs and one ITS-MSI chip; 6.12's eight IPIs and a chip per device.
     for (name, ipis) in [("aarch64", 7), ("aarch64-128cpu", 8)] {
         let snap = irq_snapshot(name, Duration::ZERO);
-        let ints = snap.interrupts.as_ref().unwrap();
+        let ints = snap.get::<Interrupts>().unwrap();
         assert!(ints.skipped.is_empty(), "{name}: {:?}", ints.skipped);
         assert_eq!(ipi_rows(&snap), ipis, "{name}: IPI rows");
         let v = immediate().observe(&snap);
@@ -401,8 +403,7 @@ fn aarch64_layouts() {
     }
     let snap = irq_snapshot("aarch64-128cpu", Duration::ZERO);
     let ipi0 = snap
-        .interrupts
-        .as_ref()
+        .get::<Interrupts>()
         .unwrap()
         .arch
         .iter()
@@ -438,7 +439,7 @@ fn damaged_trees_degrade_without_losing_the_rest() {
         .unwrap();
     assert!(!softnet.warnings.is_empty());
     assert_eq!(
-        snap.softnet.as_ref().unwrap().len(),
+        snap.get::<Softnet>().unwrap().len(),
         7,
         "the cut row is dropped, the rest kept"
     );
@@ -447,8 +448,9 @@ fn damaged_trees_degrade_without_losing_the_rest() {
         .as_ref()
         .unwrap();
     assert!(aff.warnings.is_empty(), "{:?}", aff.warnings);
-    assert!(!snap.affinity.contains_key(&29), "IRQ 29 has no directory");
-    let a27 = &snap.affinity[&27];
+    let affinity = snap.get::<IrqAffinities>().unwrap();
+    assert!(!affinity.contains_key(&29), "IRQ 29 has no directory");
+    let a27 = &affinity[&27];
     assert!(a27.effective.is_none() && a27.smp.is_some());
     // The IRQs that survived still show the collapse.
     let v = immediate().observe(&snap);
@@ -476,7 +478,7 @@ fn damaged_trees_degrade_without_losing_the_rest() {
             .find(|r| r.name == nodemedic_collect::sources::topology::NAME)
             .unwrap();
         assert!(topo.outcome.is_ok(), "{name}: sysfs is intact");
-        assert!(snap.topology.is_some());
+        assert!(snap.get::<Topology>().is_some());
         assert!(immediate().observe(&snap).is_empty());
         let err = runs
             .iter()
@@ -539,6 +541,7 @@ fn a_corrupt_affinity_file_loses_only_its_own_irq_mask() {
     let copy = copy_fixture("8cpu-collapsed");
     let paths = Paths::under(copy.path());
     let (clean, _) = CollectorSet::all().sample(&paths, Duration::ZERO);
+    let clean_affinity = clean.get::<IrqAffinities>().unwrap();
     // IRQs 4 and 12 sort before the NIC's queues (27-34) and belong to no NIC.
     for irq in [4, 12] {
         std::fs::write(
@@ -563,8 +566,8 @@ fn a_corrupt_affinity_file_loses_only_its_own_irq_mask() {
             "the warning names the file: {:?}",
             aff.warnings
         );
-        let a = &snap.affinity[&irq];
-        assert_eq!(a.smp, clean.affinity[&irq].smp, "smp_affinity is kept");
+        let a = &snap.get::<IrqAffinities>().unwrap()[&irq];
+        assert_eq!(a.smp, clean_affinity[&irq].smp, "smp_affinity is kept");
         assert_eq!(a.effective, None, "the corrupt mask is dropped");
     }
     assert!(
@@ -572,9 +575,13 @@ fn a_corrupt_affinity_file_loses_only_its_own_irq_mask() {
         "no other IRQ is lost: {:?}",
         aff.warnings
     );
-    for (irq, a) in clean.affinity.iter() {
+    for (irq, a) in clean_affinity.iter() {
         if *irq != 4 && *irq != 12 {
-            assert_eq!(snap.affinity.get(irq), Some(a), "IRQ {irq} unchanged");
+            assert_eq!(
+                snap.get::<IrqAffinities>().unwrap().get(irq),
+                Some(a),
+                "IRQ {irq} unchanged"
+            );
         }
     }
     let v = immediate().observe(&snap);
@@ -601,8 +608,9 @@ fn a_failed_collector_is_its_state_and_fails_only_who_needs_it() {
     );
     let topology = read
         .needing(&[nodemedic_collect::sources::topology::NAME])
-        .topology
-        .unwrap();
+        .get::<Topology>()
+        .unwrap()
+        .clone();
     assert_eq!(topology.online.len(), 8);
 
     let needs_interrupts =
@@ -675,7 +683,7 @@ fn graviton_event_lines_are_never_collapsed_and_its_nic_still_is() {
 #[test]
 fn a_tree_a_real_arm64_kernel_wrote() {
     let snap = irq_snapshot("captured-arm64-virt", Duration::ZERO);
-    let ints = snap.interrupts.as_ref().unwrap();
+    let ints = snap.get::<Interrupts>().unwrap();
     assert!(ints.skipped.is_empty(), "{:?}", ints.skipped);
     assert_eq!(ipi_rows(&snap), 8, "6.12's IPI rows");
     let v = immediate().observe(&snap);
@@ -735,11 +743,11 @@ fn port_service_and_iommu_lines_are_events_and_idle_devices_wait() {
     // The HBA's first interrupt makes it a device like any other: its 4 vectors on CPU 0
     // are then a collapse.
     let snap = irq_snapshot("16cpu-port-events", Duration::ZERO);
-    let mut table = (**snap.interrupts.as_ref().unwrap()).clone();
+    let mut table = snap.get::<Interrupts>().unwrap().clone();
     let row = table.irqs.iter().position(|l| l.irq == 32).unwrap();
     table.set_count(row, 0, 1);
     let mut fired = snap.clone();
-    fired.interrupts = Some(std::sync::Arc::new(table));
+    fired.put(table);
     let v = immediate().observe(&fired);
     let hba = group_of_irq(&v, 32);
     assert_eq!(hba.group.irqs, (32..=35).collect::<Vec<_>>());

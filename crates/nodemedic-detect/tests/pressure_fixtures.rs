@@ -12,8 +12,8 @@ use nodemedic_collect::sources::{CgroupSelection, CgroupsCollector, PressureColl
 use nodemedic_collect::{CollectorName, CollectorRun, CollectorSet};
 use nodemedic_detect::pressure::{findings, CgroupRates};
 use nodemedic_detect::{PressureConfig, PressureDetector, PressureVerdict};
-use nodemedic_kernel::cgroup::{Qos, Workload};
-use nodemedic_sample::snapshot::PodIdentity;
+use nodemedic_kernel::cgroup::{Cgroups, Qos, Workload};
+use nodemedic_sample::snapshot::{NodePressure, PodIdentity, Pods};
 use nodemedic_sample::Snapshot;
 use nodemedic_testkit::fixture_paths;
 
@@ -58,29 +58,33 @@ fn verdict(tree: &str, selection: CgroupSelection, pods: bool) -> (PressureVerdi
     });
     let names = pods.then(names);
     let (mut first, _) = sample(&mut set, tree, 100);
-    first.pods = names.clone();
+    if let Some(names) = &names {
+        first.put_shared(Arc::clone(names));
+    }
     assert!(d.observe(&first).is_none());
     let (mut second, runs) = sample(&mut set, &format!("{tree}-later"), 110);
-    second.pods = names;
+    if let Some(names) = names {
+        second.put_shared(names);
+    }
     (
         d.observe(&second).unwrap(),
         warnings(&runs, nodemedic_collect::sources::cgroups::NAME),
     )
 }
 
-fn names() -> Arc<BTreeMap<String, PodIdentity>> {
+fn names() -> Arc<Pods> {
     let pod = |ns: &str, name: &str| PodIdentity {
         namespace: ns.into(),
         name: name.into(),
         containers: BTreeMap::new(),
     };
-    Arc::new(
+    Arc::new(Pods(
         [
             (HPC.to_string(), pod("hpc", "solver-0")),
             (BATCH.to_string(), pod("batch", "nightly-report")),
         ]
         .into(),
-    )
+    ))
 }
 
 fn by_uid<'a>(v: &'a PressureVerdict, uid: &str) -> &'a CgroupRates {
@@ -259,7 +263,7 @@ fn containers_services_and_patterns() {
 fn trees_without_cgroups_or_psi_are_unavailable_not_failed() {
     let mut set = set(CgroupSelection::default());
     let (snap, runs) = sample(&mut set, "8cpu-collapsed", 1);
-    assert!(snap.pressure.is_none() && snap.cgroups.is_none());
+    assert!(snap.get::<NodePressure>().is_none() && snap.get::<Cgroups>().is_none());
     for r in &runs {
         let c = r.outcome.as_ref().unwrap();
         assert!(c.unavailable.is_some(), "{}: {c:?}", r.name);

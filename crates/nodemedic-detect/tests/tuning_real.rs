@@ -13,6 +13,8 @@ use nodemedic_detect::{
     TuningRule,
 };
 use nodemedic_kernel::tuning::SrsoState;
+use nodemedic_kernel::tuning::Tuning;
+use nodemedic_sample::snapshot::Topology;
 
 fn has_entries(dir: &str, prefix: &str) -> bool {
     std::fs::read_dir(dir).is_ok_and(|d| {
@@ -57,7 +59,7 @@ fn this_machine_has_no_tuning_warning() {
         );
     }
     assert_eq!(v.warnings().count(), 0, "{:#?}", v.findings);
-    let s = &snap.tuning.as_ref().unwrap().settings;
+    let s = &snap.get::<Tuning>().unwrap().settings;
     let rules: Vec<TuningRule> = v.findings.iter().map(|f| f.rule).collect();
 
     if !has_entries("/sys/devices/system/cpu/cpufreq", "policy") {
@@ -103,7 +105,7 @@ fn this_machine_has_no_tuning_warning() {
     // Every NIC uses all the channels it has, or has as many as CPUs: no channel finding.
     for (name, nic) in &s.nics {
         if let Some(c) = nic.channels.value() {
-            let cpus = snap.topology.as_ref().unwrap().online.len() as u32;
+            let cpus = snap.get::<Topology>().unwrap().online.len() as u32;
             if c.rx_in_use() >= c.rx_max().min(cpus) {
                 assert!(
                     !v.findings

@@ -24,10 +24,14 @@ use nodemedic_detect::{
     CollapseConfig, CollapseDetector, Finding, HurtingConfig, Severity, WakeupStormConfig,
     WakeupStormDetector,
 };
-use nodemedic_detect::{CommitLatencyConfig, CommitLatencyDetector};
-use nodemedic_detect::{PressureConfig, PressureDetector};
-use nodemedic_detect::{TuningConfig, TuningDetector};
+use nodemedic_detect::{
+    CommitLatencyConfig, CommitLatencyDetector, PressureConfig, PressureDetector, TuningConfig,
+    TuningDetector,
+};
 use nodemedic_kernel::counter::Widener;
+use nodemedic_kernel::interrupts::Interrupts;
+use nodemedic_kernel::softirqs::Softirqs;
+use nodemedic_kernel::tuning::Tuning;
 use nodemedic_sample::host::HostAccess;
 use nodemedic_sample::Sample;
 pub use registry::{Build, Registry};
@@ -258,12 +262,11 @@ impl Engine {
         let (mut snapshot, runs) = self.collectors.sample(&self.paths, at);
         // Before anything reads the counts: detectors, check and the exporter all see the
         // accumulated 64-bit values, so a wrap is neither a lost rate nor a counter reset.
-        if let Some(ints) = &mut snapshot.interrupts {
-            // Not shared yet: make_mut does not copy.
-            self.widener
-                .widen_interrupts(std::sync::Arc::make_mut(ints));
+        // Not shared yet: get_mut does not copy.
+        if let Some(ints) = snapshot.get_mut::<Interrupts>() {
+            self.widener.widen_interrupts(ints);
         }
-        if let Some(s) = &mut snapshot.softirqs {
+        if let Some(s) = snapshot.get_mut::<Softirqs>() {
             self.widener.widen_softirqs(s);
         }
         let (mut collectors, mut findings) = std::mem::take(&mut self.spare);
@@ -305,7 +308,7 @@ impl Engine {
             }
             findings.extend(pressure_findings(v));
         }
-        let tuning = match snapshot.tuning {
+        let tuning = match snapshot.get::<Tuning>() {
             Some(_) => guarded("tuning", &mut failed, || {
                 Some(self.tuning.observe(&snapshot, &verdicts))
             }),

@@ -11,6 +11,7 @@ use std::path::Path;
 use nodemedic_collect::Paths;
 use nodemedic_engine::{Engine, EngineConfig};
 use nodemedic_export::{render, ExportInput, Format, MetricsOptions};
+use nodemedic_kernel::interrupts::Interrupts;
 use nodemedic_sample::Sample;
 use nodemedic_testkit::copy_fixture;
 
@@ -115,7 +116,7 @@ fn counts_crossing_2_pow_32_give_the_true_rate_and_monotonic_totals() {
     }
 
     // The step really crosses 2^32 in the files the collectors read.
-    let first = samples[0].snapshot.interrupts.as_ref().unwrap();
+    let first = samples[0].snapshot.get::<Interrupts>().unwrap();
     let wrapped = first
         .irqs
         .iter()
@@ -145,7 +146,7 @@ fn counts_crossing_2_pow_32_give_the_true_rate_and_monotonic_totals() {
             "the fixture's collapse is still seen"
         );
         for v in &after.verdicts {
-            let ints = after.snapshot.interrupts.as_ref().unwrap();
+            let ints = after.snapshot.get::<Interrupts>().unwrap();
             let cells: u64 = ints
                 .irqs
                 .iter()

@@ -27,8 +27,14 @@ use nodemedic_collect::registry::{self, FileKind as Kind, Impact};
 use nodemedic_collect::sources::DEFAULT_AFFINITY_REFRESH;
 use nodemedic_collect::{CollectorState, Paths};
 use nodemedic_engine::{Engine, EngineConfig};
+use nodemedic_kernel::cgroup::Cgroups;
+use nodemedic_kernel::interrupts::Interrupts;
 use nodemedic_kernel::lsm::{LsmContext, LsmFiles};
+use nodemedic_kernel::softirqs::Softirqs;
 use nodemedic_sample::host::HostAccess;
+use nodemedic_sample::snapshot::{
+    IrqAffinities, IrqbalanceConfig, NodePressure, PciDevices, Softnet, Topology,
+};
 use nodemedic_sample::Sample;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -362,7 +368,7 @@ fn summarize(s: &Sample) -> Summary {
         m.insert(format!("collector/{}/said", c.name), said.join("\n"));
     }
     let snap = &s.snapshot;
-    if let Some(i) = &snap.interrupts {
+    if let Some(i) = snap.get::<Interrupts>() {
         m.insert(
             "count/irqs".into(),
             format!("{} {}", i.irqs.len(), i.arch.len()),
@@ -370,25 +376,43 @@ fn summarize(s: &Sample) -> Summary {
     }
     m.insert(
         "count/affinity".into(),
-        format!("{:?}", snap.affinity.iter().collect::<Vec<_>>()),
+        format!(
+            "{:?}",
+            snap.get::<IrqAffinities>()
+                .into_iter()
+                .flat_map(|a| a.iter())
+                .collect::<Vec<_>>()
+        ),
     );
-    m.insert("count/pci".into(), format!("{:?}", snap.pci_devices));
-    if let Some(t) = &snap.topology {
+    m.insert(
+        "count/pci".into(),
+        format!(
+            "{:?}",
+            snap.get::<PciDevices>()
+                .map(|p| &p.0)
+                .unwrap_or(&BTreeMap::new())
+        ),
+    );
+    if let Some(t) = snap.get::<Topology>() {
         m.insert("count/topology".into(), format!("{t:?}"));
     }
-    if let Some(s) = &snap.softirqs {
+    if let Some(s) = snap.get::<Softirqs>() {
         m.insert("count/softirqs".into(), s.rows.len().to_string());
     }
-    if let Some(s) = &snap.softnet {
-        m.insert("count/softnet".into(), format!("{s:?}"));
+    if let Some(s) = snap.get::<Softnet>() {
+        m.insert("count/softnet".into(), format!("{:?}", s.0));
     }
-    if let Some(b) = &snap.irqbalance {
+    if let Some(b) = snap.get::<IrqbalanceConfig>() {
         m.insert("count/banned".into(), format!("{b:?}"));
     }
-    for (res, p) in snap.pressure.iter().flatten() {
+    for (res, p) in snap
+        .get::<NodePressure>()
+        .into_iter()
+        .flat_map(|p| p.iter())
+    {
         m.insert(format!("pressure/{res}"), format!("{p:?}"));
     }
-    if let Some(c) = &snap.cgroups {
+    if let Some(c) = snap.get::<Cgroups>() {
         m.insert("count/cgroups".into(), c.groups.len().to_string());
         for (path, stats) in &c.groups {
             m.insert(format!("cgroup/{path}"), format!("{stats:?}"));

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use nodemedic_collect::Paths;
 use nodemedic_engine::{Engine, EngineConfig};
+use nodemedic_kernel::interrupts::Interrupts;
 use nodemedic_sample::Sample;
 
 fn engine() -> Engine {
@@ -50,7 +51,7 @@ fn a_recycled_samples_lists_are_filled_again_with_the_same_verdicts() {
     let mut last = recycling.sample_at(Duration::from_secs(101));
     plain.sample_at(Duration::from_secs(100));
     plain.sample_at(Duration::from_secs(101));
-    let rows = |s: &Sample| s.snapshot.interrupts.as_ref().unwrap().irqs.as_ptr();
+    let rows = |s: &Sample| s.snapshot.get::<Interrupts>().unwrap().irqs.as_ptr();
     for t in 102..106 {
         let at = Duration::from_secs(t);
         let lists = (

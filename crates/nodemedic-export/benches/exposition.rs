@@ -31,6 +31,8 @@ use std::time::{Duration, Instant};
 use nodemedic_collect::{CollectorSet, CollectorStatus, Paths};
 use nodemedic_detect::{CollapseConfig, CollapseDetector, GroupVerdict, HurtingConfig};
 use nodemedic_export::{render, ExportInput, Format, MetricsOptions, ProcessStats};
+use nodemedic_kernel::interrupts::Interrupts;
+use nodemedic_sample::snapshot::IrqAffinities;
 use nodemedic_sample::Snapshot;
 use prometheus::proto::{self, MetricFamily, MetricType};
 use prometheus::{CounterVec, GaugeVec, Opts, Registry, TextEncoder};
@@ -107,9 +109,9 @@ fn main() {
     row("CollapseDetector::observe", &mut detect, None, None);
     println!(
         "\nSnapshot: {} CPUs in /proc/interrupts, {} numbered IRQs, {} affinity entries; {} groups, {} collapsed.\n",
-        snap.interrupts.as_ref().map(|i| i.cpus.len()).unwrap_or(0),
-        snap.interrupts.as_ref().map(|i| i.irqs.len()).unwrap_or(0),
-        snap.affinity.len(),
+        snap.get::<Interrupts>().map(|i| i.cpus.len()).unwrap_or(0),
+        snap.get::<Interrupts>().map(|i| i.irqs.len()).unwrap_or(0),
+        snap.get::<IrqAffinities>().map_or(0, |a| a.len()),
         verdicts.len(),
         verdicts.iter().filter(|v| v.collapsed).count(),
     );

@@ -11,7 +11,9 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use nodemedic_sample::kube::KubeStatus;
+use nodemedic_sample::perf::PerfProbes;
 use nodemedic_sample::remedy::RemedyState;
+use nodemedic_sample::snapshot::{CommitLatency, IrqbalanceConfig, Pods};
 use nodemedic_sample::Sample;
 use serde::Serialize;
 use tokio::sync::watch;
@@ -518,18 +520,18 @@ async fn status(State(shared): State<Arc<Endpoint>>) -> Response {
             .unwrap_or(&[]),
         pods_named: sample
             .as_ref()
-            .and_then(|s| s.snapshot.pods.as_ref())
+            .and_then(|s| s.snapshot.get::<Pods>())
             .map(|p| p.len()),
         reader: sample.as_ref().map(|s| &s.reader),
         disk_commit: sample
             .as_ref()
-            .and_then(|s| s.snapshot.disk_commit.as_ref()),
+            .and_then(|s| s.snapshot.get::<CommitLatency>()),
         groups: sample
             .as_ref()
             .map(|s| shown_groups(&s.verdicts))
             .unwrap_or_default(),
         findings,
-        perf_probes: sample.as_ref().and_then(|s| s.snapshot.perf.as_ref()),
+        perf_probes: sample.as_ref().and_then(|s| s.snapshot.get::<PerfProbes>()),
         wakeup_storm: sample.as_ref().and_then(|s| s.storm.as_ref()),
         pressure: sample.as_ref().map(|s| PressureReport::of(s, false)),
         tuning: sample.as_ref().map(|s| TuningReport::of(s, false)),
@@ -538,7 +540,7 @@ async fn status(State(shared): State<Arc<Endpoint>>) -> Response {
         web_config: shared.web_config.status(),
         irqbalance_package: sample
             .as_ref()
-            .and_then(|s| s.snapshot.irqbalance.as_ref())
+            .and_then(|s| s.snapshot.get::<IrqbalanceConfig>())
             .map(|c| &c.package),
         remediation,
         kubernetes: shared.kube.borrow().clone(),

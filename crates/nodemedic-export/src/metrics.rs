@@ -10,11 +10,12 @@
 
 use std::fmt::Write;
 
+use nodemedic_kernel::interrupts::Interrupts;
 use nodemedic_kernel::irqbalance::IrqbalancePackage;
+use nodemedic_kernel::tuning::Tuning;
 use nodemedic_sample::remedy::{Mode, RemedyState};
-use nodemedic_sample::Snapshot;
-use nodemedic_sample::{CollectorState, CollectorStatus};
-use nodemedic_sample::{GroupVerdict, TuningVerdict};
+use nodemedic_sample::snapshot::IrqbalanceConfig;
+use nodemedic_sample::{CollectorState, CollectorStatus, GroupVerdict, Snapshot, TuningVerdict};
 
 use crate::encoder::{Encoder, Format, Kind};
 
@@ -104,7 +105,7 @@ pub fn render_with_tuning_into(
 /// its four series (~310 bytes with their labels), per CPU six (~340 bytes), and the rest. An
 /// estimate: a longer text grows the buffer once more, as it would have anyway.
 fn expected_bytes(snap: Option<&Snapshot>, opts: &MetricsOptions) -> usize {
-    let Some(ints) = snap.and_then(|s| s.interrupts.as_deref()) else {
+    let Some(ints) = snap.and_then(|s| s.get::<Interrupts>()) else {
         return 64 * 1024;
     };
     let (irqs, cpus) = (ints.irqs.len(), ints.cpus.len());
@@ -273,7 +274,7 @@ fn groups(e: &mut Encoder, verdicts: &[GroupVerdict]) {
 /// per family, the facts as labels, `unknown` where a fact could not be read (`/status` says
 /// why).
 fn node_facts(e: &mut Encoder, snap: &Snapshot, remediation: Option<&RemedyState>) {
-    let settings = snap.tuning.as_ref().map(|t| &t.settings);
+    let settings = snap.get::<Tuning>().map(|t| &t.settings);
     e.family(
         "nodemedic_node",
         Kind::Info,
@@ -293,7 +294,7 @@ fn node_facts(e: &mut Encoder, snap: &Snapshot, remediation: Option<&RemedyState
         Kind::Info,
         "irqbalance's state (systemd's, or not_installed per the package database) and its package version; unknown where not known (see /status).",
     );
-    let package = snap.irqbalance.as_ref().map(|c| &c.package);
+    let package = snap.get::<IrqbalanceConfig>().map(|c| &c.package);
     let asked = remediation
         .and_then(|r| r.irqbalance.as_ref())
         .map(|s| s.as_str());

@@ -4,14 +4,19 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use nodemedic_kernel::cgroup::Cgroups;
 use nodemedic_kernel::counter;
 use nodemedic_kernel::interrupts::Interrupts;
 use nodemedic_kernel::mounts::CgroupMounts;
 use nodemedic_kernel::psi::PsiResource;
-use nodemedic_kernel::tuning::TuningSettings;
+use nodemedic_kernel::softirqs::Softirqs;
+use nodemedic_kernel::tuning::{Tuning, TuningSettings};
+use nodemedic_sample::perf::PerfProbes;
+use nodemedic_sample::snapshot::{IrqbalanceConfig, Softnet, Topology};
 use nodemedic_sample::verdict::{CgroupRates, PsiRatios, TuningFinding};
-use nodemedic_sample::{CollectorName, CollectorState, CollectorStatus};
-use nodemedic_sample::{Finding, GroupVerdict, Sample, Severity};
+use nodemedic_sample::{
+    CollectorName, CollectorState, CollectorStatus, Finding, GroupVerdict, Sample, Severity,
+};
 use serde::Serialize;
 
 /// A device group's verdict as `/status` and `check --format json` show it: the group and
@@ -125,7 +130,7 @@ impl PressureReport {
     /// The report of `sample`; `with_cgroups` adds every watched cgroup's rates.
     pub fn of(sample: &Sample, with_cgroups: bool) -> Self {
         let node_unavailable = no_data(sample, nodemedic_collect::sources::pressure::NAME);
-        let cg = sample.snapshot.cgroups.as_ref();
+        let cg = sample.snapshot.get::<Cgroups>();
         let v = sample.pressure.as_ref();
         let flagged = |pick: fn(&CgroupRates) -> bool| -> Vec<String> {
             v.map(|v| {
@@ -190,8 +195,7 @@ impl TuningReport {
             findings,
             settings: sample
                 .snapshot
-                .tuning
-                .as_ref()
+                .get::<Tuning>()
                 .filter(|_| with_settings)
                 .map(|t| t.settings.clone()),
         }
@@ -233,15 +237,14 @@ pub fn build_report(first: &Sample, second: &Sample) -> CheckReport {
         .as_secs_f64()
         .max(1e-9);
     let snap = &second.snapshot;
-    let topo = snap.topology.clone().unwrap_or_default();
+    let topo = snap.get::<Topology>().cloned().unwrap_or_default();
     let mut per_cpu = Vec::new();
-    if let Some(ints) = &snap.interrupts {
+    if let Some(ints) = snap.get::<Interrupts>() {
         // The detector's rate maths (nodemedic_detect::rates): IRQs present in both samples,
         // wrap-aware, a reset IRQ adding nothing, CPUs matched through the headers.
         let growth = first
             .snapshot
-            .interrupts
-            .as_deref()
+            .get::<Interrupts>()
             .map(|before| nodemedic_detect::rates::per_cpu_growth(before, ints));
         let totals = cpu_sums(ints);
         for (col, cpu) in ints.cpus.iter().enumerate() {
@@ -250,7 +253,7 @@ pub fn build_report(first: &Sample, second: &Sample) -> CheckReport {
                 .as_ref()
                 .and_then(|g| g.get(col))
                 .map_or(0.0, |d| *d as f64 / dt);
-            let net_rx = match (&first.snapshot.softirqs, &snap.softirqs) {
+            let net_rx = match (first.snapshot.get::<Softirqs>(), snap.get::<Softirqs>()) {
                 (Some(a), Some(b)) => match (a.count("NET_RX", *cpu), b.count("NET_RX", *cpu)) {
                     (Some(x), Some(y)) => counter::delta(x, y).map(|d| d as f64 / dt),
                     _ => None,
@@ -260,11 +263,10 @@ pub fn build_report(first: &Sample, second: &Sample) -> CheckReport {
             let softnet = |f: fn(&nodemedic_kernel::softnet::SoftnetRow) -> u32| -> Option<u64> {
                 let a = first
                     .snapshot
-                    .softnet
-                    .as_ref()?
+                    .get::<Softnet>()?
                     .iter()
                     .find(|(c, _)| c == cpu)?;
-                let b = snap.softnet.as_ref()?.iter().find(|(c, _)| c == cpu)?;
+                let b = snap.get::<Softnet>()?.iter().find(|(c, _)| c == cpu)?;
                 counter::delta(u64::from(f(&a.1)), u64::from(f(&b.1)))
             };
             per_cpu.push(CpuInterrupts {
@@ -291,8 +293,7 @@ pub fn build_report(first: &Sample, second: &Sample) -> CheckReport {
             isolated: topo.isolated.to_list_string(),
             nohz_full: topo.nohz_full.to_list_string(),
             irqbalance_banned: snap
-                .irqbalance
-                .as_ref()
+                .get::<IrqbalanceConfig>()
                 .map(|i| i.banned_cpus.to_list_string())
                 .unwrap_or_default(),
         },
@@ -302,7 +303,7 @@ pub fn build_report(first: &Sample, second: &Sample) -> CheckReport {
         },
         findings,
         collectors: second.collectors.clone(),
-        perf: snap.perf.clone(),
+        perf: snap.get::<PerfProbes>().cloned(),
         pressure: PressureReport::of(second, true),
         tuning: TuningReport::of(second, true),
         host_access: second.host.clone(),

@@ -10,9 +10,8 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::runtime::watcher;
 use kube::{Api, Client};
-use nodemedic_collect::registry;
-use nodemedic_collect::{CollectError, Collected, Collector, CollectorName, Ctx};
-use nodemedic_sample::snapshot::PodIdentity;
+use nodemedic_collect::{registry, CollectError, Collected, Collector, CollectorName, Ctx};
+use nodemedic_sample::snapshot::{PodIdentity, Pods};
 use nodemedic_sample::Snapshot;
 
 use crate::Retry;
@@ -25,7 +24,7 @@ type PodMap = BTreeMap<String, PodIdentity>;
 #[derive(Debug, Default)]
 struct State {
     /// Replaced whole on every change so that samples share it without copying.
-    pods: Arc<PodMap>,
+    pods: Arc<Pods>,
     synced: bool,
     /// The last watch error, cleared by the next good event.
     error: Option<Arc<PodsError>>,
@@ -48,7 +47,7 @@ impl PodDirectory {
     }
 
     /// The pods known now, once the first full list has arrived.
-    pub fn pods(&self) -> Option<Arc<PodMap>> {
+    pub fn pods(&self) -> Option<Arc<Pods>> {
         let s = self.state.read().unwrap_or_else(|p| p.into_inner());
         s.synced.then(|| s.pods.clone())
     }
@@ -64,7 +63,7 @@ impl PodDirectory {
                 }
             }
             watcher::Event::InitDone => {
-                let pods = Arc::new(pending.take().unwrap_or_default());
+                let pods = Arc::new(Pods(pending.take().unwrap_or_default()));
                 self.update(|s| {
                     s.pods = pods;
                     s.synced = true;
@@ -286,7 +285,7 @@ impl Collector for PodNamesCollector {
             (None, true) => {}
         }
         if s.synced {
-            snap.pods = Some(s.pods.clone());
+            snap.put_shared(Arc::clone(&s.pods));
         }
         Ok(out)
     }
@@ -341,7 +340,10 @@ mod tests {
         let dir = PodDirectory::new();
         let mut pending = None;
         let (snap, r) = sample(&dir);
-        assert!(snap.pods.is_none(), "nothing before the first list");
+        assert!(
+            snap.get::<Pods>().is_none(),
+            "nothing before the first list"
+        );
         assert!(r.unwrap().warnings[0].contains("waiting"));
 
         dir.apply(watcher::Event::Init, &mut pending);
@@ -384,7 +386,10 @@ mod tests {
 
         dir.fail(PodsError::ListTimeout { node: "n1".into() });
         let (snap, r) = sample(&dir);
-        assert!(snap.pods.is_some(), "stale names are better than none");
+        assert!(
+            snap.get::<Pods>().is_some(),
+            "stale names are better than none"
+        );
         assert!(r.unwrap().warnings[0].contains("listing pods on n1: no answer"));
     }
 
@@ -393,7 +398,7 @@ mod tests {
         let dir = PodDirectory::new();
         dir.fail(PodsError::ListTimeout { node: "n1".into() });
         let (snap, r) = sample(&dir);
-        assert!(snap.pods.is_none());
+        assert!(snap.get::<Pods>().is_none());
         assert!(r
             .unwrap_err()
             .to_string()

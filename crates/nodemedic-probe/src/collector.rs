@@ -1,5 +1,6 @@
-//! The probes as a nodemedic collector: loaded once, read every sample into
-//! [`Snapshot::perf`], and reported failed with their one reason when they could not load.
+//! The probes as a nodemedic collector: loaded once, read every sample into the snapshot
+//! (as a [`PerfSection`], by type), and reported failed with their one reason when they
+//! could not load.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -8,8 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aya::maps::{MapData, RingBuf};
-use nodemedic_collect::registry;
-use nodemedic_collect::{CollectError, Collected, Collector, CollectorName, Ctx};
+use nodemedic_collect::{registry, CollectError, Collected, Collector, CollectorName, Ctx};
 use nodemedic_sample::perf::{
     PerfCounters, PerfHook, PerfOwner, PerfOwnerRate, PerfProbes as PerfSection, PerfProgramStats,
     PerfRates, PerfRing,
@@ -383,13 +383,13 @@ impl Collector for PerfProbeCollector {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         match self.section(&mut inner, ctx, snapshot.at) {
             Ok(section) => {
-                snapshot.perf = Some(section);
+                snapshot.put(section);
                 Ok(Collected::default())
             }
             Err(down) => {
                 let text = inner.down_text(&down);
                 let reason = text.strip_prefix(DOWN_PREFIX).unwrap_or(&text);
-                snapshot.perf = Some(match inner.spare_down.take() {
+                snapshot.put(match inner.spare_down.take() {
                     Some(past) if past.down_reason.as_deref() == Some(reason) => past,
                     // Hooks are listed down with the reason, so metrics show probe_up 0 for
                     // each.
@@ -413,12 +413,11 @@ impl Collector for PerfProbeCollector {
 
     fn recycle(&self, snapshot: &mut Snapshot) {
         if snapshot
-            .perf
-            .as_ref()
+            .get::<PerfSection>()
             .is_some_and(|p| p.down_reason.is_some())
         {
             let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-            inner.spare_down = snapshot.perf.take();
+            inner.spare_down = snapshot.take::<PerfSection>();
         }
     }
 }
@@ -545,7 +544,7 @@ mod tests {
             let mut snap = Snapshot::default();
             let err = nodemedic_collect::collect_once(&collector, &paths, &mut snap).unwrap_err();
             assert_eq!(err.to_string(), want);
-            let perf = snap.perf.clone().unwrap();
+            let perf = snap.get::<PerfSection>().unwrap().clone();
             assert_eq!(perf.down_reason.as_deref(), want.strip_prefix(DOWN_PREFIX));
             assert_eq!(perf.hooks.len(), HOOKS.len());
             assert!(perf
@@ -553,9 +552,12 @@ mod tests {
                 .iter()
                 .all(|h| !h.up && h.error == perf.down_reason));
             assert_eq!(first.get_or_insert_with(|| perf.clone()), &perf);
-            hooks_at.push(snap.perf.as_ref().map(|p| p.hooks.as_ptr()));
+            hooks_at.push(snap.get::<PerfSection>().map(|p| p.hooks.as_ptr()));
             collector.recycle(&mut snap);
-            assert!(snap.perf.is_none(), "the down section was taken back");
+            assert!(
+                snap.get::<PerfSection>().is_none(),
+                "the down section was taken back"
+            );
         }
         assert_eq!(
             hooks_at[1], hooks_at[0],

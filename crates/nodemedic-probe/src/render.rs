@@ -1,6 +1,6 @@
-//! Series from nodemedic's eBPF perf-event probes (`Snapshot::perf`). Cardinality: node
-//! totals, one series per hooked function, the top-N owners (bounded by configuration,
-//! default 10) and, only when switched on, one per CPU.
+//! Series from nodemedic's eBPF perf-event probes (the snapshot's `PerfProbes`).
+//! Cardinality: node totals, one series per hooked function, the top-N owners (bounded by
+//! configuration, default 10) and, only when switched on, one per CPU.
 
 use nodemedic_collect::registry::Render;
 use nodemedic_exposition::{Encoder, Kind};
@@ -9,7 +9,7 @@ use nodemedic_sample::perf::PerfProbes;
 /// The probes' series, rendered in `/metrics` through the collector's registration.
 pub(crate) fn render(e: &mut Encoder, ctx: &mut Render<'_>) {
     let snap = ctx.snapshot;
-    let Some(p) = &snap.perf else {
+    let Some(p) = snap.get::<PerfProbes>() else {
         return;
     };
     status(e, p);

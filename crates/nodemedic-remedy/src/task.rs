@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use nodemedic_sample::snapshot::IrqbalanceConfig;
+
 use crate::actuator::{execute, AffinityWriter, Systemd};
 use crate::policy::{Outcome, Step};
 use crate::{
@@ -92,8 +94,7 @@ pub async fn run(
         }
         let package_version = sample
             .snapshot
-            .irqbalance
-            .as_ref()
+            .get::<IrqbalanceConfig>()
             .and_then(|c| c.package.version());
         let irqb = irqbalance
             .clone()

@@ -6,9 +6,11 @@
 use std::time::Duration;
 
 use nodemedic_detect::{CollapseConfig, CollapseDetector, GroupVerdict, HurtingConfig};
+use nodemedic_kernel::interrupts::Interrupts;
 use nodemedic_remedy::config::{ConfigError, NativeStep};
-use nodemedic_remedy::IrqbalanceState;
-use nodemedic_remedy::{ActionKind, Decision, Mode, Outcome, Policy, RemediationConfig};
+use nodemedic_remedy::{
+    ActionKind, Decision, IrqbalanceState, Mode, Outcome, Policy, RemediationConfig,
+};
 use nodemedic_sample::{CollectorName, Snapshot};
 use nodemedic_testkit::fixture_snapshot;
 
@@ -455,7 +457,7 @@ fn grown(
     let mut s = snap.clone();
     s.at = Duration::from_secs(secs);
     s.timestamp = secs as f64;
-    let mut table = (**s.interrupts.as_ref().unwrap()).clone();
+    let mut table = s.get::<Interrupts>().unwrap().clone();
     let c = col(&table.cpus);
     for row in 0..table.irqs.len() {
         let line = &table.irqs[row];
@@ -464,7 +466,7 @@ fn grown(
             table.set_count(row, c, count + by);
         }
     }
-    s.interrupts = Some(std::sync::Arc::new(table));
+    s.put(table);
     s
 }
 

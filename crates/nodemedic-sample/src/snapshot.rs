@@ -1,73 +1,35 @@
 //! The typed snapshot of one sample: everything the collectors read, nothing derived.
 //! Collectors fill it, detectors and outputs read it.
 
+use std::any::{Any, TypeId};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
 
-use nodemedic_kernel::interrupts::Interrupts;
 use nodemedic_kernel::psi::{Psi, PsiResource};
-use nodemedic_kernel::softirqs::Softirqs;
 use nodemedic_kernel::softnet::SoftnetRow;
 use nodemedic_kernel::CpuSet;
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     /// Monotonic time of the sample; only differences between samples mean anything.
-    #[serde(skip)]
     pub at: Duration,
     /// Wall-clock time of the sample, seconds since the Unix epoch.
     pub timestamp: f64,
-    pub topology: Option<Topology>,
-    /// Shared, not copied: the collapse detector keeps the previous sample's table to compute
-    /// rates (on 1024 CPUs it is 600,000 counts).
-    pub interrupts: Option<Arc<Interrupts>>,
-    /// Per-IRQ affinity from `/proc/irq/N/`. Shared, not copied, with the previous sample's
-    /// while no IRQ's affinity changed (most samples: irqbalance moves IRQs every 10 s at
-    /// most, and only those it moves).
-    pub affinity: Arc<BTreeMap<u32, IrqAffinity>>,
-    /// PCI devices that own interrupts, by address. Shared, not copied, between the samples
-    /// of one rescan interval (they are read again on rescans only).
-    pub pci_devices: Arc<BTreeMap<String, PciDevice>>,
-    /// Network interface name → PCI address. Shared like `pci_devices`.
-    pub netdevs: Arc<BTreeMap<String, String>>,
-    pub softirqs: Option<Softirqs>,
-    /// softnet_stat rows placed on their CPUs.
-    pub softnet: Option<Vec<(u32, SoftnetRow)>>,
-    pub irqbalance: Option<IrqbalanceConfig>,
-    /// This node's pods by UID, from the Kubernetes API rather than the kernel: it lets
-    /// per-cgroup series and findings name `namespace`/`pod`/`container`. `None` when names
-    /// are not resolved (not in Kubernetes, switched off, or the first list has not arrived).
-    /// Shared, not copied, between samples: it changes only when a pod does.
-    pub pods: Option<Arc<BTreeMap<String, PodIdentity>>>,
-    /// The disk commit latency probe's histogram, when the probe is enabled.
-    pub disk_commit: Option<CommitLatency>,
-    /// perf-event outputs and wakeups from nodemedic's eBPF probes; `None` when the probes
-    /// are switched off (or not part of this binary's collectors).
-    pub perf: Option<crate::perf::PerfProbes>,
-    /// Node-wide Pressure Stall Information by resource (`cpu`, `memory`, `io`, `irq`): only
-    /// the resources this kernel reports. `None` when PSI is off or absent.
-    pub pressure: Option<BTreeMap<PsiResource, Psi>>,
-    /// Per-cgroup CPU quota, throttling and pressure; `None` when the cgroups collector is off
-    /// or found no hierarchy. Shared, not copied: the collector reads cgroups on its own
-    /// interval (`cgroups.interval`) and samples in between carry the same reading, which is
-    /// how a detector tells a fresh reading from a repeated one (`Arc::ptr_eq`).
-    pub cgroups: Option<Arc<nodemedic_kernel::cgroup::Cgroups>>,
-    /// The node's I/O tuning settings and NIC drop counters; `None` when the tuning
-    /// collector is off.
-    pub tuning: Option<nodemedic_kernel::tuning::Tuning>,
-    /// What the other collectors read, one value per type: a collector keeps its data here
-    /// under a type of its own ([`Snapshot::put`]), and whatever reads it asks for that type
-    /// ([`Snapshot::get`]), so that adding a collector adds no field here.
-    #[serde(skip)]
+    /// What the collectors read, one value per type: a collector keeps its data here under a
+    /// type of its own ([`Snapshot::put`]), and whatever reads it asks for that type
+    /// ([`Snapshot::get`]), so that adding a collector adds no field here. A type absent
+    /// means its collector is off, failed or found nothing to read.
     pub sources: Sources,
 }
 
+type Shared = Arc<dyn Any + Send + Sync>;
+
 /// Values by type, shared, not copied, between a snapshot and its clones.
 #[derive(Clone, Default)]
-pub struct Sources(Vec<(std::any::TypeId, Arc<dyn std::any::Any + Send + Sync>)>);
+pub struct Sources(Vec<(TypeId, Shared)>);
 
 impl std::fmt::Debug for Sources {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -76,25 +38,124 @@ impl std::fmt::Debug for Sources {
 }
 
 impl Snapshot {
-    /// The value of type `T` a collector put in this snapshot, if any.
-    pub fn get<T: std::any::Any + Send + Sync>(&self) -> Option<&T> {
-        let id = std::any::TypeId::of::<T>();
+    fn slot<T: Any + Send + Sync>(&self) -> Option<&Shared> {
+        let id = TypeId::of::<T>();
         self.sources
             .0
             .iter()
             .find(|(t, _)| *t == id)
-            .and_then(|(_, v)| v.downcast_ref::<T>())
+            .map(|(_, v)| v)
+    }
+
+    /// The value of type `T` a collector put in this snapshot, if any.
+    pub fn get<T: Any + Send + Sync>(&self) -> Option<&T> {
+        self.slot::<T>().and_then(|v| v.downcast_ref::<T>())
+    }
+
+    /// The value of type `T`, shared: a reader may keep it past this snapshot (a detector
+    /// keeps the previous sample's table to compute rates), and tell a value repeated from
+    /// an earlier snapshot from a fresh one with [`Arc::ptr_eq`].
+    pub fn shared<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.slot::<T>()
+            .and_then(|v| Arc::clone(v).downcast::<T>().ok())
     }
 
     /// Puts `value` in this snapshot, in the place of the value of its type, if any.
-    pub fn put<T: std::any::Any + Send + Sync>(&mut self, value: T) {
-        let id = std::any::TypeId::of::<T>();
-        let value: Arc<dyn std::any::Any + Send + Sync> = Arc::new(value);
+    pub fn put<T: Any + Send + Sync>(&mut self, value: T) {
+        debug_assert!(
+            !std::any::type_name::<T>().starts_with("alloc::sync::Arc<"),
+            "{} put as a value of its own type: a shared value goes in with put_shared",
+            std::any::type_name::<T>()
+        );
+        self.put_shared(Arc::new(value));
+    }
+
+    /// Puts a value that other snapshots share (a reading kept between samples).
+    pub fn put_shared<T: Any + Send + Sync>(&mut self, value: Arc<T>) {
+        let id = TypeId::of::<T>();
+        let value: Shared = value;
         match self.sources.0.iter_mut().find(|(t, _)| *t == id) {
             Some(slot) => slot.1 = value,
             None => self.sources.0.push((id, value)),
         }
     }
+
+    /// The value of type `T` to change in place: copied first only if another snapshot
+    /// shares it.
+    pub fn get_mut<T: Any + Send + Sync + Clone>(&mut self) -> Option<&mut T> {
+        let id = TypeId::of::<T>();
+        let slot = self.sources.0.iter_mut().find(|(t, _)| *t == id)?;
+        if Arc::get_mut(&mut slot.1).is_none() {
+            let copy: T = slot.1.downcast_ref::<T>()?.clone();
+            slot.1 = Arc::new(copy);
+        }
+        Arc::get_mut(&mut slot.1)?.downcast_mut::<T>()
+    }
+
+    /// Takes the value of type `T` out of this snapshot, when nothing else holds it (a
+    /// collector taking its storage back from a snapshot that served its turn). A value
+    /// still shared stays where it is.
+    pub fn take<T: Any + Send + Sync>(&mut self) -> Option<T> {
+        let id = TypeId::of::<T>();
+        let at = self.sources.0.iter().position(|(t, _)| *t == id)?;
+        if Arc::strong_count(&self.sources.0[at].1) != 1 {
+            return None;
+        }
+        let (_, value) = self.sources.0.swap_remove(at);
+        Arc::try_unwrap(value.downcast::<T>().ok()?).ok()
+    }
+}
+
+/// The IRQs' affinities from `/proc/irq/N/`, by IRQ number.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IrqAffinities(pub BTreeMap<u32, IrqAffinity>);
+
+/// The PCI devices that own interrupts, by address.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PciDevices(pub BTreeMap<String, PciDevice>);
+
+/// Network interface name → its PCI address.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Netdevs(pub BTreeMap<String, String>);
+
+/// `softnet_stat` rows placed on their CPUs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Softnet(pub Vec<(u32, SoftnetRow)>);
+
+/// This node's pods by UID, from the Kubernetes API rather than the kernel: it lets
+/// per-cgroup series and findings name `namespace`/`pod`/`container`. Absent when names are
+/// not resolved (not in Kubernetes, switched off, or the first list has not arrived).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pods(pub BTreeMap<String, PodIdentity>);
+
+/// Node-wide Pressure Stall Information by resource (`cpu`, `memory`, `io`, `irq`): only the
+/// resources this kernel reports.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodePressure(pub BTreeMap<PsiResource, Psi>);
+
+macro_rules! deref {
+    ($($t:ident => $inner:ty),* $(,)?) => {$(
+        impl std::ops::Deref for $t {
+            type Target = $inner;
+            fn deref(&self) -> &$inner {
+                &self.0
+            }
+        }
+        impl std::ops::DerefMut for $t {
+            fn deref_mut(&mut self) -> &mut $inner {
+                &mut self.0
+            }
+        }
+    )*};
+}
+
+deref! {
+    IrqAffinities => BTreeMap<u32, IrqAffinity>,
+    PciDevices => BTreeMap<String, PciDevice>,
+    Netdevs => BTreeMap<String, String>,
+    Softnet => Vec<(u32, SoftnetRow)>,
+    Pods => BTreeMap<String, PodIdentity>,
+    NodePressure => BTreeMap<PsiResource, Psi>,
 }
 
 /// etcd's `wal_fsync_duration_seconds` buckets: 1 ms doubling to 8.192 s
@@ -242,7 +303,7 @@ impl Snapshot {
     /// The names of the pod with this UID, when known. Accepts the UID as the API gives it
     /// (`dashes`) or as the systemd cgroup driver writes it (`under_scores`).
     pub fn pod(&self, uid: &str) -> Option<&PodIdentity> {
-        let pods = self.pods.as_ref()?;
+        let pods = self.get::<Pods>()?;
         pods.get(uid)
             .or_else(|| pods.get(uid.replace('_', "-").as_str()))
     }
@@ -306,6 +367,31 @@ mod tests {
         assert_eq!(format!("{:?}", snap.sources), "Sources(2 values)");
     }
 
+    /// A shared value is neither taken nor changed in place under its sharer: `take` leaves
+    /// it, `get_mut` copies it first. A value no one else holds is taken whole.
+    #[test]
+    fn shared_values_are_copied_before_a_change_and_never_taken() {
+        #[derive(Debug, Clone, PartialEq)]
+        struct Rows(Vec<u32>);
+        let mut snap = Snapshot::default();
+        snap.put(Rows(vec![1, 2]));
+        let kept = snap.shared::<Rows>().unwrap();
+        assert_eq!(snap.take::<Rows>(), None, "still held by `kept`");
+        snap.get_mut::<Rows>().unwrap().0.push(3);
+        assert_eq!(kept.0, [1, 2], "the sharer's value is unchanged");
+        assert!(!Arc::ptr_eq(&kept, &snap.shared::<Rows>().unwrap()));
+        let rows = snap.get::<Rows>().unwrap().0.as_ptr();
+        let taken = snap.take::<Rows>().unwrap();
+        assert_eq!(
+            (taken.0.as_ptr(), taken.0.len()),
+            (rows, 3),
+            "taken, not copied"
+        );
+        assert_eq!(snap.get::<Rows>(), None);
+        snap.put_shared(Arc::clone(&kept));
+        assert!(Arc::ptr_eq(&kept, &snap.shared::<Rows>().unwrap()));
+    }
+
     #[test]
     fn pods_are_found_by_api_or_systemd_uid_spelling() {
         let mut snap = Snapshot::default();
@@ -315,7 +401,7 @@ mod tests {
             name: "web-0".into(),
             containers: BTreeMap::from([("c0ffee".into(), "app".into())]),
         };
-        snap.pods = Some(Arc::new(BTreeMap::from([("1a2b-3c".to_string(), id)])));
+        snap.put(Pods(BTreeMap::from([("1a2b-3c".to_string(), id)])));
         assert_eq!(snap.pod("1a2b-3c").map(|p| p.name.as_str()), Some("web-0"));
         assert_eq!(snap.pod("1a2b_3c").map(|p| p.name.as_str()), Some("web-0"));
         assert_eq!(snap.pod("ffff"), None);

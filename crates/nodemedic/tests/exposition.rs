@@ -697,11 +697,11 @@ fn exposition_perf_probes() {
             storms: 2,
         },
     };
-    let snapshot = nodemedic_sample::Snapshot {
+    let mut snapshot = nodemedic_sample::Snapshot {
         timestamp: 1_735_689_600.0,
-        perf: Some(perf),
         ..Default::default()
     };
+    snapshot.put(perf);
     let input = ExportInput {
         snapshot: Some(&snapshot),
         verdicts: &[],

@@ -280,7 +280,7 @@ impl Collector for CgroupsCollector {
         let root = &ctx.paths.cgroupfs;
         let mut out = Collected::default();
         if let Some((cgroups, warnings)) = self.recent(root, snap.at) {
-            snap.cgroups = Some(cgroups);
+            snap.put_shared(cgroups);
             out.warnings = warnings;
             return Ok(out);
         }
@@ -326,7 +326,7 @@ impl Collector for CgroupsCollector {
             groups,
             cpu_usage_us,
         });
-        snap.cgroups = Some(cgroups.clone());
+        snap.put_shared(Arc::clone(&cgroups));
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(Reading {
             root: root.clone(),
             at: snap.at,
@@ -802,7 +802,7 @@ fn render(e: &mut Encoder, ctx: &mut Render<'_>) {
 }
 
 fn series(e: &mut Encoder, snap: &Snapshot) {
-    let Some(c) = &snap.cgroups else {
+    let Some(c) = snap.get::<Cgroups>() else {
         return;
     };
     let groups: Vec<(Labels, &CgroupStats)> = c
@@ -980,7 +980,7 @@ fn verdicts(e: &mut Encoder, snap: &Snapshot, verdict: Option<&PressureVerdict>)
         .cgroups
         .iter()
         .filter_map(|r| {
-            let g = snap.cgroups.as_ref()?.groups.get(&r.path)?;
+            let g = snap.get::<Cgroups>()?.groups.get(&r.path)?;
             Some((Labels::of(snap, &r.path, g), r))
         })
         .collect();
@@ -1188,7 +1188,7 @@ mod tests {
         ))]);
         let (s, runs) = set.sample(&paths, Duration::from_secs(2));
         assert!(runs[0].outcome.is_ok(), "{:?}", runs[0].outcome);
-        assert!(s.cgroups.is_some());
+        assert!(s.get::<Cgroups>().is_some());
         // Nothing at all under the root: unavailable, not failed.
         let bare = tmp.path().join("bare");
         std::fs::create_dir_all(&bare).unwrap();
@@ -1217,7 +1217,7 @@ mod tests {
         ))]);
         let secs = Duration::from_secs;
         let (a, runs) = set.sample(&paths, secs(100));
-        let a = a.cgroups.unwrap();
+        let a = a.shared::<Cgroups>().unwrap();
         assert_eq!(a.groups.len(), 1);
         let warned = |runs: &[crate::CollectorRun]| match &runs[0].outcome {
             Ok(c) => c.warnings.iter().any(|w| w.contains("memory.pressure")),
@@ -1227,13 +1227,13 @@ mod tests {
         pod(&root, "2222-bbbb");
         for at in [105, 110] {
             let (s, runs) = set.sample(&paths, secs(at));
-            let s = s.cgroups.unwrap();
+            let s = s.shared::<Cgroups>().unwrap();
             assert!(Arc::ptr_eq(&s, &a), "sample at {at} s repeats the reading");
             assert!(warned(&runs), "with its warnings");
         }
         // 14 s after: within the 10% slack of a 15 s interval, so a reading.
         let (s, _) = set.sample(&paths, secs(114));
-        let s = s.cgroups.unwrap();
+        let s = s.shared::<Cgroups>().unwrap();
         assert!(!Arc::ptr_eq(&s, &a));
         assert_eq!(
             s.groups.len(),
@@ -1273,7 +1273,7 @@ mod tests {
             at += 1;
             let (s, _) = set.sample(&paths, Duration::from_secs(at));
             let walks = collector.walks.load(Ordering::Relaxed);
-            let groups: Vec<String> = s.cgroups.unwrap().groups.keys().cloned().collect();
+            let groups: Vec<String> = s.get::<Cgroups>().unwrap().groups.keys().cloned().collect();
             (groups, walks)
         };
         let one = vec!["kubepods/burstable/pod1111-aaaa".to_string()];

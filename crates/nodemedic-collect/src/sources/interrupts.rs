@@ -2,6 +2,7 @@ use std::sync::{Arc, Mutex};
 
 use nodemedic_exposition::{Encoder, Kind};
 use nodemedic_kernel::interrupts::{self, Interrupts, IrqDescription};
+use nodemedic_sample::snapshot::IrqAffinities;
 use nodemedic_sample::{GroupVerdict, Snapshot};
 
 use super::skipped_warnings;
@@ -90,7 +91,7 @@ impl Collector for InterruptsCollector {
         parsed.descriptions(&mut known.descriptions);
         known.cells = parsed.cells();
         let warnings = skipped_warnings(&path, &parsed.skipped);
-        snap.interrupts = Some(Arc::new(parsed));
+        snap.put(parsed);
         Ok(Collected {
             warnings,
             ..Default::default()
@@ -98,7 +99,7 @@ impl Collector for InterruptsCollector {
     }
 
     fn recycle(&self, snap: &mut Snapshot) {
-        if let Some(table) = snap.interrupts.take().and_then(|t| Arc::try_unwrap(t).ok()) {
+        if let Some(table) = snap.take::<Interrupts>() {
             let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
             known.spare = Some(table);
         }
@@ -145,7 +146,7 @@ impl Values {
 /// node with 400 IRQs would otherwise expose 100,000 series).
 fn render(e: &mut Encoder, ctx: &mut Render<'_>) {
     let (snap, verdicts, opts) = (ctx.snapshot, ctx.groups, ctx.options);
-    let Some(ints) = &snap.interrupts else {
+    let Some(ints) = snap.get::<Interrupts>() else {
         return;
     };
     let labels = irq_labels(ints, verdicts, ctx.scratch.get());
@@ -294,11 +295,12 @@ fn irq_labels<'a>(
 
 /// Where each IRQ may go and goes: its lowest delivery CPU and the sizes of its affinities.
 fn irq_placement(e: &mut Encoder, snap: &Snapshot, ints: &Interrupts, labels: &IrqLabels<'_>) {
+    let affinity = snap.get::<IrqAffinities>();
     let rows = || {
         ints.irqs
             .iter()
             .zip(labels.iter())
-            .filter_map(|(line, (group, _))| Some((snap.affinity.get(&line.irq)?, line.irq, group)))
+            .filter_map(|(line, (group, _))| Some((affinity?.get(&line.irq)?, line.irq, group)))
     };
     let mut num = itoa::Buffer::new();
     e.family(

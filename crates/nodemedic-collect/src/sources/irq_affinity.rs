@@ -3,10 +3,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nodemedic_kernel::bytes;
 use nodemedic_kernel::interrupts::Interrupts;
-use nodemedic_kernel::CpuSet;
-use nodemedic_sample::snapshot::IrqAffinity;
+use nodemedic_kernel::{bytes, CpuSet};
+use nodemedic_sample::snapshot::{IrqAffinities, IrqAffinity};
 use nodemedic_sample::Snapshot;
 
 use super::complete;
@@ -128,7 +127,7 @@ impl IrqAffinityCollector {
 #[derive(Default)]
 struct Last {
     /// The map the last sample's snapshot got.
-    map: Arc<BTreeMap<u32, IrqAffinity>>,
+    map: Arc<IrqAffinities>,
     /// This sample's IRQs that were read, in order, each with its affinity when it differs
     /// from `map`'s (`None`: the same).
     read: Vec<(u32, Option<IrqAffinity>)>,
@@ -202,7 +201,7 @@ impl Collector for IrqAffinityCollector {
                 .filter_map(|e| e.file_name().to_str()?.parse().ok())
                 .collect();
             listed.sort_unstable();
-        } else if let Some(ints) = &snap.interrupts {
+        } else if let Some(ints) = snap.get::<Interrupts>() {
             let before = listed.len();
             for line in &ints.irqs {
                 if listed.binary_search(&line.irq).is_err() {
@@ -229,8 +228,7 @@ impl Collector for IrqAffinityCollector {
         let every = ctx.rescan
             || self.refresh.is_zero()
             || !snap
-                .interrupts
-                .as_ref()
+                .get::<Interrupts>()
                 .is_some_and(|now| moved(&last.counts, now, &last.map, &mut last.moved));
         let n = irqs.len();
         let turns = if every {
@@ -241,7 +239,7 @@ impl Collector for IrqAffinityCollector {
         let first_turn = if n == 0 { 0 } else { last.turn % n };
         last.turn = first_turn + turns;
         last.at = Some(snap.at);
-        last.counts.keep(snap.interrupts.as_deref());
+        last.counts.keep(snap.get::<Interrupts>());
         let mut changed = false;
         let mut gone = Vec::new();
         let mut troubled = Vec::new();
@@ -305,9 +303,9 @@ impl Collector for IrqAffinityCollector {
                     None => Some((irq, last.map.get(&irq)?.clone())),
                 })
                 .collect();
-            last.map = Arc::new(map);
+            last.map = Arc::new(IrqAffinities(map));
         }
-        snap.affinity = Arc::clone(&last.map);
+        snap.put_shared(Arc::clone(&last.map));
         if vanished > 0 {
             // Named (a few of them): a warning must say which file it is about.
             const NAMED: usize = 5;
@@ -328,7 +326,7 @@ impl Collector for IrqAffinityCollector {
         }
         // Nothing readable at all (permission denied everywhere, say) is a failure; a few
         // bad files among many are warnings.
-        if snap.affinity.is_empty() && !errors.is_empty() {
+        if last.map.is_empty() && !errors.is_empty() {
             return Err(errors.swap_remove(0).into());
         }
         out.warnings.extend(errors.iter().map(ToString::to_string));

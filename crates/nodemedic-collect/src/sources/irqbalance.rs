@@ -80,7 +80,7 @@ impl Collector for IrqbalanceConfigCollector {
             };
             Ok((config, warnings))
         })?;
-        snap.irqbalance = Some(config);
+        snap.put(config);
         Ok(Collected {
             warnings,
             ..Default::default()

@@ -3,7 +3,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use nodemedic_kernel::device::{self, Classified};
-use nodemedic_sample::snapshot::PciDevice;
+use nodemedic_kernel::interrupts::Interrupts;
+use nodemedic_sample::snapshot::{Netdevs, PciDevice, PciDevices};
 use nodemedic_sample::Snapshot;
 
 use super::{complete, cpuset_file};
@@ -75,8 +76,8 @@ struct State {
 }
 
 struct PciRead {
-    netdevs: Arc<BTreeMap<String, String>>,
-    devices: Arc<BTreeMap<String, PciDevice>>,
+    netdevs: Arc<Netdevs>,
+    devices: Arc<PciDevices>,
     /// Every address looked up, found or not.
     looked_up: BTreeSet<String>,
     warnings: Vec<String>,
@@ -90,7 +91,7 @@ impl Collector for PciDevicesCollector {
     fn collect(&self, ctx: &Ctx<'_>, snap: &mut Snapshot) -> Result<Collected, CollectError> {
         let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let st = &mut *guard;
-        let same_rows = match &snap.interrupts {
+        let same_rows = match snap.get::<Interrupts>() {
             Some(ints) => !st.classified.update(&ints.irqs),
             None => {
                 // What is read now covers no IRQ row: the next rows must not count as the same.
@@ -98,7 +99,7 @@ impl Collector for PciDevicesCollector {
                 false
             }
         };
-        let (ints, classified) = (snap.interrupts.as_ref(), &st.classified);
+        let (ints, classified) = (snap.get::<Interrupts>(), &st.classified);
         // The PCI address of each IRQ row that names one (a device's IRQs name it each).
         let irq_addrs = || {
             ints.into_iter().flat_map(|ints| {
@@ -123,8 +124,8 @@ impl Collector for PciDevicesCollector {
             .read
             .get_or_insert_with(|| read_sysfs(ctx, irq_addrs().map(str::to_string).collect()));
         // What the snapshot needs, shared; the addresses looked up stay here.
-        snap.netdevs = Arc::clone(&read.netdevs);
-        snap.pci_devices = Arc::clone(&read.devices);
+        snap.put_shared(Arc::clone(&read.netdevs));
+        snap.put_shared(Arc::clone(&read.devices));
         Ok(Collected {
             warnings: read.warnings.clone(),
             ..Default::default()
@@ -182,8 +183,8 @@ fn read_sysfs(ctx: &Ctx<'_>, mut addrs: BTreeSet<String>) -> PciRead {
         );
     }
     PciRead {
-        netdevs: Arc::new(netdevs),
-        devices: Arc::new(found),
+        netdevs: Arc::new(Netdevs(netdevs)),
+        devices: Arc::new(PciDevices(found)),
         looked_up: addrs,
         warnings: out.warnings,
     }

@@ -2,6 +2,7 @@ use std::collections::BTreeMap;
 
 use nodemedic_exposition::{Encoder, Kind};
 use nodemedic_kernel::psi::{self, PsiResource};
+use nodemedic_sample::snapshot::NodePressure;
 use nodemedic_sample::Snapshot;
 
 use super::RescanCache;
@@ -110,7 +111,9 @@ impl Collector for PressureCollector {
             }
         }
         out.warnings.extend(errors.iter().map(ToString::to_string));
-        snap.pressure = (!found.is_empty()).then_some(found);
+        if !found.is_empty() {
+            snap.put(NodePressure(found));
+        }
         Ok(out)
     }
 }
@@ -120,7 +123,7 @@ impl Collector for PressureCollector {
 /// once); only the resources the kernel reports.
 fn render(e: &mut Encoder, ctx: &mut Render<'_>) {
     let snap = ctx.snapshot;
-    let Some(p) = &snap.pressure else {
+    let Some(p) = snap.get::<NodePressure>() else {
         return;
     };
     for resource in PsiResource::ALL {
@@ -216,8 +219,7 @@ mod tests {
         let (s, runs) = set.sample(&paths, secs(100));
         assert!(runs[0].outcome.is_ok());
         let names = |s: &Snapshot| {
-            s.pressure
-                .as_ref()
+            s.get::<NodePressure>()
                 .unwrap()
                 .keys()
                 .map(|r| r.as_str())
@@ -238,13 +240,13 @@ mod tests {
             ["cpu", "io", "memory"],
             "irq waits for the rescan"
         );
-        let cpu = &s.pressure.as_ref().unwrap()[&PsiResource::Cpu];
+        let cpu = &s.get::<NodePressure>().unwrap()[&PsiResource::Cpu];
         assert_eq!(cpu.some.map(|l| l.total_us), Some(8));
 
         let (s, _) = set.sample(&paths, secs(161));
         assert_eq!(names(&s), ["cpu", "io", "irq", "memory"]);
         assert_eq!(
-            s.pressure.as_ref().unwrap()[&PsiResource::Irq]
+            s.get::<NodePressure>().unwrap()[&PsiResource::Irq]
                 .full
                 .map(|l| l.total_us),
             Some(9)
@@ -263,7 +265,7 @@ mod tests {
         let secs = Duration::from_secs;
         for at in [100, 105] {
             let (s, runs) = set.sample(&paths, secs(at));
-            assert!(s.pressure.is_none());
+            assert!(s.get::<NodePressure>().is_none());
             let c = runs[0].outcome.as_ref().unwrap();
             assert!(
                 c.unavailable.as_deref().unwrap().contains("has no PSI"),
@@ -275,6 +277,9 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("cpu"), LINES).unwrap();
         let (s, _) = set.sample(&paths, secs(161));
-        assert!(s.pressure.unwrap().contains_key(&PsiResource::Cpu));
+        assert!(s
+            .get::<NodePressure>()
+            .unwrap()
+            .contains_key(&PsiResource::Cpu));
     }
 }

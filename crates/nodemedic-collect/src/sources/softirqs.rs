@@ -1,7 +1,7 @@
 use std::sync::Mutex;
 
 use nodemedic_exposition::{Encoder, Kind};
-use nodemedic_kernel::softirqs;
+use nodemedic_kernel::softirqs::{self, Softirqs};
 use nodemedic_sample::Snapshot;
 
 use super::skipped_warnings;
@@ -60,7 +60,7 @@ impl Collector for SoftirqsCollector {
             .read_with(&path, |text| softirqs::parse_into(text, &mut table))?
             .map_err(|e| ReadError::parse(&path, e))?;
         let warnings = skipped_warnings(&path, &table.skipped);
-        snap.softirqs = Some(table);
+        snap.put(table);
         Ok(Collected {
             warnings,
             ..Default::default()
@@ -68,7 +68,7 @@ impl Collector for SoftirqsCollector {
     }
 
     fn recycle(&self, snap: &mut Snapshot) {
-        if let Some(table) = snap.softirqs.take() {
+        if let Some(table) = snap.take::<Softirqs>() {
             *self.spare.lock().unwrap_or_else(|p| p.into_inner()) = Some(table);
         }
     }
@@ -77,7 +77,7 @@ impl Collector for SoftirqsCollector {
 /// Per CPU, the softirq types `[metrics] softirq_types` names (NET_RX and NET_TX).
 fn render(e: &mut Encoder, ctx: &mut Render<'_>) {
     let (snap, opts) = (ctx.snapshot, ctx.options);
-    let Some(s) = &snap.softirqs else {
+    let Some(s) = snap.get::<Softirqs>() else {
         return;
     };
     e.family(

@@ -2,6 +2,7 @@ use std::sync::Mutex;
 
 use nodemedic_exposition::{Encoder, Kind};
 use nodemedic_kernel::softnet;
+use nodemedic_sample::snapshot::{Softnet, Topology};
 use nodemedic_sample::Snapshot;
 
 use super::skipped_warnings;
@@ -79,7 +80,7 @@ impl Collector for SoftnetCollector {
             };
             return Err(ReadError::parse(&path, why).into());
         }
-        let online: Vec<u32> = match &snap.topology {
+        let online: Vec<u32> = match snap.get::<Topology>() {
             Some(t) => t.online.iter().collect(),
             None => {
                 if parsed.rows.iter().any(|r| r.cpu.is_none()) {
@@ -99,7 +100,7 @@ impl Collector for SoftnetCollector {
                 path.display()
             ));
         }
-        snap.softnet = Some(placed);
+        snap.put(Softnet(placed));
         Ok(Collected {
             warnings,
             ..Default::default()
@@ -112,7 +113,7 @@ impl Collector for SoftnetCollector {
     }
 
     fn recycle(&self, snap: &mut Snapshot) {
-        if let Some(placed) = snap.softnet.take() {
+        if let Some(Softnet(placed)) = snap.take::<Softnet>() {
             let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
             if placed.capacity() > kept.placed.capacity() {
                 kept.placed = placed;
@@ -123,7 +124,7 @@ impl Collector for SoftnetCollector {
 /// Per CPU: packets processed, dropped (backlog full) and squeezed (budget or time out).
 fn render(e: &mut Encoder, ctx: &mut Render<'_>) {
     let snap = ctx.snapshot;
-    let Some(rows) = &snap.softnet else {
+    let Some(rows) = snap.get::<Softnet>() else {
         return;
     };
     let mut num = itoa::Buffer::new();
@@ -135,7 +136,7 @@ fn render(e: &mut Encoder, ctx: &mut Render<'_>) {
     ];
     for (name, help, field) in fields {
         e.family(name, Kind::Counter, help);
-        for (cpu, row) in rows {
+        for (cpu, row) in rows.iter() {
             e.sample(&[("cpu", num.format(*cpu))], f64::from(field(row)));
         }
     }

@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 
 use nodemedic_exposition::{Encoder, Kind};
 use nodemedic_kernel::CpuSet;
-use nodemedic_sample::snapshot::Topology;
+use nodemedic_sample::snapshot::{IrqbalanceConfig, Topology};
 use nodemedic_sample::Snapshot;
 
 use super::{complete, cpuset_file, RescanCache};
@@ -108,7 +108,7 @@ impl Collector for TopologyCollector {
         let (topology, warnings) = self.cache.get(ctx.rescan || hotplugged, || {
             Ok(read_rest(ctx, &cpu, online))
         })?;
-        snap.topology = Some(topology);
+        snap.put(topology);
         Ok(Collected {
             warnings,
             ..Default::default()
@@ -162,7 +162,7 @@ fn read_rest(ctx: &Ctx<'_>, cpu: &std::path::Path, online: CpuSet) -> (Topology,
 /// CPUs by state, with irqbalance's banned CPUs (from its collector).
 fn render(e: &mut Encoder, ctx: &mut Render<'_>) {
     let snap = ctx.snapshot;
-    let Some(t) = &snap.topology else {
+    let Some(t) = snap.get::<Topology>() else {
         return;
     };
     e.family(
@@ -173,7 +173,7 @@ fn render(e: &mut Encoder, ctx: &mut Render<'_>) {
     e.sample(&[("state", "online")], t.online.len() as f64);
     e.sample(&[("state", "isolated")], t.isolated.len() as f64);
     e.sample(&[("state", "nohz_full")], t.nohz_full.len() as f64);
-    if let Some(irqb) = &snap.irqbalance {
+    if let Some(irqb) = snap.get::<IrqbalanceConfig>() {
         e.sample(
             &[("state", "irqbalance_banned")],
             irqb.banned_cpus.len() as f64,

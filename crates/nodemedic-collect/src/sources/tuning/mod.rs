@@ -14,6 +14,7 @@ use nodemedic_kernel::tuning::{
     Queried, QueueName, Rings, Tuning, TuningSettings,
 };
 use nodemedic_kernel::CpuSet;
+use nodemedic_sample::snapshot::{Netdevs, Topology};
 use nodemedic_sample::Snapshot;
 
 use super::RescanCache;
@@ -589,7 +590,7 @@ impl Collector for TuningCollector {
             }
             nic_stats.insert(name.clone(), stats);
         }
-        snap.tuning = Some(Tuning {
+        snap.put(Tuning {
             settings,
             nic_stats,
         });
@@ -728,8 +729,7 @@ fn read_settings(
     s.cpufreq = cpufreq(r, &cpu.join("cpufreq"), w);
     s.cpufreq_present = !s.cpufreq.is_empty();
     let first_cpu = snap
-        .topology
-        .as_ref()
+        .get::<Topology>()
         .and_then(|t| t.online.first())
         .unwrap_or(0);
     s.cpuidle = cpuidle(r, &cpu, first_cpu, w);
@@ -855,7 +855,7 @@ fn nics(
             continue;
         }
         let mut nic = NicSettings {
-            pci: snap.netdevs.get(&name).cloned(),
+            pci: snap.get::<Netdevs>().and_then(|n| n.get(&name)).cloned(),
             rx_queues: 0,
             tx_queues: 0,
             rps: BTreeMap::new(),
@@ -960,8 +960,8 @@ mod tests {
         );
         write(root, "ethtool/eth0", "rings rx=256/4096 tx=256/4096\n");
         let mut set = set(root);
-        let budget = |s: &Snapshot| s.tuning.as_ref().unwrap().settings.net_core.netdev_budget;
-        let missed = |s: &Snapshot| s.tuning.as_ref().unwrap().nic_stats["eth0"].rx_missed_errors;
+        let budget = |s: &Snapshot| s.get::<Tuning>().unwrap().settings.net_core.netdev_budget;
+        let missed = |s: &Snapshot| s.get::<Tuning>().unwrap().nic_stats["eth0"].rx_missed_errors;
         let (first, _) = run(root, &mut set, 100);
         assert_eq!((budget(&first), missed(&first)), (Some(300), Some(1)));
         write(root, "proc/sys/net/core/netdev_budget", "600\n");
@@ -974,7 +974,7 @@ mod tests {
         let (between, _) = run(root, &mut set, 130);
         assert_eq!((budget(&between), missed(&between)), (Some(300), Some(9)));
         let rings = |s: &Snapshot| {
-            s.tuning.as_ref().unwrap().settings.nics["eth0"]
+            s.get::<Tuning>().unwrap().settings.nics["eth0"]
                 .rings
                 .value()
                 .unwrap()
@@ -1028,7 +1028,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let (snap, c) = run(tmp.path(), &mut set(tmp.path()), 1);
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);
-        let s = snap.tuning.unwrap().settings;
+        let s = &snap.get::<Tuning>().unwrap().settings;
         assert!(!s.cpufreq_present && !s.iommu_groups_present && s.nics.is_empty());
         assert_eq!(s.cmdline, None);
     }
@@ -1086,7 +1086,7 @@ mod tests {
         ] {
             assert!(joined.contains(want), "{want}: {joined}");
         }
-        let t = snap.tuning.unwrap();
+        let t = snap.get::<Tuning>().unwrap();
         let s = &t.settings;
         assert_eq!(s.net_core.netdev_budget, None);
         assert_eq!(s.net_core.netdev_max_backlog, Some(1000));
@@ -1107,7 +1107,7 @@ mod tests {
 
         std::fs::remove_dir_all(root.join("sys/class/net/eth0/statistics")).unwrap();
         let (snap, c) = run(root, &mut set, 2);
-        let t = snap.tuning.unwrap();
+        let t = snap.get::<Tuning>().unwrap();
         assert!(
             t.settings.nics.contains_key("eth0"),
             "settings until the rescan"

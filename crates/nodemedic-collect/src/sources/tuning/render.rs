@@ -20,7 +20,7 @@ use crate::registry::Render;
 
 /// The settings and NIC counters the tuning collector read.
 pub(super) fn render(e: &mut Encoder, ctx: &mut Render<'_>) {
-    let Some(t) = &ctx.snapshot.tuning else {
+    let Some(t) = ctx.snapshot.get::<Tuning>() else {
         return;
     };
     nic_limits(e, t);
@@ -262,16 +262,14 @@ mod tests {
         bare.rx_queues = 0;
         bare.tx_queues = 0;
         nics.insert("eth1".to_string(), bare);
-        let snap = Snapshot {
-            tuning: Some(Tuning {
-                settings: Arc::new(TuningSettings {
-                    nics,
-                    ..Default::default()
-                }),
-                nic_stats,
+        let mut snap = Snapshot::default();
+        snap.put(Tuning {
+            settings: Arc::new(TuningSettings {
+                nics,
+                ..Default::default()
             }),
-            ..Default::default()
-        };
+            nic_stats,
+        });
         let text = render(&snap);
         let got = samples(&text);
         let channels: Vec<&str> = got
@@ -317,29 +315,27 @@ mod tests {
 
     #[test]
     fn iommu_groups_and_cpufreq_policies_are_counted() {
-        let snap = Snapshot {
-            tuning: Some(Tuning {
-                settings: Arc::new(TuningSettings {
-                    iommu_groups: vec![
-                        group(7, IommuDomain::Strict),
-                        group(24, IommuDomain::Strict),
-                        group(31, IommuDomain::Lazy),
-                        group(40, IommuDomain::Unknown("DMA-XYZ".into())),
-                    ],
-                    iommu_groups_present: true,
-                    cpufreq: vec![
-                        policy(0, Some("intel_pstate"), Some("powersave")),
-                        policy(1, Some("intel_pstate"), Some("powersave")),
-                        policy(2, Some("intel_pstate"), Some("performance")),
-                        policy(3, None, Some("powersave")),
-                    ],
-                    cpufreq_present: true,
-                    ..Default::default()
-                }),
-                nic_stats: BTreeMap::new(),
+        let mut snap = Snapshot::default();
+        snap.put(Tuning {
+            settings: Arc::new(TuningSettings {
+                iommu_groups: vec![
+                    group(7, IommuDomain::Strict),
+                    group(24, IommuDomain::Strict),
+                    group(31, IommuDomain::Lazy),
+                    group(40, IommuDomain::Unknown("DMA-XYZ".into())),
+                ],
+                iommu_groups_present: true,
+                cpufreq: vec![
+                    policy(0, Some("intel_pstate"), Some("powersave")),
+                    policy(1, Some("intel_pstate"), Some("powersave")),
+                    policy(2, Some("intel_pstate"), Some("performance")),
+                    policy(3, None, Some("powersave")),
+                ],
+                cpufreq_present: true,
+                ..Default::default()
             }),
-            ..Default::default()
-        };
+            nic_stats: BTreeMap::new(),
+        });
         let text = render(&snap);
         let got = samples(&text);
         for line in [
