@@ -20,6 +20,18 @@ def run(binary, samples, case=None, pause_ms=None):
     if pause_ms is not None:
         env["NODEMEDIC_BENCH_PAUSE_MS"] = str(pause_ms)
     out = subprocess.run([binary], env=env, capture_output=True, text=True, check=True)
+    # A fixture case whose collectors fail measures nothing: the binary looks for the fixture
+    # trees where its checkout was when it was built (testkit's CARGO_MANIFEST_DIR), and a
+    # moved or removed checkout makes every reader fail in microseconds.
+    broken = [
+        line for line in out.stderr.splitlines()
+        if "collectors not succeeding" in line and not line.startswith("note: this machine")
+    ]
+    if broken:
+        raise SystemExit(
+            f"{binary}: fixture cases with failing collectors (is the checkout it was built in "
+            f"still there?):\n" + "\n".join(broken)
+        )
     rows = {}
     for line in out.stdout.splitlines():
         m = ROW.match(line)
