@@ -126,13 +126,14 @@ pub fn build_groups_into(
     // group grew each list a push at a time (on a big node, three maps of pages a sample).
     let mut members: Vec<Member<'_>> = std::mem::take(&mut scratch.members);
     members.reserve(ints.irqs.len());
+    let netdevs = snap.get::<Netdevs>();
     for (row, line) in ints.irqs.iter().enumerate() {
         let Some(dev) = classified.get(row, line.irq) else {
             continue;
         };
         let pci = dev.pci.as_deref().or_else(|| {
             let instance = dev.instance.as_ref()?;
-            snap.get::<Netdevs>()?.get(instance).map(String::as_str)
+            netdevs?.get(instance).map(String::as_str)
         });
         let key = match (pci, &dev.instance) {
             (Some(pci), _) => GroupKey::Pci(pci),

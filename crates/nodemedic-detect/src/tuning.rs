@@ -940,35 +940,33 @@ mod tests {
             iommu_groups_present: true,
             ..Default::default()
         };
-        {
-            let mut snap = Snapshot {
-                at: Duration::from_secs(at),
-                timestamp: at as f64,
+        let mut snap = Snapshot {
+            at: Duration::from_secs(at),
+            timestamp: at as f64,
+            ..Default::default()
+        };
+        snap.put(Topology {
+            online: CpuSet::from_cpus(0..2),
+            ..Default::default()
+        });
+        snap.put(Softnet(vec![(
+            0,
+            SoftnetRow {
+                time_squeeze: squeeze,
                 ..Default::default()
-            };
-            snap.put(Topology {
-                online: CpuSet::from_cpus(0..2),
-                ..Default::default()
-            });
-            snap.put(Softnet(vec![(
-                0,
-                SoftnetRow {
-                    time_squeeze: squeeze,
+            },
+        )]));
+        snap.put(Tuning {
+            settings: Arc::new(settings),
+            nic_stats: BTreeMap::from([(
+                "eth0".to_string(),
+                NicStats {
+                    rx_missed_errors: Some(missed),
                     ..Default::default()
                 },
-            )]));
-            snap.put(Tuning {
-                settings: Arc::new(settings),
-                nic_stats: BTreeMap::from([(
-                    "eth0".to_string(),
-                    NicStats {
-                        rx_missed_errors: Some(missed),
-                        ..Default::default()
-                    },
-                )]),
-            });
-            snap
-        }
+            )]),
+        });
+        snap
     }
 
     fn severities(v: &TuningVerdict) -> Vec<(TuningRule, Severity)> {

@@ -222,11 +222,8 @@ mod tests {
     fn no_rates_no_verdict() {
         let mut d = WakeupStormDetector::new(WakeupStormConfig::default());
         assert!(d.observe(&Snapshot::default()).is_none());
-        let down = {
-            let mut snap = Snapshot::default();
-            snap.put(PerfProbes::default());
-            snap
-        };
+        let mut down = Snapshot::default();
+        down.put(PerfProbes::default());
         assert!(d.observe(&down).is_none());
     }
 

@@ -38,13 +38,14 @@ impl std::fmt::Debug for Sources {
 }
 
 impl Snapshot {
-    fn slot<T: Any + Send + Sync>(&self) -> Option<&Shared> {
+    /// Where the value of type `T` is in `sources`, if there is one.
+    fn index<T: Any>(&self) -> Option<usize> {
         let id = TypeId::of::<T>();
-        self.sources
-            .0
-            .iter()
-            .find(|(t, _)| *t == id)
-            .map(|(_, v)| v)
+        self.sources.0.iter().position(|(t, _)| *t == id)
+    }
+
+    fn slot<T: Any + Send + Sync>(&self) -> Option<&Shared> {
+        self.index::<T>().map(|at| &self.sources.0[at].1)
     }
 
     /// The value of type `T` a collector put in this snapshot, if any.
@@ -72,32 +73,30 @@ impl Snapshot {
 
     /// Puts a value that other snapshots share (a reading kept between samples).
     pub fn put_shared<T: Any + Send + Sync>(&mut self, value: Arc<T>) {
-        let id = TypeId::of::<T>();
         let value: Shared = value;
-        match self.sources.0.iter_mut().find(|(t, _)| *t == id) {
-            Some(slot) => slot.1 = value,
-            None => self.sources.0.push((id, value)),
+        match self.index::<T>() {
+            Some(at) => self.sources.0[at].1 = value,
+            None => self.sources.0.push((TypeId::of::<T>(), value)),
         }
     }
 
     /// The value of type `T` to change in place: copied first only if another snapshot
     /// shares it.
     pub fn get_mut<T: Any + Send + Sync + Clone>(&mut self) -> Option<&mut T> {
-        let id = TypeId::of::<T>();
-        let slot = self.sources.0.iter_mut().find(|(t, _)| *t == id)?;
-        if Arc::get_mut(&mut slot.1).is_none() {
-            let copy: T = slot.1.downcast_ref::<T>()?.clone();
-            slot.1 = Arc::new(copy);
+        let at = self.index::<T>()?;
+        let slot = &mut self.sources.0[at].1;
+        if Arc::get_mut(slot).is_none() {
+            let copy: T = slot.downcast_ref::<T>()?.clone();
+            *slot = Arc::new(copy);
         }
-        Arc::get_mut(&mut slot.1)?.downcast_mut::<T>()
+        Arc::get_mut(slot)?.downcast_mut::<T>()
     }
 
     /// Takes the value of type `T` out of this snapshot, when nothing else holds it (a
     /// collector taking its storage back from a snapshot that served its turn). A value
     /// still shared stays where it is.
     pub fn take<T: Any + Send + Sync>(&mut self) -> Option<T> {
-        let id = TypeId::of::<T>();
-        let at = self.sources.0.iter().position(|(t, _)| *t == id)?;
+        let at = self.index::<T>()?;
         if Arc::strong_count(&self.sources.0[at].1) != 1 {
             return None;
         }

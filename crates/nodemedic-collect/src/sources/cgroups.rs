@@ -976,11 +976,12 @@ fn verdicts(e: &mut Encoder, snap: &Snapshot, verdict: Option<&PressureVerdict>)
         );
         e.sample(&[], busy);
     }
+    let cgroups = snap.get::<Cgroups>();
     let labelled: Vec<(Labels, &CgroupRates)> = v
         .cgroups
         .iter()
         .filter_map(|r| {
-            let g = snap.get::<Cgroups>()?.groups.get(&r.path)?;
+            let g = cgroups?.groups.get(&r.path)?;
             Some((Labels::of(snap, &r.path, g), r))
         })
         .collect();
