@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Fuzzes every nodemedic-kernel parser with cargo-fuzz (libFuzzer) for FUZZ_SECONDS each: one
-# binary (fuzz/fuzz_targets/parsers.rs), run once per target with NODEMEDIC_FUZZ_TARGET naming it.
+# Fuzzes every parser (each collector's, and nodemedic-kernel's shared ones) with cargo-fuzz
+# (libFuzzer) for FUZZ_SECONDS each: one binary (fuzz/fuzz_targets/parsers.rs), run once per
+# target with NODEMEDIC_FUZZ_TARGET naming it.
 #
 #   tests/fuzz.sh                  # 20 s per target, one target per CPU at a time
 #   FUZZ_SECONDS=300 tests/fuzz.sh

@@ -19,6 +19,7 @@ mod self_stats;
 pub mod sources;
 #[allow(unsafe_code)]
 mod uring;
+pub mod widen;
 pub use cpu_time::process_cpu_seconds;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -4,11 +4,10 @@
 
 use std::time::Duration;
 
+use nodemedic_collect::sources::cgroups::Cgroups;
+use nodemedic_collect::sources::pressure::{NodePressure, Psi, PsiResource};
 use nodemedic_collect::sources::{CgroupSelection, CgroupsCollector, PressureCollector};
 use nodemedic_collect::{CollectorSet, Paths};
-use nodemedic_kernel::cgroup::Cgroups;
-use nodemedic_kernel::psi::{Psi, PsiResource};
-use nodemedic_sample::snapshot::NodePressure;
 
 /// Node PSI from the real `/proc/pressure`: every resource the kernel has, with totals that
 /// only grow, read through the kept-open read layer.

@@ -5,10 +5,11 @@
 
 use std::time::Duration;
 
+use nodemedic_collect::sources::interrupts::Interrupts;
+use nodemedic_collect::sources::irqbalance::IrqbalanceConfig;
 use nodemedic_collect::{CollectorSet, Paths};
-use nodemedic_kernel::interrupts::Interrupts;
 use nodemedic_kernel::CpuSet;
-use nodemedic_sample::snapshot::{IrqAffinities, IrqbalanceConfig, Netdevs, PciDevices, Topology};
+use nodemedic_sample::snapshot::{IrqAffinities, Netdevs, PciDevices, Topology};
 use nodemedic_sample::Snapshot;
 use nodemedic_testkit::copy_fixture;
 
@@ -148,7 +149,7 @@ fn irqs_appearing_or_vanishing_between_rescans_are_followed() {
 /// database, say so with the reason (never a collector failure).
 #[test]
 fn irqbalance_package_version_follows_the_database() {
-    use nodemedic_kernel::irqbalance::IrqbalancePackage;
+    use nodemedic_collect::sources::irqbalance::IrqbalancePackage;
     let (copy, paths, mut set) = editable("96cpu-collapsed");
     let root = copy.path();
     let package = |snap: Snapshot| {

@@ -5,13 +5,12 @@
 use std::path::Path;
 use std::time::Duration;
 
+use nodemedic_collect::sources::tuning::{Queried, SrsoState, Tuning};
 use nodemedic_collect::sources::{
     EthtoolNetlink, NicLimitsSource, PciDevicesCollector, TopologyCollector, TuningCollector,
     ETHTOOL_NETLINK_UNSUPPORTED,
 };
 use nodemedic_collect::{CollectorSet, Paths};
-use nodemedic_kernel::tuning::Tuning;
-use nodemedic_kernel::tuning::{Queried, SrsoState};
 
 /// The interface of the default route, which every CI machine has.
 fn default_interface() -> String {

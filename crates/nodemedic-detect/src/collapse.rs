@@ -6,11 +6,11 @@
 //! or the network stack on those CPUs is visibly overloaded (softnet drops or time squeezes).
 //! Both verdicts pass through [`Hysteresis`], so a signal that flaps never flips them.
 
+use nodemedic_collect::sources::interrupts::device::Classified;
+use nodemedic_collect::sources::interrupts::{Counts, Interrupts};
+use nodemedic_collect::sources::softirqs::Softirqs;
+use nodemedic_collect::sources::softnet::Softnet;
 use nodemedic_kernel::counter;
-use nodemedic_kernel::device::Classified;
-use nodemedic_kernel::interrupts::{Counts, Interrupts};
-use nodemedic_kernel::softirqs::Softirqs;
-use nodemedic_sample::snapshot::Softnet;
 use nodemedic_sample::Snapshot;
 use serde::{Deserialize, Serialize};
 
@@ -155,7 +155,7 @@ struct Previous {
     /// The CPU of each count column (the `/proc/interrupts` header).
     cpus: Vec<u32>,
     /// The sample's table, shared with the snapshot (not copied).
-    interrupts: Option<std::sync::Arc<nodemedic_kernel::interrupts::Interrupts>>,
+    interrupts: Option<std::sync::Arc<Interrupts>>,
     /// (IRQ, its row in `interrupts`), by IRQ.
     rows: Vec<(u32, usize)>,
     /// (CPU, NET_RX softirqs), by CPU.

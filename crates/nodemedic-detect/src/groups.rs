@@ -2,10 +2,11 @@
 
 use std::fmt::Write;
 
-use nodemedic_kernel::device::{Classified, IrqDevice, IrqRole};
-use nodemedic_kernel::interrupts::{Interrupts, IrqLine};
+use nodemedic_collect::sources::interrupts::device::{Classified, IrqDevice, IrqRole};
+use nodemedic_collect::sources::interrupts::{Interrupts, IrqLine};
+use nodemedic_collect::sources::irqbalance::IrqbalanceConfig;
 use nodemedic_kernel::CpuSet;
-use nodemedic_sample::snapshot::{IrqAffinities, IrqbalanceConfig, Netdevs, PciDevices, Topology};
+use nodemedic_sample::snapshot::{IrqAffinities, Netdevs, PciDevices, Topology};
 use nodemedic_sample::Snapshot;
 
 pub use nodemedic_sample::verdict::DeviceGroup;
@@ -315,7 +316,7 @@ mod tests {
 
     use std::sync::Arc;
 
-    use nodemedic_kernel::interrupts::{Interrupts, IrqDescription};
+    use nodemedic_collect::sources::interrupts::{Interrupts, IrqDescription};
 
     use super::*;
 

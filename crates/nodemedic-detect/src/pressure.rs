@@ -15,14 +15,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nodemedic_sample::snapshot::{NodePressure, Pods, Topology};
+use nodemedic_collect::sources::cgroups::{CgroupStats, Cgroups, Workload};
+use nodemedic_collect::sources::pressure::{NodePressure, Psi, PsiLine, PsiResource};
+use nodemedic_sample::snapshot::{Pods, Topology};
+use nodemedic_sample::Snapshot;
 use serde::{Deserialize, Serialize};
 
 use crate::finding::{Finding, Severity};
 use crate::hysteresis::{ratio as check_ratio, ConfigError, Hysteresis, Latch};
-use nodemedic_kernel::cgroup::{CgroupStats, Cgroups, Workload};
-use nodemedic_kernel::psi::{Psi, PsiResource};
-use nodemedic_sample::Snapshot;
 
 /// The verdict this detector produces (types of the sample, shared with the outputs).
 pub use nodemedic_sample::verdict::{
@@ -351,10 +351,7 @@ fn ratio(before: u64, now: u64, dt: f64) -> Option<f64> {
 }
 
 fn ratios(before: &Psi, now: &Psi, dt: f64) -> PsiRatios {
-    let pick = |b: Option<nodemedic_kernel::psi::PsiLine>,
-                n: Option<nodemedic_kernel::psi::PsiLine>| {
-        ratio(b?.total_us, n?.total_us, dt)
-    };
+    let pick = |b: Option<PsiLine>, n: Option<PsiLine>| ratio(b?.total_us, n?.total_us, dt);
     PsiRatios {
         some: pick(before.some, now.some),
         full: pick(before.full, now.full),
@@ -523,10 +520,8 @@ pub fn cgroup_findings(c: &CgroupRates) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use nodemedic_kernel::cgroup::Qos;
-
-    use nodemedic_kernel::cgroup::{CgroupPressure, CpuMax, CpuStat};
-    use nodemedic_kernel::psi::PsiLine;
+    use nodemedic_collect::sources::cgroups::{CgroupPressure, CpuMax, CpuStat, Qos};
+    use nodemedic_collect::sources::pressure::PsiLine;
 
     use super::*;
 
@@ -647,7 +642,7 @@ mod tests {
             )]
             .into(),
         ));
-        snap.put(nodemedic_kernel::cgroup::Cgroups {
+        snap.put(nodemedic_collect::sources::cgroups::Cgroups {
             groups: [("kubepods/burstable/pod1a2b".to_string(), g)].into(),
             ..Default::default()
         });
@@ -841,7 +836,7 @@ mod tests {
         fn reading(d: &mut PressureDetector, secs: u64, paths: &[&str]) -> PressureVerdict {
             let n = secs / 10;
             let mut s = snap(secs, 0, pod(0, 0, 0));
-            s.put(nodemedic_kernel::cgroup::Cgroups {
+            s.put(nodemedic_collect::sources::cgroups::Cgroups {
                 groups: paths
                     .iter()
                     // Throttled in 60% of periods, waiting 35% of the time: quota-bound.

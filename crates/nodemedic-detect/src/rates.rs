@@ -9,8 +9,8 @@
 
 use std::collections::HashMap;
 
+use nodemedic_collect::sources::interrupts::{Counts, Interrupts};
 use nodemedic_kernel::counter;
-use nodemedic_kernel::interrupts::{Counts, Interrupts};
 
 /// Adds a row's counts since boot into `sums`, per column.
 pub fn add_counts(sums: &mut [u64], row: Counts<'_>) {

@@ -21,16 +21,18 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use nodemedic_kernel::tuning::Tuning;
+use nodemedic_collect::sources::tuning::Tuning;
+use nodemedic_collect::sources::tuning::{
+    IommuDomain, NicSettings, Queried, SrsoState, TuningSettings,
+};
+use nodemedic_kernel::{counter, CpuSet};
 use nodemedic_sample::snapshot::{Netdevs, PciDevices, Topology};
+use nodemedic_sample::Snapshot;
 use serde::{Deserialize, Serialize};
 
 use crate::collapse::{fill_per_cpu, of_cpu, GroupVerdict};
 use crate::finding::{Finding, Severity};
 use crate::hysteresis::{ratio, ConfigError, Hysteresis, Latch};
-use nodemedic_kernel::tuning::{IommuDomain, NicSettings, Queried, SrsoState, TuningSettings};
-use nodemedic_kernel::{counter, CpuSet};
-use nodemedic_sample::Snapshot;
 
 /// The audit's rules and verdict (types of the sample, shared with the outputs).
 pub use nodemedic_sample::verdict::{TuningFinding, TuningRule, TuningVerdict};
@@ -901,14 +903,13 @@ fn capitalize(s: &str) -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use nodemedic_sample::snapshot::Softnet;
-
     use std::sync::Arc;
 
-    use super::*;
-    use nodemedic_kernel::softnet::SoftnetRow;
-    use nodemedic_kernel::tuning::{Channels, NetCore, NicStats, Queried, Rings, Tuning};
+    use nodemedic_collect::sources::softnet::{Softnet, SoftnetRow};
+    use nodemedic_collect::sources::tuning::{Channels, NetCore, NicStats, Queried, Rings, Tuning};
     use nodemedic_sample::snapshot::Topology;
+
+    use super::*;
 
     fn snap(at: u64, squeeze: u32, missed: u64) -> Snapshot {
         let mut nics = BTreeMap::new();
@@ -1014,8 +1015,9 @@ mod tests {
             let mut s = snap(0, 0, 0);
             let t = s.get_mut::<Tuning>().unwrap();
             let mut settings = (*t.settings).clone();
-            settings.cmdline =
-                Some(nodemedic_kernel::tuning::parse_cmdline(&format!("{cmdline}\n")).unwrap());
+            settings.cmdline = Some(
+                nodemedic_collect::sources::tuning::parse_cmdline(&format!("{cmdline}\n")).unwrap(),
+            );
             settings.hypervisor = hypervisor;
             settings.cpufreq_present = false;
             settings.nics.clear();
@@ -1078,9 +1080,10 @@ mod tests {
         net_rx_cpu3: u64,
         rate: f64,
     ) -> (Snapshot, Vec<GroupVerdict>) {
+        use nodemedic_collect::sources::softirqs::{SoftirqRow, Softirqs};
+
         use crate::collapse::Evidence;
         use crate::groups::DeviceGroup;
-        use nodemedic_kernel::softirqs::{SoftirqRow, Softirqs};
         let pci = "0000:00:03.0";
         let nic = NicSettings {
             pci: Some(pci.into()),

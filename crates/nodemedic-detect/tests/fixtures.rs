@@ -5,11 +5,13 @@
 
 use std::time::Duration;
 
+use nodemedic_collect::sources::interrupts::Interrupts;
+use nodemedic_collect::sources::irqbalance::IrqbalanceConfig;
+use nodemedic_collect::sources::softnet::Softnet;
 use nodemedic_collect::{CollectorName, CollectorSet, Paths};
 use nodemedic_detect::collapse::findings;
 use nodemedic_detect::{CollapseConfig, CollapseDetector, GroupVerdict, HurtingConfig};
-use nodemedic_kernel::interrupts::Interrupts;
-use nodemedic_sample::snapshot::{IrqAffinities, IrqbalanceConfig, Softnet, Topology};
+use nodemedic_sample::snapshot::{IrqAffinities, Topology};
 use nodemedic_sample::Snapshot;
 use nodemedic_testkit::{copy_fixture, fixture_paths, fixture_snapshot};
 
@@ -35,8 +37,8 @@ fn irq_snapshot(tree: &str, at: Duration) -> Snapshot {
 /// does not.
 #[test]
 fn groups_written_into_past_groups_are_built_groups() {
+    use nodemedic_collect::sources::interrupts::device::Classified;
     use nodemedic_detect::groups::{build_groups, build_groups_into, GroupingOptions};
-    use nodemedic_kernel::device::Classified;
     let trees = [
         "8cpu-collapsed",
         "256cpu-collapsed",

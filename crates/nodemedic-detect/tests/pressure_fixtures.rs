@@ -8,12 +8,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use nodemedic_collect::sources::cgroups::{Cgroups, Qos, Workload};
+use nodemedic_collect::sources::pressure::NodePressure;
 use nodemedic_collect::sources::{CgroupSelection, CgroupsCollector, PressureCollector};
 use nodemedic_collect::{CollectorName, CollectorRun, CollectorSet};
 use nodemedic_detect::pressure::{findings, CgroupRates};
 use nodemedic_detect::{PressureConfig, PressureDetector, PressureVerdict};
-use nodemedic_kernel::cgroup::{Cgroups, Qos, Workload};
-use nodemedic_sample::snapshot::{NodePressure, PodIdentity, Pods};
+use nodemedic_sample::snapshot::{PodIdentity, Pods};
 use nodemedic_sample::Snapshot;
 use nodemedic_testkit::fixture_paths;
 
@@ -103,7 +104,10 @@ fn close(a: Option<f64>, b: f64) -> bool {
 fn common(v: &PressureVerdict) {
     assert!((v.interval_seconds - 10.0).abs() < 1e-9);
     assert!(
-        close(v.node[&nodemedic_kernel::psi::PsiResource::Cpu].some, 0.12),
+        close(
+            v.node[&nodemedic_collect::sources::pressure::PsiResource::Cpu].some,
+            0.12
+        ),
         "{:?}",
         v.node
     );

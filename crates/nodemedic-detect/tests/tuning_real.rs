@@ -6,14 +6,13 @@
 use std::path::Path;
 use std::time::Duration;
 
+use nodemedic_collect::sources::tuning::{SrsoState, Tuning};
 use nodemedic_collect::sources::TuningCollector;
 use nodemedic_collect::{monotonic_now, CollectorSet, Paths};
 use nodemedic_detect::{
     CollapseConfig, CollapseDetector, HurtingConfig, Severity, TuningConfig, TuningDetector,
     TuningRule,
 };
-use nodemedic_kernel::tuning::SrsoState;
-use nodemedic_kernel::tuning::Tuning;
 use nodemedic_sample::snapshot::Topology;
 
 fn has_entries(dir: &str, prefix: &str) -> bool {

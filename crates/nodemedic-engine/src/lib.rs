@@ -9,7 +9,11 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nodemedic_collect::sources::interrupts::Interrupts;
+use nodemedic_collect::sources::softirqs::Softirqs;
+use nodemedic_collect::sources::tuning::Tuning;
 use nodemedic_collect::sources::CgroupSelection;
+use nodemedic_collect::widen::Widener;
 use nodemedic_collect::CommitTimerConfig;
 use nodemedic_collect::{
     monotonic_now, panic_message, CollectorName, CollectorRun, CollectorSet, CollectorState,
@@ -28,10 +32,6 @@ use nodemedic_detect::{
     CommitLatencyConfig, CommitLatencyDetector, PressureConfig, PressureDetector, TuningConfig,
     TuningDetector,
 };
-use nodemedic_kernel::counter::Widener;
-use nodemedic_kernel::interrupts::Interrupts;
-use nodemedic_kernel::softirqs::Softirqs;
-use nodemedic_kernel::tuning::Tuning;
 use nodemedic_sample::host::HostAccess;
 use nodemedic_sample::Sample;
 pub use registry::{Build, Registry};
@@ -372,9 +372,8 @@ fn guarded<T: Default>(name: &str, failed: &mut Vec<Finding>, f: impl FnOnce() -
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::panic)]
-    use nodemedic_sample::Snapshot;
-
     use nodemedic_collect::{CollectError, Collected, Collector, Ctx};
+    use nodemedic_sample::Snapshot;
 
     use super::*;
 

@@ -8,10 +8,10 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use nodemedic_collect::sources::interrupts::Interrupts;
 use nodemedic_collect::Paths;
 use nodemedic_engine::{Engine, EngineConfig};
 use nodemedic_export::{render, ExportInput, Format, MetricsOptions};
-use nodemedic_kernel::interrupts::Interrupts;
 use nodemedic_sample::Sample;
 use nodemedic_testkit::copy_fixture;
 

@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
+use nodemedic_collect::sources::interrupts::Interrupts;
 use nodemedic_collect::Paths;
 use nodemedic_engine::{Engine, EngineConfig};
-use nodemedic_kernel::interrupts::Interrupts;
 use nodemedic_sample::Sample;
 
 fn engine() -> Engine {

@@ -10,16 +10,16 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use nodemedic_collect::sources::irqbalance::IrqbalanceConfig;
 use nodemedic_sample::kube::KubeStatus;
 use nodemedic_sample::perf::PerfProbes;
 use nodemedic_sample::remedy::RemedyState;
-use nodemedic_sample::snapshot::{CommitLatency, IrqbalanceConfig, Pods};
+use nodemedic_sample::snapshot::{CommitLatency, Pods};
 use nodemedic_sample::Sample;
-use serde::Serialize;
-use tokio::sync::watch;
-
 use nodemedic_webkit::server::{web_stats, SharedWebStats, WebStats};
 use nodemedic_webkit::{WebConfigStatus, WebConfigWatch};
+use serde::Serialize;
+use tokio::sync::watch;
 
 use crate::metrics::{render_with_tuning_into, RenderScratch};
 use crate::report::{shown_groups, GroupReport, PressureReport, TuningReport};
@@ -488,7 +488,7 @@ struct StatusBody<'a> {
     web_config: WebConfigStatus,
     /// irqbalance's package version, or why it is unknown (`nodemedic_irqbalance_info`'s
     /// version; its state is systemd's, under `remediation.irqbalance`).
-    irqbalance_package: Option<&'a nodemedic_kernel::irqbalance::IrqbalancePackage>,
+    irqbalance_package: Option<&'a nodemedic_collect::sources::irqbalance::IrqbalancePackage>,
     remediation: serde_json::Value,
     kubernetes: KubeStatus,
 }
@@ -621,9 +621,10 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use std::io::Read;
 
+    use nodemedic_sample::remedy::RemedyState;
+
     use super::{render_sample, render_sample_into, Gzip, RenderCache, RenderKey};
     use crate::{Format, MetricsOptions};
-    use nodemedic_sample::remedy::RemedyState;
 
     fn key(samples_total: u64) -> RenderKey {
         RenderKey {

@@ -10,16 +10,14 @@
 
 use std::fmt::Write;
 
-use nodemedic_kernel::interrupts::Interrupts;
-use nodemedic_kernel::irqbalance::IrqbalancePackage;
-use nodemedic_kernel::tuning::Tuning;
+use nodemedic_collect::registry::{self, Render};
+use nodemedic_collect::sources::interrupts::Interrupts;
+use nodemedic_collect::sources::irqbalance::{IrqbalanceConfig, IrqbalancePackage};
+use nodemedic_collect::sources::tuning::Tuning;
 use nodemedic_sample::remedy::{Mode, RemedyState};
-use nodemedic_sample::snapshot::IrqbalanceConfig;
 use nodemedic_sample::{CollectorState, CollectorStatus, GroupVerdict, Snapshot, TuningVerdict};
 
 use crate::encoder::{Encoder, Format, Kind};
-
-use nodemedic_collect::registry::{self, Render};
 pub use nodemedic_collect::registry::{MetricsOptions, Scratch as RenderScratch};
 pub use nodemedic_sample::snapshot::ProcessStats;
 

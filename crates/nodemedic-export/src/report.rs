@@ -4,15 +4,17 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use nodemedic_kernel::cgroup::Cgroups;
+use nodemedic_collect::sources::cgroups::Cgroups;
+use nodemedic_collect::sources::interrupts::Interrupts;
+use nodemedic_collect::sources::irqbalance::IrqbalanceConfig;
+use nodemedic_collect::sources::pressure::PsiResource;
+use nodemedic_collect::sources::softirqs::Softirqs;
+use nodemedic_collect::sources::softnet::{Softnet, SoftnetRow};
+use nodemedic_collect::sources::tuning::{Tuning, TuningSettings};
 use nodemedic_kernel::counter;
-use nodemedic_kernel::interrupts::Interrupts;
 use nodemedic_kernel::mounts::CgroupMounts;
-use nodemedic_kernel::psi::PsiResource;
-use nodemedic_kernel::softirqs::Softirqs;
-use nodemedic_kernel::tuning::{Tuning, TuningSettings};
 use nodemedic_sample::perf::PerfProbes;
-use nodemedic_sample::snapshot::{IrqbalanceConfig, Softnet, Topology};
+use nodemedic_sample::snapshot::Topology;
 use nodemedic_sample::verdict::{CgroupRates, PsiRatios, TuningFinding};
 use nodemedic_sample::{
     CollectorName, CollectorState, CollectorStatus, Finding, GroupVerdict, Sample, Severity,
@@ -260,7 +262,7 @@ pub fn build_report(first: &Sample, second: &Sample) -> CheckReport {
                 },
                 _ => None,
             };
-            let softnet = |f: fn(&nodemedic_kernel::softnet::SoftnetRow) -> u32| -> Option<u64> {
+            let softnet = |f: fn(&SoftnetRow) -> u32| -> Option<u64> {
                 let a = first
                     .snapshot
                     .get::<Softnet>()?

@@ -2,9 +2,9 @@
 
 use std::fmt::Write;
 
+use nodemedic_collect::sources::pressure::PsiResource;
+use nodemedic_collect::sources::tuning::{Queried, TuningSettings};
 use nodemedic_kernel::mounts::CgroupMounts;
-use nodemedic_kernel::psi::PsiResource;
-use nodemedic_kernel::tuning::{Queried, TuningSettings};
 use nodemedic_sample::verdict::{CgroupRates, ShareBasis};
 use nodemedic_sample::{Finding, FindingKind};
 

@@ -7,19 +7,13 @@
 //! [`SkippedLine`] so the caller can surface it.
 
 pub mod bytes;
-pub mod cgroup;
 pub mod counter;
 pub mod cpuset;
-pub mod device;
-pub mod interrupts;
-pub mod irqbalance;
 pub mod lsm;
 pub mod mounts;
 pub mod pid_stat;
 pub mod psi;
-pub mod softirqs;
-pub mod softnet;
-pub mod tuning;
+pub mod workload;
 
 pub use cpuset::{CpuSet, CpuSetError};
 
@@ -67,7 +61,7 @@ impl serde::Serialize for SkipReason {
 }
 
 /// The usable lines of a kernel file: complete, non-blank, numbered from 1.
-pub(crate) struct Body<'a> {
+pub struct Body<'a> {
     pub lines: Vec<(usize, &'a str)>,
     pub skipped: Vec<SkippedLine>,
 }
@@ -78,7 +72,7 @@ pub(crate) struct Body<'a> {
 /// The kernel always ends these files with a newline, so a final line without one comes from
 /// a truncated read (or a truncated copy) and cannot be trusted: a count cut mid-number still
 /// parses as a number. It is left out of the lines.
-pub(crate) fn complete_lines(text: &str) -> (impl Iterator<Item = (usize, &str)>, Option<usize>) {
+pub fn complete_lines(text: &str) -> (impl Iterator<Item = (usize, &str)>, Option<usize>) {
     let complete = match memchr::memrchr(b'\n', text.as_bytes()) {
         // `\n` is ASCII: a character boundary.
         Some(i) => text.get(..=i).unwrap_or(""),
@@ -96,7 +90,7 @@ pub(crate) fn complete_lines(text: &str) -> (impl Iterator<Item = (usize, &str)>
 /// The complete, non-blank lines of a file that must be whole ([`complete_lines`]; small
 /// per-cgroup files are read by the thousand); `Err` with the number of the last line when
 /// the file was cut short.
-pub(crate) fn whole_lines(text: &str) -> Result<impl Iterator<Item = (usize, &str)>, usize> {
+pub fn whole_lines(text: &str) -> Result<impl Iterator<Item = (usize, &str)>, usize> {
     match complete_lines(text) {
         (_, Some(cut)) => Err(cut),
         (lines, None) => Ok(lines),
@@ -105,7 +99,7 @@ pub(crate) fn whole_lines(text: &str) -> Result<impl Iterator<Item = (usize, &st
 
 /// Splits `text` into its complete lines ([`complete_lines`]); a line cut short is reported
 /// as skipped.
-pub(crate) fn body(text: &str) -> Body<'_> {
+pub fn body(text: &str) -> Body<'_> {
     let (lines, cut) = complete_lines(text);
     Body {
         lines: lines.collect(),
@@ -145,7 +139,7 @@ pub enum HeaderError {
 /// a count column says nothing by itself: column `i` belongs to the CPU named by token `i`.
 ///
 /// The ids go into `cpus` (emptied first), a past table's list.
-pub(crate) fn parse_cpu_header_into(line: &str, cpus: &mut Vec<u32>) -> Result<(), HeaderError> {
+pub fn parse_cpu_header_into(line: &str, cpus: &mut Vec<u32>) -> Result<(), HeaderError> {
     cpus.clear();
     for token in line.split_whitespace() {
         let id = token
@@ -243,7 +237,7 @@ fn are_zero_cells(b: &[u8], pos: usize) -> bool {
 /// (emptied first), and where the rest begins: the per-CPU rows that count on every CPU
 /// (`LOC`, `NET_RX`), where most cells are not zero. `counts` is a past row's storage: the
 /// same row of every sample is as wide, so it is filled again rather than allocated.
-pub(crate) fn leading_counts_into(s: &str, max: usize, counts: &mut Vec<u64>) -> usize {
+pub fn leading_counts_into(s: &str, max: usize, counts: &mut Vec<u64>) -> usize {
     counts.clear();
     counts.resize(max, 0);
     let (len, used) = scan_counts(s, max, |col, count| counts[col] = count);
@@ -258,7 +252,7 @@ pub(crate) fn leading_counts_into(s: &str, max: usize, counts: &mut Vec<u64>) ->
 /// of reading it. A zero is only counted: an IRQ counts on the few CPUs it is routed to, so on a wide
 /// table almost every cell is zero and a caller that keeps only the others (the sparse rows of
 /// [`interrupts`]) stores nothing for them.
-pub(crate) fn scan_counts(s: &str, max: usize, mut cell: impl FnMut(usize, u64)) -> (usize, usize) {
+pub fn scan_counts(s: &str, max: usize, mut cell: impl FnMut(usize, u64)) -> (usize, usize) {
     // Index loops with the bound in the condition, so the compiler drops the bounds checks;
     // up to 19 digits cannot overflow a u64, so only a 20th digit is checked.
     let b = s.as_bytes();

@@ -8,9 +8,9 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, PostParams};
 use kube::Client;
+use nodemedic_collect::sources::cgroups::Workload;
 use nodemedic_detect::pressure::CgroupRates;
 use nodemedic_detect::{FindingKind, GroupVerdict};
-use nodemedic_kernel::cgroup::Workload;
 use nodemedic_sample::remedy::Decision;
 
 pub struct NodeEvent {
@@ -253,7 +253,7 @@ mod tests {
 
     /// A pod's cgroup, or with `container` one of its containers'.
     fn rates(container: bool, named: bool) -> CgroupRates {
-        use nodemedic_kernel::cgroup::Qos;
+        use nodemedic_collect::sources::cgroups::Qos;
         let (uid, qos) = ("0a1b".to_string(), Qos::Burstable);
         CgroupRates {
             path: "kubepods/burstable/pod0a1b".into(),

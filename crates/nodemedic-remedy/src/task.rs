@@ -4,7 +4,11 @@
 
 use std::sync::Arc;
 
-use nodemedic_sample::snapshot::IrqbalanceConfig;
+use nodemedic_collect::sources::irqbalance::IrqbalanceConfig;
+use nodemedic_collect::Paths;
+use nodemedic_kernel::lsm::LsmContext;
+use nodemedic_sample::Sample;
+use tokio::sync::watch;
 
 use crate::actuator::{execute, AffinityWriter, Systemd};
 use crate::policy::{Outcome, Step};
@@ -12,11 +16,6 @@ use crate::{
     Decision, DecisionResult, IrqbalanceState, Mode, Pause, PauseFlag, Policy, RemediationConfig,
     RemedyState,
 };
-use nodemedic_collect::Paths;
-use nodemedic_kernel::lsm::LsmContext;
-use tokio::sync::watch;
-
-use nodemedic_sample::Sample;
 
 /// How long irqbalance's state, once asked, is taken as current without a collapse.
 const IRQBALANCE_REFRESH: std::time::Duration = std::time::Duration::from_secs(300);
@@ -194,17 +193,16 @@ mod tests {
     //! verification windows run in milliseconds, with a recording actuator (systemd cannot be
     //! driven here; the real actuators are tested on this machine's IRQs and in a VM).
 
+    use std::sync::Mutex;
     use std::time::Duration;
 
-    use crate::config::NativeStep;
-    use std::sync::Mutex;
-
-    use crate::{ActionKind, DecisionAction};
     use nodemedic_detect::{CollapseConfig, CollapseDetector, HurtingConfig};
     use nodemedic_sample::CollectorName;
     use nodemedic_testkit::fixture_snapshot;
 
     use super::*;
+    use crate::config::NativeStep;
+    use crate::{ActionKind, DecisionAction};
 
     /// What the collapse detector reads from a fixture tree: its IRQ side's collectors, asserted
     /// active.

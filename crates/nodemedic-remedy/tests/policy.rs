@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
+use nodemedic_collect::sources::interrupts::Interrupts;
 use nodemedic_detect::{CollapseConfig, CollapseDetector, GroupVerdict, HurtingConfig};
-use nodemedic_kernel::interrupts::Interrupts;
 use nodemedic_remedy::config::{ConfigError, NativeStep};
 use nodemedic_remedy::{
     ActionKind, Decision, IrqbalanceState, Mode, Outcome, Policy, RemediationConfig,

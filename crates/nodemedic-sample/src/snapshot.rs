@@ -6,11 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Serialize;
-
-use nodemedic_kernel::psi::{Psi, PsiResource};
-use nodemedic_kernel::softnet::SoftnetRow;
 use nodemedic_kernel::CpuSet;
+use serde::Serialize;
 
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
@@ -117,21 +114,15 @@ pub struct PciDevices(pub BTreeMap<String, PciDevice>);
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Netdevs(pub BTreeMap<String, String>);
 
-/// `softnet_stat` rows placed on their CPUs.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Softnet(pub Vec<(u32, SoftnetRow)>);
-
 /// This node's pods by UID, from the Kubernetes API rather than the kernel: it lets
 /// per-cgroup series and findings name `namespace`/`pod`/`container`. Absent when names are
 /// not resolved (not in Kubernetes, switched off, or the first list has not arrived).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Pods(pub BTreeMap<String, PodIdentity>);
 
-/// Node-wide Pressure Stall Information by resource (`cpu`, `memory`, `io`, `irq`): only the
-/// resources this kernel reports.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct NodePressure(pub BTreeMap<PsiResource, Psi>);
-
+/// `Deref` and `DerefMut` to the one field of each newtype named: a collector's reading
+/// that is a map or a list, under a type of its own.
+#[macro_export]
 macro_rules! deref {
     ($($t:ident => $inner:ty),* $(,)?) => {$(
         impl std::ops::Deref for $t {
@@ -148,13 +139,11 @@ macro_rules! deref {
     )*};
 }
 
-deref! {
+crate::deref! {
     IrqAffinities => BTreeMap<u32, IrqAffinity>,
     PciDevices => BTreeMap<String, PciDevice>,
     Netdevs => BTreeMap<String, String>,
-    Softnet => Vec<(u32, SoftnetRow)>,
     Pods => BTreeMap<String, PodIdentity>,
-    NodePressure => BTreeMap<PsiResource, Psi>,
 }
 
 /// etcd's `wal_fsync_duration_seconds` buckets: 1 ms doubling to 8.192 s
@@ -277,15 +266,6 @@ pub struct PciDevice {
     /// `numa_node`; `None` when the kernel reports -1 (unknown) or the file is absent.
     pub numa_node: Option<u32>,
     pub local_cpus: Option<CpuSet>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct IrqbalanceConfig {
-    /// Which file was read, if any.
-    pub source: Option<String>,
-    pub banned_cpus: CpuSet,
-    /// The installed package and its version, or why it is unknown.
-    pub package: nodemedic_kernel::irqbalance::IrqbalancePackage,
 }
 
 /// A pod's names, for the pod-level cgroups that carry only its UID.

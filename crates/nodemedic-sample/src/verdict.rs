@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use nodemedic_kernel::cgroup::{Qos, Workload};
 use nodemedic_kernel::psi::PsiResource;
+use nodemedic_kernel::workload::{Qos, Workload};
 use nodemedic_kernel::CpuSet;
 use serde::{Deserialize, Serialize};
 

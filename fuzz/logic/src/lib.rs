@@ -1,13 +1,14 @@
 //! Entry points shared by the one cargo-fuzz binary (`fuzz/fuzz_targets/parsers.rs`, which
 //! runs the target [`selected`] names) and the corpus replay test (`tests/corpus.rs`, run by
-//! `cargo test`). Each runs one of nodemedic-kernel's parsers
-//! on arbitrary bytes and checks invariants a correct result must keep; any panic, in the
+//! `cargo test`). Each runs one parser (a collector's, in
+//! `nodemedic_collect::sources`, or a shared one of nodemedic-kernel) on arbitrary bytes and checks invariants a correct result must keep; any panic, in the
 //! parser or here, is a bug.
 
-use nodemedic_kernel::{
-    cgroup, cpuset::CpuSet, device, interrupts, irqbalance, lsm, mounts, pid_stat, psi, softirqs,
-    softnet, tuning,
-};
+use nodemedic_collect::sources::cgroups as cgroup;
+use nodemedic_collect::sources::interrupts::{self, device};
+use nodemedic_collect::sources::pressure as psi;
+use nodemedic_collect::sources::{irqbalance, softirqs, softnet, tuning};
+use nodemedic_kernel::{cpuset::CpuSet, lsm, mounts, pid_stat};
 
 /// A table with rows of both kinds, as the past table whose storage a parse fills again.
 const PAST_INTERRUPTS: &str = "  CPU0 CPU1 CPU2\n  9:  1 0 2  IO-APIC 9-fasteoi acpi\nNMI: 1 2 3 Non-maskable interrupts\nLOC: 4 5 6 Local timer interrupts\nERR: 0\n";

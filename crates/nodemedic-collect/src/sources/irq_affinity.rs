@@ -3,12 +3,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nodemedic_kernel::interrupts::Interrupts;
 use nodemedic_kernel::{bytes, CpuSet};
 use nodemedic_sample::snapshot::{IrqAffinities, IrqAffinity};
 use nodemedic_sample::Snapshot;
 
 use super::complete;
+use crate::sources::interrupts::Interrupts;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError, Reader};
 
 /// /proc/irq/N/: each IRQ's affinity; after interrupts, whose IRQs it reads.
@@ -556,7 +556,7 @@ fn read_irq(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodemedic_kernel::interrupts::IrqDescription;
+    use crate::sources::interrupts::IrqDescription;
 
     /// A 4-CPU table (CPUs 0-3) of `rows`: (IRQ, counts).
     fn table(rows: &[(u32, [u64; 4])]) -> Interrupts {

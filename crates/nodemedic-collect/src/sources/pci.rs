@@ -2,13 +2,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use nodemedic_kernel::device::{self, Classified};
-use nodemedic_kernel::interrupts::Interrupts;
 use nodemedic_sample::snapshot::{Netdevs, PciDevice, PciDevices};
 use nodemedic_sample::Snapshot;
 
 use super::{complete, cpuset_file};
 use crate::fsread::link_name;
+use crate::sources::interrupts::device::{self, Classified};
+use crate::sources::interrupts::Interrupts;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 
 /// The PCI devices that own interrupts; after the IRQs.

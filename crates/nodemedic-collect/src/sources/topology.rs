@@ -2,9 +2,10 @@ use std::collections::BTreeMap;
 
 use nodemedic_exposition::{Encoder, Kind};
 use nodemedic_kernel::CpuSet;
-use nodemedic_sample::snapshot::{IrqbalanceConfig, Topology};
+use nodemedic_sample::snapshot::Topology;
 use nodemedic_sample::Snapshot;
 
+use super::irqbalance::IrqbalanceConfig;
 use super::{complete, cpuset_file, RescanCache};
 use crate::registry::Render;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};

@@ -1,7 +1,7 @@
 //! What both benches say about the sample they measured (`mod common;` in each).
 
-use nodemedic_kernel::cgroup::Cgroups;
-use nodemedic_kernel::interrupts::Interrupts;
+use nodemedic_collect::sources::cgroups::Cgroups;
+use nodemedic_collect::sources::interrupts::Interrupts;
 use nodemedic_sample::Sample;
 
 /// "N CPUs, M IRQs, K cgroups": the shape of the tree a sample read. Names on stderr the

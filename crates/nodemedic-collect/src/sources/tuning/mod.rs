@@ -2,21 +2,21 @@
 //! cpufreq, cpuidle, NIC queues and masks, channels and rings, `net.core` budgets,
 //! transparent hugepages) and the NIC drop counters behind the ring rule.
 
+mod parse;
 mod render;
+
+pub use parse::*;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use nodemedic_kernel::tuning::{
-    self, Channels, CpuIdle, CpufreqPolicy, IdleState, IommuGroup, NetCore, NicSettings, NicStats,
-    Queried, QueueName, Rings, Tuning, TuningSettings,
-};
 use nodemedic_kernel::CpuSet;
 use nodemedic_sample::snapshot::{Netdevs, Topology};
 use nodemedic_sample::Snapshot;
 
+use self::parse as tuning;
 use super::RescanCache;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError, Reader};
 

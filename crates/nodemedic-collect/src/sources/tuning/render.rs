@@ -14,9 +14,9 @@
 //! findings say whose settings those are).
 
 use nodemedic_exposition::{Encoder, Kind};
-use nodemedic_kernel::tuning::{NicStats, Tuning};
 
 use crate::registry::Render;
+use crate::sources::tuning::{NicStats, Tuning};
 
 /// The settings and NIC counters the tuning collector read.
 pub(super) fn render(e: &mut Encoder, ctx: &mut Render<'_>) {
@@ -155,14 +155,14 @@ mod tests {
     use std::collections::BTreeMap;
     use std::sync::Arc;
 
-    use nodemedic_kernel::tuning::{
-        Channels, CpufreqPolicy, IommuDomain, IommuGroup, NicSettings, Queried, Rings,
-        TuningSettings,
-    };
+    use nodemedic_exposition::Format;
     use nodemedic_sample::Snapshot;
 
     use super::*;
-    use nodemedic_exposition::Format;
+    use crate::sources::tuning::{
+        Channels, CpufreqPolicy, IommuDomain, IommuGroup, NicSettings, Queried, Rings,
+        TuningSettings,
+    };
 
     fn nic(channels: Queried<Channels>, rings: Queried<Rings>) -> NicSettings {
         NicSettings {

@@ -1,13 +1,26 @@
+//! `/proc/net/softnet_stat`: its parser (`parse.rs`), the rows placed on their CPUs, the collector
+//! and its series.
+
+mod parse;
+
+pub use parse::*;
+
 use std::sync::Mutex;
 
 use nodemedic_exposition::{Encoder, Kind};
-use nodemedic_kernel::softnet;
-use nodemedic_sample::snapshot::{Softnet, Topology};
+use nodemedic_sample::snapshot::Topology;
 use nodemedic_sample::Snapshot;
 
+use self::parse as softnet;
 use super::skipped_warnings;
 use crate::registry::Render;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
+
+/// `softnet_stat` rows placed on their CPUs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Softnet(pub Vec<(u32, SoftnetRow)>);
+
+nodemedic_sample::deref! { Softnet => Vec<(u32, SoftnetRow)> }
 
 /// /proc/net/softnet_stat; after topology, whose online CPUs place its rows.
 pub const NAME: crate::CollectorName = crate::CollectorName::new("softnet");
@@ -53,7 +66,7 @@ pub struct SoftnetCollector {
 /// placed on their CPUs that a past snapshot gave back ([`Collector::recycle`]).
 #[derive(Default)]
 struct Kept {
-    parsed: softnet::Softnet,
+    parsed: softnet::SoftnetTable,
     placed: Vec<(u32, softnet::SoftnetRow)>,
 }
 
@@ -128,7 +141,7 @@ fn render(e: &mut Encoder, ctx: &mut Render<'_>) {
         return;
     };
     let mut num = itoa::Buffer::new();
-    type Field = fn(&nodemedic_kernel::softnet::SoftnetRow) -> u32;
+    type Field = fn(&SoftnetRow) -> u32;
     let fields: [(&str, &str, Field); 3] = [
         ("nodemedic_softnet_processed", "Packets processed by the CPU's NET_RX softirq (softnet_stat).", |r| r.processed),
         ("nodemedic_softnet_dropped", "Packets dropped because the CPU's backlog queue was full (softnet_stat).", |r| r.dropped),

@@ -20,7 +20,7 @@ fn bench(name: &str, path: PathBuf, rounds: usize) {
     for _ in 0..5 {
         let start = Instant::now();
         for _ in 0..rounds {
-            let table = nodemedic_kernel::interrupts::parse(std::hint::black_box(&text));
+            let table = nodemedic_collect::sources::interrupts::parse(std::hint::black_box(&text));
             std::hint::black_box(table.expect("a table"));
         }
         best = best.min(start.elapsed().as_secs_f64() * 1e6 / rounds as f64);

@@ -1,10 +1,18 @@
+//! `/proc/interrupts`: its parser (`parse.rs`), the device each IRQ belongs to (`device.rs`), the
+//! collector and its series.
+
+pub mod device;
+mod parse;
+
+pub use parse::*;
+
 use std::sync::{Arc, Mutex};
 
 use nodemedic_exposition::{Encoder, Kind};
-use nodemedic_kernel::interrupts::{self, Interrupts, IrqDescription};
 use nodemedic_sample::snapshot::IrqAffinities;
 use nodemedic_sample::{GroupVerdict, Snapshot};
 
+use self::parse as interrupts;
 use super::skipped_warnings;
 use crate::registry::Render;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
@@ -371,7 +379,7 @@ mod tests {
     /// Per CPU: every IRQ's count, a short row included, plus what IRQs that went away had.
     #[test]
     fn device_interrupts_per_cpu_keep_what_freed_irqs_had() {
-        let mut ints = nodemedic_kernel::interrupts::parse(
+        let mut ints = crate::sources::interrupts::parse(
             "           CPU0       CPU1       CPU2\n\
              \x20 24:         10          0          5   PCI-MSI 1-edge      virtio0-input.0\n\
              \x20 25:          1          2\n\
@@ -388,7 +396,6 @@ mod tests {
     /// in order or not.
     #[test]
     fn irq_labels_name_every_row_of_an_irq_and_the_later_group() {
-        use nodemedic_kernel::interrupts::IrqDescription;
         use nodemedic_sample::verdict::{DeviceGroup, GroupVerdict};
         let verdict = |name: &str, irqs: Vec<u32>, other_irqs: Vec<u32>| GroupVerdict {
             group: DeviceGroup {

@@ -11,9 +11,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use nodemedic_kernel::CpuSet;
 use serde::Serialize;
-
-use crate::CpuSet;
 
 /// A tuning file that is not what the kernel writes.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -436,7 +435,7 @@ pub fn parse_cpu_words(text: &str) -> Result<CpuSet, TuningError> {
             return Err(bad());
         }
         let cpu: u32 = word.parse().map_err(|_| bad())?;
-        if cpu >= crate::cpuset::MAX_CPUS {
+        if cpu >= nodemedic_kernel::cpuset::MAX_CPUS {
             return Err(bad());
         }
         set.insert(cpu);
@@ -482,7 +481,7 @@ pub enum TuningQueueError {
     #[error(transparent)]
     File(#[from] TuningError),
     #[error(transparent)]
-    Mask(crate::CpuSetError),
+    Mask(nodemedic_kernel::CpuSetError),
 }
 
 /// A NIC's channels as ethtool reports them (`ethtool -l`): current counts and maximums.

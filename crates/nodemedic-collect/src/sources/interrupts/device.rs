@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::interrupts::{IrqDescription, IrqLine};
+use crate::sources::interrupts::{IrqDescription, IrqLine};
 
 /// What an interrupt row says about its device.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]

@@ -1,3 +1,10 @@
+//! The pods' and services' cgroups: the parsers of their CPU files and of their paths
+//! (`parse.rs`), the collector that walks them, and its series.
+
+mod parse;
+
+pub use parse::*;
+
 use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -6,17 +13,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nodemedic_exposition::{Encoder, Kind};
-use nodemedic_kernel::cgroup::{
-    classify, parse_cfs, parse_cpu_max, parse_cpu_stat, parse_cpuacct_usage, CgroupPressure,
-    CgroupStats, Cgroups, Workload,
-};
 use nodemedic_kernel::lsm::LsmContext;
 use nodemedic_kernel::mounts::{cgroup_mounts_under, CgroupMounts};
-use nodemedic_kernel::psi::{self, Psi, PsiResource};
 use nodemedic_sample::verdict::CgroupRates;
 use nodemedic_sample::{PressureVerdict, Snapshot};
 
-use super::pressure::{what, EOPNOTSUPP};
+use super::pressure::{self as psi, what, Psi, PsiResource, EOPNOTSUPP};
 use super::RescanCache;
 use crate::dir_watch::{DirEvents, DirWatch};
 use crate::registry::Render;

@@ -1,14 +1,31 @@
+//! irqbalance's configuration (`IRQBALANCE_BANNED_CPUS` and friends) and its installed package:
+//! the parsers (`parse.rs`) and the collector.
+
+mod parse;
+
+pub use parse::*;
+
 use std::os::unix::fs::MetadataExt;
 use std::sync::Mutex;
 use std::time::SystemTime;
 
-use nodemedic_kernel::irqbalance;
-use nodemedic_kernel::irqbalance::IrqbalancePackage;
-use nodemedic_sample::snapshot::IrqbalanceConfig;
+use nodemedic_kernel::CpuSet;
 use nodemedic_sample::Snapshot;
+use serde::Serialize;
 
+use self::parse as irqbalance;
 use super::{skipped_warnings, RescanCache};
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
+
+/// What irqbalance is told to leave alone, and which irqbalance is installed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct IrqbalanceConfig {
+    /// Which file was read, if any.
+    pub source: Option<String>,
+    pub banned_cpus: CpuSet,
+    /// The installed package and its version, or why it is unknown.
+    pub package: IrqbalancePackage,
+}
 
 /// irqbalance's configuration and package.
 pub const NAME: crate::CollectorName = crate::CollectorName::new("irqbalance_config");

@@ -9,9 +9,13 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::mounts::CgroupMounts;
-use crate::psi::{Psi, PsiResource};
-use crate::{body, whole_lines, SkipReason};
+pub use nodemedic_kernel::workload::{Qos, Workload};
+
+use nodemedic_kernel::mounts::CgroupMounts;
+use nodemedic_kernel::psi::PsiResource;
+use nodemedic_kernel::{body, whole_lines, SkipReason};
+
+use crate::sources::pressure::Psi;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CgroupFileError {
@@ -192,61 +196,6 @@ pub fn key_value(line: &str) -> Option<(&str, &str)> {
         && key.bytes().all(|b| b.is_ascii_graphic())
         && value.bytes().all(|b| b.is_ascii_digit());
     plain.then_some((key, value))
-}
-
-/// Kubernetes QoS class, from the cgroup hierarchy kubelet builds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Qos {
-    Guaranteed,
-    Burstable,
-    BestEffort,
-}
-
-impl Qos {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Qos::Guaranteed => "guaranteed",
-            Qos::Burstable => "burstable",
-            Qos::BestEffort => "besteffort",
-        }
-    }
-}
-
-/// What a cgroup's path (relative to its hierarchy's root) says it holds.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Workload {
-    /// A pod's cgroup. `uid` as the API spells it (dashes).
-    Pod {
-        uid: String,
-        qos: Qos,
-    },
-    /// A container in a pod; `id` is the runtime's container ID.
-    Container {
-        uid: String,
-        qos: Qos,
-        runtime: Option<String>,
-        id: String,
-    },
-    /// A systemd service (`system.slice/foo.service`).
-    Service {
-        unit: String,
-    },
-    Other,
-}
-
-impl Workload {
-    /// What the cgroup holds, as `/status` and `check` name it: the `kind` of its serialized
-    /// form.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Pod { .. } => "pod",
-            Self::Container { .. } => "container",
-            Self::Service { .. } => "service",
-            Self::Other => "other",
-        }
-    }
 }
 
 /// Classifies a cgroup path such as

@@ -1,8 +1,9 @@
 //! `/proc/softirqs`: per-CPU counts of each softirq type (`NET_RX`, `NET_TX`, …).
 
+use nodemedic_kernel::{
+    leading_counts_into, parse_cpu_header_into, SkipReason, SkippedLine, TableError,
+};
 use serde::Serialize;
-
-use crate::{leading_counts_into, parse_cpu_header_into, SkipReason, SkippedLine, TableError};
 
 pub type SoftirqsError = TableError;
 
@@ -48,8 +49,8 @@ pub fn parse(text: &str) -> Result<Softirqs, SoftirqsError> {
 /// `parse(text)`'s table; after an `Err` its content is unspecified.
 pub fn parse_into(text: &str, out: &mut Softirqs) -> Result<(), SoftirqsError> {
     out.skipped.clear();
-    let (lines, cut) = crate::complete_lines(text);
-    // A line cut short is reported first, as `crate::body` does.
+    let (lines, cut) = nodemedic_kernel::complete_lines(text);
+    // A line cut short is reported first, as `nodemedic_kernel::body` does.
     out.skipped.extend(cut.map(|line| SkippedLine {
         line,
         reason: SkipReason::CutShort,

@@ -1,13 +1,26 @@
+//! Node-wide Pressure Stall Information (`/proc/pressure/*`): the PSI parser (`parse.rs`, which
+//! the cgroups collector reuses for `<resource>.pressure`), the collector and its series.
+
+mod parse;
+
+pub use parse::*;
+
 use std::collections::BTreeMap;
 
 use nodemedic_exposition::{Encoder, Kind};
-use nodemedic_kernel::psi::{self, PsiResource};
-use nodemedic_sample::snapshot::NodePressure;
 use nodemedic_sample::Snapshot;
 
+use self::parse as psi;
 use super::RescanCache;
 use crate::registry::Render;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
+
+/// Node-wide Pressure Stall Information by resource (`cpu`, `memory`, `io`, `irq`): only the
+/// resources this kernel reports.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodePressure(pub BTreeMap<PsiResource, Psi>);
+
+nodemedic_sample::deref! { NodePressure => BTreeMap<PsiResource, Psi> }
 
 /// Node-wide Pressure Stall Information.
 pub const NAME: crate::CollectorName = crate::CollectorName::new("pressure");

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::{CpuSet, CpuSetError, SkipReason, SkippedLine};
+use nodemedic_kernel::{CpuSet, CpuSetError, SkipReason, SkippedLine};
 
 /// irqbalance's package, as the node's package database lists it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

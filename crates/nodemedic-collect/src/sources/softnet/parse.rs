@@ -5,12 +5,11 @@
 //! input/process queue lengths on recent kernels. Columns 3–8 are always zero (they once held
 //! fastroute and cpu_collision counters).
 
+use nodemedic_kernel::{body, SkipReason, SkippedLine};
 use serde::Serialize;
 
-use crate::{body, SkipReason, SkippedLine};
-
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Softnet {
+pub struct SoftnetTable {
     pub rows: Vec<SoftnetRow>,
     pub skipped: Vec<SkippedLine>,
 }
@@ -32,15 +31,15 @@ pub struct SoftnetRow {
 /// Fewer than this many columns is not a softnet row from any kernel.
 const MIN_COLUMNS: usize = 10;
 
-pub fn parse(text: &str) -> Softnet {
-    let mut out = Softnet::default();
+pub fn parse(text: &str) -> SoftnetTable {
+    let mut out = SoftnetTable::default();
     parse_into(text, &mut out);
     out
 }
 
 /// [`parse`] into `out`, emptied first: a caller that parses every sample keeps the rows'
 /// storage (one row per CPU) rather than allocating it each time.
-pub fn parse_into(text: &str, out: &mut Softnet) {
+pub fn parse_into(text: &str, out: &mut SoftnetTable) {
     let body = body(text);
     out.rows.clear();
     out.rows.reserve(body.lines.len());

@@ -1,9 +1,15 @@
+//! `/proc/softirqs`: its parser (`parse.rs`), the collector and its series.
+
+mod parse;
+
+pub use parse::*;
+
 use std::sync::Mutex;
 
 use nodemedic_exposition::{Encoder, Kind};
-use nodemedic_kernel::softirqs::{self, Softirqs};
 use nodemedic_sample::Snapshot;
 
+use self::parse as softirqs;
 use super::skipped_warnings;
 use crate::registry::Render;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};

@@ -8,12 +8,11 @@
 
 use std::sync::Arc;
 
-use serde::ser::SerializeStruct;
-use serde::{Serialize, Serializer};
-
-use crate::{
+use nodemedic_kernel::{
     leading_counts_into, parse_cpu_header_into, scan_counts, SkipReason, SkippedLine, TableError,
 };
+use serde::ser::SerializeStruct;
+use serde::{Serialize, Serializer};
 
 pub type InterruptsError = TableError;
 
@@ -35,7 +34,7 @@ pub struct Interrupts {
     pub arch: Vec<ArchLine>,
     pub skipped: Vec<SkippedLine>,
     /// Per CPU (aligned with `cpus`), the interrupts of IRQs that disappeared while nodemedic
-    /// watched, so that per-CPU sums stay monotonic. Filled by [`crate::counter::Widener`];
+    /// watched, so that per-CPU sums stay monotonic. Filled by [`crate::widen::Widener`];
     /// empty from the parser.
     pub retired: Vec<u64>,
     /// The column of every non-zero count of `irqs`, row after row (see [`IrqLine`]).
@@ -275,7 +274,7 @@ impl Interrupts {
     }
 
     /// The widener's access to the rows and their counts at once (it writes a new set of
-    /// counts beside the old and swaps them in, see [`crate::counter::Widener`]).
+    /// counts beside the old and swaps them in, see [`crate::widen::Widener`]).
     pub(crate) fn rows_and_cells(&mut self) -> (&mut [IrqLine], &[u32], &[u64]) {
         (&mut self.irqs, &self.cols, &self.counts)
     }
@@ -350,7 +349,7 @@ impl<'a> DescriptionText<'a> {
         self.actions
             .trim()
             // An array of chars, not a `char`: a `char` pattern compares each comma it finds
-            // through `bcmp` (crate::bytes).
+            // through `bcmp` (nodemedic_kernel::bytes).
             .split([','])
             .map(str::trim)
             .filter(|a| !a.is_empty())
@@ -358,7 +357,7 @@ impl<'a> DescriptionText<'a> {
 
     /// Whether `known` says the same.
     fn reads_as(&self, known: &IrqDescription) -> bool {
-        use crate::bytes::eq_str;
+        use nodemedic_kernel::bytes::eq_str;
         let same = |k: Option<&str>, t: Option<&str>| match (k, t) {
             (Some(k), Some(t)) => eq_str(k, t),
             (None, None) => true,
@@ -574,7 +573,8 @@ enum Row<'a> {
 /// One row of `line`; a numbered row's non-zero counts are appended to `table`'s.
 fn parse_row<'a>(line: &'a str, table: &mut Interrupts) -> Result<Row<'a>, SkipReason> {
     let ncpus = table.cpus.len();
-    let (label, rest) = crate::bytes::split_once(line, b':').ok_or(SkipReason::NoColon)?;
+    let (label, rest) =
+        nodemedic_kernel::bytes::split_once(line, b':').ok_or(SkipReason::NoColon)?;
     let label = label.trim();
     if label.is_empty() {
         return Err(SkipReason::EmptyLabel);
@@ -640,7 +640,7 @@ fn take_token(s: &str) -> (&str, &str) {
 
 /// `5-edge`, `1572864-edge`, `-ioapic-level` (Xen), `0-fasteoi`.
 fn split_hwirq_trigger(tok: &str) -> Option<(&str, &str)> {
-    let (hw, trig) = crate::bytes::split_once(tok, b'-')?;
+    let (hw, trig) = nodemedic_kernel::bytes::split_once(tok, b'-')?;
     let hw_ok = hw.bytes().all(|b| b.is_ascii_hexdigit());
     let trig_ok = !trig.is_empty() && trig.bytes().all(|b| b.is_ascii_alphabetic() || b == b'-');
     (hw_ok && trig_ok).then_some((hw, trig))
