@@ -19,12 +19,12 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use nodemedic_collect::commit_timer::WAL_FSYNC_BUCKETS;
 use nodemedic_collect::sources::pressure::NodePressure;
 use nodemedic_collect::sources::PressureCollector;
 use nodemedic_collect::{
     process_cpu_seconds, Collector, CommitTimer, CommitTimerConfig, Ctx, Paths, Reader,
 };
-use nodemedic_sample::snapshot::WAL_FSYNC_BUCKETS;
 use nodemedic_sample::Snapshot;
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {

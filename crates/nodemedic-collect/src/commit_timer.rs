@@ -23,12 +23,75 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use nodemedic_exposition::{Encoder, Kind};
-use nodemedic_sample::snapshot::{CommitBackend, CommitLatency};
 use nodemedic_sample::Snapshot;
+use serde::Serialize;
 
 use crate::registry::Render;
 use crate::uring::Ring;
 use crate::{CollectError, Collected, Collector, Ctx};
+
+/// etcd's `wal_fsync_duration_seconds` buckets: 1 ms doubling to 8.192 s
+/// (`prometheus.ExponentialBuckets(0.001, 2, 14)`), so the two histograms compare bucket by
+/// bucket.
+pub const WAL_FSYNC_BUCKETS: [f64; 14] = [
+    0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048, 4.096,
+    8.192,
+];
+
+/// How the disk commit probe writes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommitBackend {
+    /// One io_uring submission: the write, then `fdatasync` linked after it.
+    IoUring,
+    /// `pwrite` and `fdatasync` (io_uring unavailable, refused or abandoned).
+    #[default]
+    Syscalls,
+}
+
+impl CommitBackend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::IoUring => "io_uring",
+            Self::Syscalls => "syscalls",
+        }
+    }
+}
+
+/// Latency of write + `fdatasync` of a WAL-entry-sized block, cumulative since the probe
+/// started (a Prometheus histogram).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct CommitLatency {
+    /// The directory written to.
+    pub directory: String,
+    /// How the probe writes.
+    pub backend: CommitBackend,
+    /// Why it writes with syscalls although io_uring was asked for (a seccomp profile,
+    /// `kernel.io_uring_disabled`, a ring abandoned after a failure).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback_reason: Option<String>,
+    /// Commits at or under each bound of [`WAL_FSYNC_BUCKETS`] (cumulative, as Prometheus).
+    pub buckets: [u64; 14],
+    pub count: u64,
+    pub sum_seconds: f64,
+    /// Writes or syncs that failed (not counted in the histogram).
+    pub errors: u64,
+    /// The last failure, if any.
+    pub last_error: Option<String>,
+}
+
+impl CommitLatency {
+    /// Records one commit that took `seconds`.
+    pub fn observe(&mut self, seconds: f64) {
+        for (bound, n) in WAL_FSYNC_BUCKETS.iter().zip(self.buckets.iter_mut()) {
+            if seconds <= *bound {
+                *n += 1;
+            }
+        }
+        self.count += 1;
+        self.sum_seconds += seconds;
+    }
+}
 
 /// An etcd WAL entry's typical size.
 pub const DEFAULT_BLOCK_BYTES: usize = 2300;
@@ -310,7 +373,7 @@ fn render(e: &mut Encoder, ctx: &mut Render<'_>) {
     );
     let labels = [("directory", c.directory.as_str())];
     let mut le = String::new();
-    for (bound, n) in nodemedic_sample::snapshot::WAL_FSYNC_BUCKETS
+    for (bound, n) in crate::commit_timer::WAL_FSYNC_BUCKETS
         .iter()
         .zip(c.buckets.iter())
     {

@@ -8,8 +8,8 @@ use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use nodemedic_collect::commit_timer::{CommitBackend, CommitLatency};
 use nodemedic_collect::{CommitTimer, CommitTimerConfig};
-use nodemedic_sample::snapshot::{CommitBackend, CommitLatency};
 use nodemedic_testkit::poll_until;
 
 /// The sysctl test turns io_uring off for the whole machine: no other test here may set up

@@ -6,10 +6,12 @@
 use std::time::Duration;
 
 use nodemedic_collect::sources::interrupts::Interrupts;
+use nodemedic_collect::sources::irq_affinity::IrqAffinities;
 use nodemedic_collect::sources::irqbalance::IrqbalanceConfig;
+use nodemedic_collect::sources::pci::{Netdevs, PciDevices};
+use nodemedic_collect::sources::topology::Topology;
 use nodemedic_collect::{CollectorSet, Paths};
 use nodemedic_kernel::CpuSet;
-use nodemedic_sample::snapshot::{IrqAffinities, Netdevs, PciDevices, Topology};
 use nodemedic_sample::Snapshot;
 use nodemedic_testkit::copy_fixture;
 

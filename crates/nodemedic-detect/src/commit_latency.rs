@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use nodemedic_sample::snapshot::{CommitLatency, WAL_FSYNC_BUCKETS};
+use nodemedic_collect::commit_timer::{CommitLatency, WAL_FSYNC_BUCKETS};
 use nodemedic_sample::Snapshot;
 use serde::{Deserialize, Serialize};
 

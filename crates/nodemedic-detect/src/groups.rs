@@ -4,9 +4,11 @@ use std::fmt::Write;
 
 use nodemedic_collect::sources::interrupts::device::{Classified, IrqDevice, IrqRole};
 use nodemedic_collect::sources::interrupts::{Interrupts, IrqLine};
+use nodemedic_collect::sources::irq_affinity::IrqAffinities;
 use nodemedic_collect::sources::irqbalance::IrqbalanceConfig;
+use nodemedic_collect::sources::pci::{Netdevs, PciDevices};
+use nodemedic_collect::sources::topology::Topology;
 use nodemedic_kernel::CpuSet;
-use nodemedic_sample::snapshot::{IrqAffinities, Netdevs, PciDevices, Topology};
 use nodemedic_sample::Snapshot;
 
 pub use nodemedic_sample::verdict::DeviceGroup;

@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use nodemedic_collect::sources::cgroups::{CgroupStats, Cgroups, Workload};
 use nodemedic_collect::sources::pressure::{NodePressure, Psi, PsiLine, PsiResource};
-use nodemedic_sample::snapshot::{Pods, Topology};
+use nodemedic_collect::sources::topology::Topology;
+use nodemedic_sample::snapshot::Pods;
 use nodemedic_sample::Snapshot;
 use serde::{Deserialize, Serialize};
 
@@ -652,7 +653,7 @@ mod tests {
     /// `snap` on a node of `cpus` CPUs whose tasks have used `usage_us` of CPU time in all.
     fn busy_snap(secs: u64, node_cpu_us: u64, cpus: u32, usage_us: u64) -> Snapshot {
         let mut s = snap(secs, node_cpu_us, pod(0, 0, 0));
-        s.put(nodemedic_sample::snapshot::Topology {
+        s.put(nodemedic_collect::sources::topology::Topology {
             online: nodemedic_kernel::CpuSet::from_cpus(0..cpus),
             ..Default::default()
         });

@@ -21,12 +21,13 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use nodemedic_collect::sources::pci::{Netdevs, PciDevices};
+use nodemedic_collect::sources::topology::Topology;
 use nodemedic_collect::sources::tuning::Tuning;
 use nodemedic_collect::sources::tuning::{
     IommuDomain, NicSettings, Queried, SrsoState, TuningSettings,
 };
 use nodemedic_kernel::{counter, CpuSet};
-use nodemedic_sample::snapshot::{Netdevs, PciDevices, Topology};
 use nodemedic_sample::Snapshot;
 use serde::{Deserialize, Serialize};
 
@@ -906,8 +907,8 @@ mod tests {
     use std::sync::Arc;
 
     use nodemedic_collect::sources::softnet::{Softnet, SoftnetRow};
+    use nodemedic_collect::sources::topology::Topology;
     use nodemedic_collect::sources::tuning::{Channels, NetCore, NicStats, Queried, Rings, Tuning};
-    use nodemedic_sample::snapshot::Topology;
 
     use super::*;
 

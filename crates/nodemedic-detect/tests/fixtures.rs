@@ -6,12 +6,13 @@
 use std::time::Duration;
 
 use nodemedic_collect::sources::interrupts::Interrupts;
+use nodemedic_collect::sources::irq_affinity::IrqAffinities;
 use nodemedic_collect::sources::irqbalance::IrqbalanceConfig;
 use nodemedic_collect::sources::softnet::Softnet;
+use nodemedic_collect::sources::topology::Topology;
 use nodemedic_collect::{CollectorName, CollectorSet, Paths};
 use nodemedic_detect::collapse::findings;
 use nodemedic_detect::{CollapseConfig, CollapseDetector, GroupVerdict, HurtingConfig};
-use nodemedic_sample::snapshot::{IrqAffinities, Topology};
 use nodemedic_sample::Snapshot;
 use nodemedic_testkit::{copy_fixture, fixture_paths, fixture_snapshot};
 

@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use nodemedic_collect::sources::topology::Topology;
 use nodemedic_collect::sources::tuning::{SrsoState, Tuning};
 use nodemedic_collect::sources::TuningCollector;
 use nodemedic_collect::{monotonic_now, CollectorSet, Paths};
@@ -13,7 +14,6 @@ use nodemedic_detect::{
     CollapseConfig, CollapseDetector, HurtingConfig, Severity, TuningConfig, TuningDetector,
     TuningRule,
 };
-use nodemedic_sample::snapshot::Topology;
 
 fn has_entries(dir: &str, prefix: &str) -> bool {
     std::fs::read_dir(dir).is_ok_and(|d| {

@@ -26,16 +26,18 @@ use std::time::Duration;
 use nodemedic_collect::registry::{self, FileKind as Kind, Impact};
 use nodemedic_collect::sources::cgroups::Cgroups;
 use nodemedic_collect::sources::interrupts::Interrupts;
+use nodemedic_collect::sources::irq_affinity::IrqAffinities;
 use nodemedic_collect::sources::irqbalance::IrqbalanceConfig;
+use nodemedic_collect::sources::pci::PciDevices;
 use nodemedic_collect::sources::pressure::NodePressure;
 use nodemedic_collect::sources::softirqs::Softirqs;
 use nodemedic_collect::sources::softnet::Softnet;
+use nodemedic_collect::sources::topology::Topology;
 use nodemedic_collect::sources::DEFAULT_AFFINITY_REFRESH;
 use nodemedic_collect::{CollectorState, Paths};
 use nodemedic_engine::{Engine, EngineConfig};
 use nodemedic_kernel::lsm::{LsmContext, LsmFiles};
 use nodemedic_sample::host::HostAccess;
-use nodemedic_sample::snapshot::{IrqAffinities, PciDevices, Topology};
 use nodemedic_sample::Sample;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

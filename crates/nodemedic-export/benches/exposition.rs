@@ -29,10 +29,10 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use nodemedic_collect::sources::interrupts::Interrupts;
+use nodemedic_collect::sources::irq_affinity::IrqAffinities;
 use nodemedic_collect::{CollectorSet, CollectorStatus, Paths};
 use nodemedic_detect::{CollapseConfig, CollapseDetector, GroupVerdict, HurtingConfig};
 use nodemedic_export::{render, ExportInput, Format, MetricsOptions, ProcessStats};
-use nodemedic_sample::snapshot::IrqAffinities;
 use nodemedic_sample::Snapshot;
 use prometheus::proto::{self, MetricFamily, MetricType};
 use prometheus::{CounterVec, GaugeVec, Opts, Registry, TextEncoder};

@@ -10,11 +10,12 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use nodemedic_collect::commit_timer::CommitLatency;
 use nodemedic_collect::sources::irqbalance::IrqbalanceConfig;
 use nodemedic_sample::kube::KubeStatus;
 use nodemedic_sample::perf::PerfProbes;
 use nodemedic_sample::remedy::RemedyState;
-use nodemedic_sample::snapshot::{CommitLatency, Pods};
+use nodemedic_sample::snapshot::Pods;
 use nodemedic_sample::Sample;
 use nodemedic_webkit::server::{web_stats, SharedWebStats, WebStats};
 use nodemedic_webkit::{WebConfigStatus, WebConfigWatch};
@@ -468,7 +469,7 @@ struct StatusBody<'a> {
     /// The read layer: backend (and why io_uring fell back), kept-open files, fallbacks.
     reader: Option<&'a nodemedic_sample::ReaderStatus>,
     /// The disk commit probe (when on): its backend and why io_uring fell back, if it did.
-    disk_commit: Option<&'a nodemedic_sample::snapshot::CommitLatency>,
+    disk_commit: Option<&'a nodemedic_collect::commit_timer::CommitLatency>,
     groups: Vec<GroupReport>,
     findings: Vec<nodemedic_sample::Finding>,
     /// The eBPF probes: attach method, each hook up or down with the reason, rates, top

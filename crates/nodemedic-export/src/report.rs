@@ -10,11 +10,11 @@ use nodemedic_collect::sources::irqbalance::IrqbalanceConfig;
 use nodemedic_collect::sources::pressure::PsiResource;
 use nodemedic_collect::sources::softirqs::Softirqs;
 use nodemedic_collect::sources::softnet::{Softnet, SoftnetRow};
+use nodemedic_collect::sources::topology::Topology;
 use nodemedic_collect::sources::tuning::{Tuning, TuningSettings};
 use nodemedic_kernel::counter;
 use nodemedic_kernel::mounts::CgroupMounts;
 use nodemedic_sample::perf::PerfProbes;
-use nodemedic_sample::snapshot::Topology;
 use nodemedic_sample::verdict::{CgroupRates, PsiRatios, TuningFinding};
 use nodemedic_sample::{
     CollectorName, CollectorState, CollectorStatus, Finding, GroupVerdict, Sample, Severity,

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nodemedic_kernel::CpuSet;
 use serde::Serialize;
 
 #[derive(Debug, Clone, Default)]
@@ -102,18 +101,6 @@ impl Snapshot {
     }
 }
 
-/// The IRQs' affinities from `/proc/irq/N/`, by IRQ number.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct IrqAffinities(pub BTreeMap<u32, IrqAffinity>);
-
-/// The PCI devices that own interrupts, by address.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PciDevices(pub BTreeMap<String, PciDevice>);
-
-/// Network interface name → its PCI address.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Netdevs(pub BTreeMap<String, String>);
-
 /// This node's pods by UID, from the Kubernetes API rather than the kernel: it lets
 /// per-cgroup series and findings name `namespace`/`pod`/`container`. Absent when names are
 /// not resolved (not in Kubernetes, switched off, or the first list has not arrived).
@@ -140,132 +127,7 @@ macro_rules! deref {
 }
 
 crate::deref! {
-    IrqAffinities => BTreeMap<u32, IrqAffinity>,
-    PciDevices => BTreeMap<String, PciDevice>,
-    Netdevs => BTreeMap<String, String>,
     Pods => BTreeMap<String, PodIdentity>,
-}
-
-/// etcd's `wal_fsync_duration_seconds` buckets: 1 ms doubling to 8.192 s
-/// (`prometheus.ExponentialBuckets(0.001, 2, 14)`), so the two histograms compare bucket by
-/// bucket.
-pub const WAL_FSYNC_BUCKETS: [f64; 14] = [
-    0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048, 4.096,
-    8.192,
-];
-
-/// How the disk commit probe writes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CommitBackend {
-    /// One io_uring submission: the write, then `fdatasync` linked after it.
-    IoUring,
-    /// `pwrite` and `fdatasync` (io_uring unavailable, refused or abandoned).
-    #[default]
-    Syscalls,
-}
-
-impl CommitBackend {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::IoUring => "io_uring",
-            Self::Syscalls => "syscalls",
-        }
-    }
-}
-
-/// Latency of write + `fdatasync` of a WAL-entry-sized block, cumulative since the probe
-/// started (a Prometheus histogram).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct CommitLatency {
-    /// The directory written to.
-    pub directory: String,
-    /// How the probe writes.
-    pub backend: CommitBackend,
-    /// Why it writes with syscalls although io_uring was asked for (a seccomp profile,
-    /// `kernel.io_uring_disabled`, a ring abandoned after a failure).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fallback_reason: Option<String>,
-    /// Commits at or under each bound of [`WAL_FSYNC_BUCKETS`] (cumulative, as Prometheus).
-    pub buckets: [u64; 14],
-    pub count: u64,
-    pub sum_seconds: f64,
-    /// Writes or syncs that failed (not counted in the histogram).
-    pub errors: u64,
-    /// The last failure, if any.
-    pub last_error: Option<String>,
-}
-
-impl CommitLatency {
-    /// Records one commit that took `seconds`.
-    pub fn observe(&mut self, seconds: f64) {
-        for (bound, n) in WAL_FSYNC_BUCKETS.iter().zip(self.buckets.iter_mut()) {
-            if seconds <= *bound {
-                *n += 1;
-            }
-        }
-        self.count += 1;
-        self.sum_seconds += seconds;
-    }
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Topology {
-    pub online: CpuSet,
-    pub possible: Option<CpuSet>,
-    pub isolated: CpuSet,
-    pub nohz_full: CpuSet,
-    /// NUMA node → its CPUs. Empty when the kernel has no NUMA support.
-    pub numa_nodes: BTreeMap<u32, CpuSet>,
-}
-
-impl Topology {
-    pub fn node_of(&self, cpu: u32) -> Option<u32> {
-        self.numa_nodes
-            .iter()
-            .find_map(|(node, cpus)| cpus.contains(cpu).then_some(*node))
-    }
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct IrqAffinity {
-    /// `smp_affinity`: where the IRQ may be delivered.
-    pub smp: Option<CpuSet>,
-    /// `effective_affinity`: where the kernel actually delivers it (absent before 4.15 and on
-    /// some interrupt chips).
-    pub effective: Option<CpuSet>,
-    /// `node`: the NUMA node the IRQ descriptor was allocated on.
-    pub node: Option<i32>,
-}
-
-impl IrqAffinity {
-    /// The CPUs the IRQ is delivered to: the effective affinity when the kernel reports a
-    /// non-empty one inside the permitted set, else the permitted set.
-    ///
-    /// An effective affinity outside `smp_affinity` means a move is pending: x86 without
-    /// interrupt remapping migrates an IRQ when it next fires, so a quiet IRQ that was just
-    /// re-pinned still shows its old CPU. Its future delivery lies in `smp_affinity`.
-    pub fn delivery_cpus(&self) -> Option<&CpuSet> {
-        match (&self.effective, &self.smp) {
-            (Some(eff), Some(smp)) if !eff.is_empty() && eff.is_subset(smp) => Some(eff),
-            (Some(eff), None) if !eff.is_empty() => Some(eff),
-            (_, Some(smp)) => Some(smp),
-            (_, None) => None,
-        }
-    }
-
-    /// Whether the kernel still has to move the IRQ to its new `smp_affinity`.
-    pub fn move_pending(&self) -> bool {
-        matches!((&self.effective, &self.smp), (Some(eff), Some(smp)) if !eff.is_empty() && !eff.is_subset(smp))
-    }
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct PciDevice {
-    pub driver: Option<String>,
-    /// `numa_node`; `None` when the kernel reports -1 (unknown) or the file is absent.
-    pub numa_node: Option<u32>,
-    pub local_cpus: Option<CpuSet>,
 }
 
 /// A pod's names, for the pod-level cgroups that carry only its UID.
@@ -291,40 +153,6 @@ impl Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn aff(smp: &str, eff: Option<&str>) -> IrqAffinity {
-        IrqAffinity {
-            smp: Some(CpuSet::parse_list(smp).unwrap()),
-            effective: eff.map(|e| CpuSet::parse_list(e).unwrap()),
-            node: None,
-        }
-    }
-
-    #[test]
-    fn delivery_prefers_effective_inside_smp() {
-        assert_eq!(
-            aff("0-7", Some("4"))
-                .delivery_cpus()
-                .unwrap()
-                .to_list_string(),
-            "4"
-        );
-        assert_eq!(
-            aff("0-7", None).delivery_cpus().unwrap().to_list_string(),
-            "0-7"
-        );
-        assert_eq!(
-            aff("0-7", Some(""))
-                .delivery_cpus()
-                .unwrap()
-                .to_list_string(),
-            "0-7"
-        );
-        let pending = aff("1", Some("0"));
-        assert!(pending.move_pending());
-        assert_eq!(pending.delivery_cpus().unwrap().to_list_string(), "1");
-        assert_eq!(IrqAffinity::default().delivery_cpus(), None);
-    }
 
     /// A value is found by its type alone, replaced by the next of its type, and shared with
     /// the snapshot's clones.

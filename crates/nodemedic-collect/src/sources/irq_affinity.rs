@@ -1,15 +1,58 @@
+//! The IRQs' affinities (`/proc/irq/N/smp_affinity`, `effective_affinity`, `node`), read
+//! again only when the IRQs change or the refresh interval has passed.
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nodemedic_kernel::{bytes, CpuSet};
-use nodemedic_sample::snapshot::{IrqAffinities, IrqAffinity};
 use nodemedic_sample::Snapshot;
+use serde::Serialize;
 
 use super::complete;
 use crate::sources::interrupts::Interrupts;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError, Reader};
+
+/// One IRQ's affinity files under `/proc/irq/N/`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct IrqAffinity {
+    /// `smp_affinity`: where the IRQ may be delivered.
+    pub smp: Option<CpuSet>,
+    /// `effective_affinity`: where the kernel actually delivers it (absent before 4.15 and on
+    /// some interrupt chips).
+    pub effective: Option<CpuSet>,
+    /// `node`: the NUMA node the IRQ descriptor was allocated on.
+    pub node: Option<i32>,
+}
+
+impl IrqAffinity {
+    /// The CPUs the IRQ is delivered to: the effective affinity when the kernel reports a
+    /// non-empty one inside the permitted set, else the permitted set.
+    ///
+    /// An effective affinity outside `smp_affinity` means a move is pending: x86 without
+    /// interrupt remapping migrates an IRQ when it next fires, so a quiet IRQ that was just
+    /// re-pinned still shows its old CPU. Its future delivery lies in `smp_affinity`.
+    pub fn delivery_cpus(&self) -> Option<&CpuSet> {
+        match (&self.effective, &self.smp) {
+            (Some(eff), Some(smp)) if !eff.is_empty() && eff.is_subset(smp) => Some(eff),
+            (Some(eff), None) if !eff.is_empty() => Some(eff),
+            (_, Some(smp)) => Some(smp),
+            (_, None) => None,
+        }
+    }
+
+    /// Whether the kernel still has to move the IRQ to its new `smp_affinity`.
+    pub fn move_pending(&self) -> bool {
+        matches!((&self.effective, &self.smp), (Some(eff), Some(smp)) if !eff.is_empty() && !eff.is_subset(smp))
+    }
+}
+
+/// The IRQs' affinities from `/proc/irq/N/`, by IRQ number.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IrqAffinities(pub BTreeMap<u32, IrqAffinity>);
+
+nodemedic_sample::deref! { IrqAffinities => BTreeMap<u32, IrqAffinity> }
 
 /// /proc/irq/N/: each IRQ's affinity; after interrupts, whose IRQs it reads.
 pub const NAME: crate::CollectorName = crate::CollectorName::new("irq_affinity");
@@ -557,6 +600,40 @@ fn read_irq(
 mod tests {
     use super::*;
     use crate::sources::interrupts::IrqDescription;
+
+    fn aff(smp: &str, eff: Option<&str>) -> IrqAffinity {
+        IrqAffinity {
+            smp: Some(CpuSet::parse_list(smp).unwrap()),
+            effective: eff.map(|e| CpuSet::parse_list(e).unwrap()),
+            node: None,
+        }
+    }
+
+    #[test]
+    fn delivery_prefers_effective_inside_smp() {
+        assert_eq!(
+            aff("0-7", Some("4"))
+                .delivery_cpus()
+                .unwrap()
+                .to_list_string(),
+            "4"
+        );
+        assert_eq!(
+            aff("0-7", None).delivery_cpus().unwrap().to_list_string(),
+            "0-7"
+        );
+        assert_eq!(
+            aff("0-7", Some(""))
+                .delivery_cpus()
+                .unwrap()
+                .to_list_string(),
+            "0-7"
+        );
+        let pending = aff("1", Some("0"));
+        assert!(pending.move_pending());
+        assert_eq!(pending.delivery_cpus().unwrap().to_list_string(), "1");
+        assert_eq!(IrqAffinity::default().delivery_cpus(), None);
+    }
 
     /// A 4-CPU table (CPUs 0-3) of `rows`: (IRQ, counts).
     fn table(rows: &[(u32, [u64; 4])]) -> Interrupts {

@@ -1,15 +1,41 @@
+//! The PCI devices behind the IRQs (driver, NUMA node, local CPUs) and the network
+//! interfaces' PCI addresses, from sysfs.
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use nodemedic_sample::snapshot::{Netdevs, PciDevice, PciDevices};
+use nodemedic_kernel::CpuSet;
 use nodemedic_sample::Snapshot;
+use serde::Serialize;
 
 use super::{complete, cpuset_file};
 use crate::fsread::link_name;
 use crate::sources::interrupts::device::{self, Classified};
 use crate::sources::interrupts::Interrupts;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
+
+/// A PCI device that owns interrupts: its driver, its NUMA node and the CPUs local to it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PciDevice {
+    pub driver: Option<String>,
+    /// `numa_node`; `None` when the kernel reports -1 (unknown) or the file is absent.
+    pub numa_node: Option<u32>,
+    pub local_cpus: Option<CpuSet>,
+}
+
+/// The PCI devices that own interrupts, by address.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PciDevices(pub BTreeMap<String, PciDevice>);
+
+/// Network interface name → its PCI address.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Netdevs(pub BTreeMap<String, String>);
+
+nodemedic_sample::deref! {
+    PciDevices => BTreeMap<String, PciDevice>,
+    Netdevs => BTreeMap<String, String>,
+}
 
 /// The PCI devices that own interrupts; after the IRQs.
 pub const NAME: crate::CollectorName = crate::CollectorName::new("pci_devices");

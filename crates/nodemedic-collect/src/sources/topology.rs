@@ -1,14 +1,35 @@
+//! The CPU topology from sysfs: online, possible, isolated and `nohz_full` CPUs, NUMA nodes.
+
 use std::collections::BTreeMap;
 
 use nodemedic_exposition::{Encoder, Kind};
 use nodemedic_kernel::CpuSet;
-use nodemedic_sample::snapshot::Topology;
 use nodemedic_sample::Snapshot;
+use serde::Serialize;
 
 use super::irqbalance::IrqbalanceConfig;
 use super::{complete, cpuset_file, RescanCache};
 use crate::registry::Render;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
+
+/// The CPUs and NUMA nodes: which CPUs are online, possible, isolated and `nohz_full`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Topology {
+    pub online: CpuSet,
+    pub possible: Option<CpuSet>,
+    pub isolated: CpuSet,
+    pub nohz_full: CpuSet,
+    /// NUMA node → its CPUs. Empty when the kernel has no NUMA support.
+    pub numa_nodes: BTreeMap<u32, CpuSet>,
+}
+
+impl Topology {
+    pub fn node_of(&self, cpu: u32) -> Option<u32> {
+        self.numa_nodes
+            .iter()
+            .find_map(|(node, cpus)| cpus.contains(cpu).then_some(*node))
+    }
+}
 
 /// /sys/devices/system/cpu: online, possible, isolated and nohz_full CPUs, and the NUMA nodes.
 pub const NAME: crate::CollectorName = crate::CollectorName::new("topology");

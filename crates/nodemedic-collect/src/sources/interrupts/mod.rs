@@ -9,12 +9,12 @@ pub use parse::*;
 use std::sync::{Arc, Mutex};
 
 use nodemedic_exposition::{Encoder, Kind};
-use nodemedic_sample::snapshot::IrqAffinities;
 use nodemedic_sample::{GroupVerdict, Snapshot};
 
 use self::parse as interrupts;
 use super::skipped_warnings;
 use crate::registry::Render;
+use crate::sources::irq_affinity::IrqAffinities;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 
 /// /proc/interrupts.

@@ -8,12 +8,12 @@ pub use parse::*;
 use std::sync::Mutex;
 
 use nodemedic_exposition::{Encoder, Kind};
-use nodemedic_sample::snapshot::Topology;
 use nodemedic_sample::Snapshot;
 
 use self::parse as softnet;
 use super::skipped_warnings;
 use crate::registry::Render;
+use crate::sources::topology::Topology;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError};
 
 /// `softnet_stat` rows placed on their CPUs.

@@ -13,11 +13,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nodemedic_kernel::CpuSet;
-use nodemedic_sample::snapshot::{Netdevs, Topology};
 use nodemedic_sample::Snapshot;
 
 use self::parse as tuning;
 use super::RescanCache;
+use crate::sources::pci::Netdevs;
+use crate::sources::topology::Topology;
 use crate::{CollectError, Collected, Collector, Ctx, ReadError, Reader};
 
 /// The node's I/O tuning settings and NIC drop counters.
