@@ -5,7 +5,7 @@
 # guest's real /proc and /sys:
 # - the arm64 .deb's binary (the image's arm64 binary), the shipped configuration, the eBPF
 #   probes enabled (they attach here, with fentry) and disabled;
-# - node_exporter 1.9.1 built for arm64 from the Go module proxy (GOARCH=arm64), with the
+# - node_exporter (the version bench/memory.py builds) built for arm64 from the Go module proxy (GOARCH=arm64), with the
 #   collectors that read what nodemedic reads (interrupts, softirqs, stat, softnet).
 # Every process takes one sample and one scrape per interval. Printed: memory.py's table (RSS,
 # VmHWM, CPU per sample). The guest is emulated: only the ratios between the processes count.

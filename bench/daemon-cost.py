@@ -19,7 +19,7 @@ shipped deploy/nodemedic.toml, every default feature on, with that interval):
 - `healthz`: one GET /healthz per interval on one kept-alive connection: the floor of a
   request on a kept connection (what Prometheus keeps), without rendering anything.
 
-With `--node-exporter`, node_exporter ($NODE_EXPORTER, else the v1.9.1 build memory.py makes
+With `--node-exporter`, node_exporter ($NODE_EXPORTER, else the v1.12.1 build memory.py makes
 and caches) runs beside them, one per mode that makes requests, with the four collectors that
 compare (interrupts, softirqs, stat, softnet), as memory.py runs it. Its CPU is per request:
 it reads its files when scraped. It has no /healthz, so it runs in `keepalive`, `gzip` and `curl`.
@@ -46,7 +46,7 @@ import threading
 import time
 
 import samplebench
-from memory import config_text, node_exporter_argv, node_exporter_binary
+from memory import config_text, get, node_exporter_argv, node_exporter_binary, node_exporter_check
 from procstat import free_port
 
 MODES = ["sampling", "keepalive", "gzip", "curl", "healthz-curl", "healthz"]
@@ -101,6 +101,8 @@ def run_one(name, binary, mode, seconds, interval_ms, shipped, results):
             if time.time() > deadline:
                 raise SystemExit(f"{name} {mode}: no 200 from /metrics within 30 s")
             time.sleep(0.2)
+        if name == NODE_EXPORTER:
+            node_exporter_check(argv, get(port, "/metrics")[1])
         time.sleep(2 * interval_ms / 1000)
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         url = f"http://127.0.0.1:{port}{path}"
@@ -151,7 +153,7 @@ def main():
                          "instead of the probes off")
     ap.add_argument("--node-exporter", action="store_true",
                     help="node_exporter beside the builds ($NODE_EXPORTER, else memory.py's "
-                         "build of v1.9.1)")
+                         "build of v1.12.1)")
     ap.add_argument("--sample-bench", action="append", default=[], metavar="NAME=BENCH",
                     help="the engine's sample bench binary, run in the same minutes (repeatable)")
     ap.add_argument("builds", nargs="+", metavar="NAME=BINARY")

@@ -32,7 +32,7 @@ Printed per tree and process, as Markdown:
 
 node_exporter (none with `--without-node-exporter`): `--node-exporter PATH`, else
 $NODE_EXPORTER, else it is built with
-`go install github.com/prometheus/node_exporter@v1.9.1` into /var/cache/nodemedic-bench
+`go install github.com/prometheus/node_exporter@v1.12.1` into /var/cache/nodemedic-bench
 (the Go module proxy; deploy/bootstrap.sh's ensure_go provides go).
 """
 
@@ -51,7 +51,7 @@ from pathlib import Path
 from procstat import free_port, status_kib, task_ns
 
 ROOT = Path(__file__).resolve().parents[1]
-NODE_EXPORTER_VERSION = "v1.9.1"
+NODE_EXPORTER_VERSION = "v1.12.1"
 CACHE = Path("/var/cache/nodemedic-bench")
 
 
@@ -185,10 +185,23 @@ def node_exporter_argv(ne_bin, port, tree=None):
     procfs = f"{tree}/proc" if tree else "/proc"
     sysfs = f"{tree}/sys" if tree else "/sys"
     help_text = subprocess.run([ne_bin, "--help"], capture_output=True, text=True).stdout
-    softirqs = ["--collector.softirqs"] if "--collector.softirqs" in help_text else []
+    # kingpin lists it as `--[no-]collector.softirqs`; versions before 1.6 have none.
+    softirqs = ["--collector.softirqs"] if "collector.softirqs" in help_text else []
     return [ne_bin, "--path.procfs", procfs, "--path.sysfs", sysfs, "--collector.disable-defaults",
             "--collector.interrupts", *softirqs, "--collector.stat", "--collector.softnet",
             "--web.listen-address", f"127.0.0.1:{port}"]
+
+
+def node_exporter_check(argv, body):
+    """Every collector ARGV enables succeeded in BODY, a scrape of it: the comparison credits
+    node_exporter with the work of each (`node_scrape_collector_success{collector=...} 1`)."""
+    for arg in argv:
+        name = arg.removeprefix("--collector.")
+        if name != arg and name != "disable-defaults":
+            line = f'node_scrape_collector_success{{collector="{name}"}} 1'.encode()
+            if line not in body.splitlines():
+                raise SystemExit(f"node_exporter: no {line.decode()!r} in its scrape; "
+                                 "it would be credited with work it did not do")
 
 
 def wait_until(what, deadline, check):
@@ -213,6 +226,8 @@ def measure(builds, tree_name, ne_bin, seconds, interval_ms, work):
             wait_until(f"{p.label} serving", deadline,
                        lambda p=p: p.alive() and get(p.port, "/metrics", 120)[0] == 200)
             p.scrapes = 1
+            if p.kind == "node_exporter":
+                node_exporter_check(p.p.args, get(p.port, "/metrics", 120)[1])
         # "After 3 samples and a scrape": the point the issue's figures are taken at.
         for p in procs:
             if p.kind == "node_exporter":

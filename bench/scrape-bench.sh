@@ -85,7 +85,7 @@ root=${fixture%/}                      # "/" -> "" so paths read /proc, not //pr
 names=()
 declare -A bin pid port
 if [[ $SKIP_NODE_EXPORTER != 1 ]]; then
-  [[ -x $NODE_EXPORTER ]] || die "node_exporter not executable: $NODE_EXPORTER (go install github.com/prometheus/node_exporter@v1.9.1)"
+  [[ -x $NODE_EXPORTER ]] || die "node_exporter not executable: $NODE_EXPORTER (go install github.com/prometheus/node_exporter@v1.12.1)"
   names+=(node_exporter); bin[node_exporter]=$NODE_EXPORTER
 fi
 if [[ $SKIP_NODEMEDIC != 1 ]]; then
@@ -139,7 +139,7 @@ for n in "${names[@]}"; do
       # --collector.softirqs is node_exporter >= 1.6; Debian 12's 1.5 has /proc/stat's
       # softirq totals only (collector.stat).
       softirqs=()
-      "${bin[$n]}" --help 2>&1 | grep -q -- '--collector.softirqs' && softirqs=(--collector.softirqs)
+      "${bin[$n]}" --help 2>&1 | grep -q -- 'collector.softirqs' && softirqs=(--collector.softirqs)
       "${bin[$n]}" --path.procfs "$root/proc" --path.sysfs "$root/sys" \
         --collector.disable-defaults --collector.interrupts "${softirqs[@]}" \
         --collector.stat --collector.softnet \
