@@ -397,7 +397,7 @@ def memory_kib(pid):
 
 
 # nodemedic's memory in its pod, with and without the eBPF probes (BENCHMARKS.md, "Today's
-# figures": the image's build holds 9.7 and 9.2 MiB on this 2-CPU node). RSS is asserted
+# figures": the image's build holds 9.5 MiB on this 2-CPU node). RSS is asserted
 # at the chart's memory request (24 MiB, the steady RSS of a 1024-CPU node: twice what this
 # node measures). The daemon's peak (VmHWM) with the probes on is held to the 16 MiB the memory
 # work set (issue 35): the probes load in a child process, whose own peak (about 36 MiB) is
