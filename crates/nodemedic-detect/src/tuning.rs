@@ -23,9 +23,8 @@ use std::time::Duration;
 
 use nodemedic_collect::sources::pci::{Netdevs, PciDevices};
 use nodemedic_collect::sources::topology::Topology;
-use nodemedic_collect::sources::tuning::Tuning;
 use nodemedic_collect::sources::tuning::{
-    IommuDomain, NicSettings, Queried, SrsoState, TuningSettings,
+    IommuDomain, NicSettings, Queried, SrsoState, Tuning, TuningSettings,
 };
 use nodemedic_kernel::{counter, CpuSet};
 use nodemedic_sample::Snapshot;
