@@ -30,7 +30,6 @@ import argparse
 import hashlib
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -38,11 +37,12 @@ import time
 import uuid
 from pathlib import Path
 
-from memory import CACHE, config_text, get, wait_until
+from memory import CACHE, Proc, config_text, wait_until
 from procstat import free_port, status_kib, task_ns
 
 ROOT = Path(__file__).resolve().parents[1]
-CADVISOR_VERSION = "v0.61.0"  # bench/cadvisor/go.mod's github.com/google/cadvisor/lib
+GO_MOD = ROOT / "bench/cadvisor/go.mod"
+CADVISOR_VERSION = re.search(r"(?m)^\s*github\.com/google/cadvisor/lib (v\S+)", GO_MOD.read_text()).group(1)
 QOS = ["", "burstable", "besteffort"]  # "": guaranteed pods sit at kubepods/pod<uid>
 
 
@@ -66,13 +66,13 @@ def make_dir(root, rel, v2):
     and nodes; a v2 parent hands its controllers down."""
     path = root
     for part in Path(rel).parts:
-        if v2:
-            controllers = (path / "cgroup.controllers").read_text().split()
-            want = [c for c in ("cpu", "memory", "io", "pids") if c in controllers]
-            if want:
-                (path / "cgroup.subtree_control").write_text(" ".join("+" + c for c in want))
         child = path / part
         if not child.exists():
+            if v2:
+                controllers = (path / "cgroup.controllers").read_text().split()
+                want = [c for c in ("cpu", "memory", "io", "pids") if c in controllers]
+                if want:
+                    (path / "cgroup.subtree_control").write_text(" ".join("+" + c for c in want))
             child.mkdir()
             for f in ("cpuset.cpus", "cpuset.mems"):
                 if (child / f).exists() and not (child / f).read_text().strip():
@@ -90,7 +90,7 @@ class Pods:
             if (root / "kubepods").exists() or (root / "kubepods.slice").exists():
                 raise SystemExit(f"cadvisor-cost.py: {root} already has kubepods (a kubelet's "
                                  "pods?); stop it and remove them first")
-        self.uids, self.containers, self.sleepers = [], [], []
+        self.uids, self.sleepers = [], []
         try:
             for i in range(n):
                 uid = str(uuid.uuid4())
@@ -103,7 +103,6 @@ class Pods:
                     for root, v2 in self.hier:
                         make_dir(root, rel, v2)
                         (root / rel / "cgroup.procs").write_text(str(sleeper.pid))
-                    self.containers.append(rel)
         except BaseException:
             self.close()
             raise
@@ -140,12 +139,12 @@ def cadvisor_binary(arg):
             raise SystemExit(f"cadvisor-cost.py: {path!r} is not an executable file")
         return path
     # Named by its sources' hash, so that an edit of main.go builds it again.
-    sources = b"".join((ROOT / "bench/cadvisor" / f).read_bytes() for f in ("go.mod", "go.sum", "main.go"))
+    sources = b"".join((GO_MOD.parent / f).read_bytes() for f in ("go.mod", "go.sum", "main.go"))
     binary = CACHE / f"cadvisor-kubelet-{CADVISOR_VERSION}-{hashlib.sha256(sources).hexdigest()[:12]}"
     if not binary.exists():
         CACHE.mkdir(parents=True, exist_ok=True)
         print(f"building cAdvisor {CADVISOR_VERSION} (bench/cadvisor) with go build", file=sys.stderr)
-        subprocess.run(["go", "build", "-o", str(binary), "."], cwd=ROOT / "bench/cadvisor", check=True)
+        subprocess.run(["go", "build", "-o", str(binary), "."], cwd=GO_MOD.parent, check=True)
     return str(binary)
 
 
@@ -158,36 +157,6 @@ def pods_seen(kind, body, uids):
         found = set(re.findall(r'^container_cpu_usage_seconds_total\{[^}]*id="/kubepods/(?:\w+/)?pod([0-9a-f-]+)"',
                                text, re.M))
     return len(found & set(uids))
-
-
-class Daemon:
-    def __init__(self, label, kind, argv, port, work):
-        self.label, self.kind, self.port = label, kind, port
-        self.log = work / f"{label}.log"
-        with open(self.log, "wb") as out:
-            self.p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                      env=dict(os.environ, NO_COLOR="1", RUST_LOG="warn"))
-        self.scrapes = self.failed = 0
-        self.body = b""
-
-    def scrape(self):
-        try:
-            code, body = get(self.port, "/metrics")
-        except OSError:
-            code, body = None, b""
-        self.scrapes += 1
-        if code == 200:
-            self.body = body
-        else:
-            self.failed += 1
-
-    def stop(self):
-        self.p.send_signal(signal.SIGTERM)
-        try:
-            self.p.wait(10)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
 
 
 def main():
@@ -215,20 +184,23 @@ def main():
             cfg = work / f"{len(daemons)}.toml"
             cfg.write_text(text)
             port = free_port()
-            daemons.append(Daemon(label, "nodemedic", [os.path.abspath(binary), "--config", str(cfg),
-                                  "--web.listen-address", f"127.0.0.1:{port}", "run"], port, work))
+            daemons.append(Proc(label, [os.path.abspath(binary), "--config", str(cfg),
+                                "--web.listen-address", f"127.0.0.1:{port}", "run"], port, work, "nodemedic"))
         port = free_port()
-        daemons.append(Daemon(f"cAdvisor {CADVISOR_VERSION} (kubelet settings)", "cadvisor",
-                              [cadvisor, "--listen", f"127.0.0.1:{port}"], port, work))
+        daemons.append(Proc(f"cAdvisor {CADVISOR_VERSION} (kubelet settings)",
+                            [cadvisor, "--listen", f"127.0.0.1:{port}"], port, work, "cadvisor"))
+
+        def names_every_pod(d):
+            if not d.alive():
+                raise SystemExit(f"{d.label} exited; see {d.path}")
+            d.scrape()
+            return pods_seen(d.kind, d.body, pods.uids) == len(pods.uids)
+
         deadline = time.monotonic() + 180
         for d in daemons:
-            def every_pod(d=d):
-                if d.p.poll() is not None:
-                    raise SystemExit(f"{d.label} exited; see {d.log}")
-                d.scrape()
-                return pods_seen(d.kind, d.body, pods.uids) == len(pods.uids)
-            wait_until(f"{d.label} naming all {a.pods} pods", deadline,
-                       lambda every_pod=every_pod: every_pod() or time.sleep(1))
+            # A scrape a second: cAdvisor's are megabytes.
+            wait_until(f"{d.label} naming all {a.pods} pods", deadline, lambda d=d: names_every_pod(d),
+                       every=1)
         time.sleep(a.scrape_seconds)  # past the start's first walks and housekeeping
         start = {d: task_ns(d.p.pid) for d in daemons}
         for d in daemons:
@@ -244,8 +216,8 @@ def main():
         elapsed = time.monotonic() - t0
         rows = []
         for d in daemons:
-            if d.p.poll() is not None:
-                raise SystemExit(f"{d.label} exited; see {d.log}")
+            if not d.alive():
+                raise SystemExit(f"{d.label} exited; see {d.path}")
             cpu_ms = (task_ns(d.p.pid) - start[d]) / 1e6
             series = sum(1 for line in d.body.splitlines() if line and not line.startswith(b"#"))
             rows.append((d, cpu_ms / elapsed, status_kib(d.p.pid, "VmRSS"), status_kib(d.p.pid, "VmHWM"),

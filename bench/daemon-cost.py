@@ -92,9 +92,8 @@ def run_one(name, binary, mode, seconds, interval_ms, shipped, results):
         deadline = time.time() + 30
         while True:
             try:
-                c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-                c.request("GET", "/metrics")
-                if c.getresponse().status == 200:
+                code, body = get(port, "/metrics", 5)
+                if code == 200:
                     break
             except OSError:
                 pass
@@ -102,7 +101,7 @@ def run_one(name, binary, mode, seconds, interval_ms, shipped, results):
                 raise SystemExit(f"{name} {mode}: no 200 from /metrics within 30 s")
             time.sleep(0.2)
         if name == NODE_EXPORTER:
-            node_exporter_check(argv, get(port, "/metrics")[1])
+            node_exporter_check(argv, body)
         time.sleep(2 * interval_ms / 1000)
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         url = f"http://127.0.0.1:{port}{path}"

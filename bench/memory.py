@@ -121,17 +121,20 @@ class Proc:
                                   env=dict(os.environ, NO_COLOR="1",
                                            RUST_LOG="warn,nodemedic_probe::loader=info"))
         self.scrapes = self.failed = 0
+        self.body = b""  # the last scrape that answered 200
 
     def alive(self):
         return self.p.poll() is None
 
     def scrape(self):
         try:
-            code, _ = get(self.port, "/metrics")
+            code, body = get(self.port, "/metrics")
         except OSError:
             code = None
         self.scrapes += 1
-        if code != 200:
+        if code == 200:
+            self.body = body
+        else:
             self.failed += 1
 
     def samples(self):
@@ -204,7 +207,8 @@ def node_exporter_check(argv, body):
                                  "it would be credited with work it did not do")
 
 
-def wait_until(what, deadline, check):
+def wait_until(what, deadline, check, every=0.05):
+    """Calls CHECK every EVERY seconds until it is true, or fails at DEADLINE."""
     while True:
         try:
             if check():
@@ -213,7 +217,7 @@ def wait_until(what, deadline, check):
             pass  # not serving yet
         if time.monotonic() > deadline:
             raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.05)
+        time.sleep(every)
 
 
 def measure(builds, tree_name, ne_bin, seconds, interval_ms, work):
